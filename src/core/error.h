@@ -1,0 +1,85 @@
+// Errors: user mistakes (UserError, exit status 2, located at file:line:col) and internal invariant
+// failures (BRAID_ASSERT, always on, names file:line and the condition). Diagnostics collects every user
+// error found in one pass so that they are reported together.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+struct SourceLoc {
+  std::string file;
+  int line = 0;  // 1-based; 0 = unknown
+  int col = 0;   // 1-based, counting characters
+  bool valid() const { return !file.empty(); }
+  std::string str() const;  // "file:line:col", "file" or ""
+};
+
+struct Diagnostic {
+  SourceLoc loc;
+  std::string message;
+  std::string hint;
+  std::string format() const;  // "file:line:col: error: message\n  hint: ..."
+};
+
+// A user's mistake (bad file, bad value, missing data). The CLI prints format() and exits with status 2.
+class UserError : public std::runtime_error {
+ public:
+  explicit UserError(std::vector<Diagnostic> diags);
+  UserError(SourceLoc loc, const std::string& message, const std::string& hint = "");
+  const std::vector<Diagnostic>& diagnostics() const { return diags_; }
+  std::string format() const;
+
+ private:
+  std::vector<Diagnostic> diags_;
+};
+
+// A broken internal invariant: a bug in braid, never the user's fault.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+// Collects user errors in one pass; throw_if_any() raises them all at once.
+class Diagnostics {
+ public:
+  void error(const SourceLoc& loc, std::string message, std::string hint = "");
+  bool empty() const { return diags_.empty(); }
+  size_t size() const { return diags_.size(); }
+  const std::vector<Diagnostic>& all() const { return diags_; }
+  void merge(const UserError& e);
+  void throw_if_any() const;
+  // Stop collecting after this many errors (a file of garbage must not print a million lines).
+  static constexpr size_t kMaxErrors = 50;
+
+ private:
+  std::vector<Diagnostic> diags_;
+};
+
+// The closest candidate by edit distance, or "" if none is close enough to suggest.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+// "did you mean 'x'?" or "" (convenience for hints).
+std::string did_you_mean_hint(const std::string& word, const std::vector<std::string>& candidates);
+
+[[noreturn]] void assert_fail(const char* cond, const char* file, int line, const std::string& msg);
+
+namespace detail {
+inline std::string concat() { return {}; }
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace braid
+
+#define BRAID_ASSERT(cond, ...)                                                              \
+  do {                                                                                       \
+    if (!(cond)) ::braid::assert_fail(#cond, __FILE__, __LINE__, ::braid::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define BRAID_STR(...) ::braid::detail::concat(__VA_ARGS__)

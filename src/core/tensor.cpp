@@ -1,0 +1,101 @@
+// DType tables, shape printing and Tensor storage.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace braid {
+
+namespace {
+struct DTypeInfo {
+  DType t;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {{DType::f32, "f32", 4}, {DType::f64, "f64", 8}, {DType::bf16, "bf16", 2},
+                                 {DType::f16, "f16", 2}, {DType::i32, "i32", 4}, {DType::i64, "i64", 8}};
+}  // namespace
+
+size_t dtype_size(DType t) { return kDTypes[static_cast<int>(t)].size; }
+std::string_view dtype_name(DType t) { return kDTypes[static_cast<int>(t)].name; }
+std::optional<DType> parse_dtype(std::string_view s) {
+  for (const auto& d : kDTypes)
+    if (s == d.name) return d.t;
+  return std::nullopt;
+}
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> out;
+  for (const auto& d : kDTypes) out.emplace_back(d.name);
+  return out;
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims_[i]);
+  }
+  return s + "]";
+}
+
+std::string TensorDesc::str() const { return std::string(dtype_name(dtype)) + shape.str(); }
+
+Tensor Tensor::empty(const TensorDesc& desc) {
+  size_t bytes = (desc.bytes() + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return Tensor(p, desc, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
+Tensor Tensor::reshaped(const Shape& s) const {
+  BRAID_ASSERT(s.numel() == numel(), "reshape ", shape().str(), " to ", s.str());
+  Tensor t = *this;
+  t.desc_.shape = s;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(desc_);
+  if (bytes()) std::memcpy(t.data_, data_, bytes());
+  return t;
+}
+
+void Tensor::zero() {
+  if (bytes()) std::memset(data_, 0, bytes());
+}
+
+void Tensor::copy_from(const Tensor& other) {
+  BRAID_ASSERT(other.desc() == desc_, other.desc().str(), " into ", desc_.str());
+  if (bytes() && data_ != other.data_) std::memcpy(data_, other.data_, bytes());
+}
+
+double get_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::f32: return t.data<float>()[i];
+    case DType::f64: return t.data<double>()[i];
+    case DType::i32: return t.data<int32_t>()[i];
+    case DType::i64: return static_cast<double>(t.data<int64_t>()[i]);
+    default: BRAID_ASSERT(false, "get_as_double on ", dtype_name(t.dtype()));
+  }
+  return 0;
+}
+
+void set_from_double(const Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::f32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DType::f64: t.data<double>()[i] = v; break;
+    case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::i64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+    default: BRAID_ASSERT(false, "set_from_double on ", dtype_name(t.dtype()));
+  }
+}
+
+}  // namespace braid
