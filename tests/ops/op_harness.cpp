@@ -2,6 +2,7 @@
 #include "op_harness.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace braid::testing {
 
@@ -24,7 +25,12 @@ std::vector<ValueId> Eager::emit(const std::string& op, const Attrs& attrs_in, c
   }
   auto out_descs = def.infer(attrs, descs);
   std::vector<Tensor> out;
-  for (const auto& d : out_descs) out.push_back(Tensor::empty(d));
+  // Outputs start as garbage (NaN), as in the executor's reused arena: kernels must write every element.
+  for (const auto& d : out_descs) {
+    out.push_back(Tensor::empty(d));
+    if (is_float(d.dtype))
+      for (int64_t i = 0; i < out.back().numel(); ++i) set_from_double(out.back(), i, std::nan(""));
+  }
   Tensor ws;
   KernelCtx c = ctx;
   if (def.workspace) {

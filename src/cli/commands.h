@@ -1,0 +1,31 @@
+// The braid subcommands as library functions (the CLI parses arguments and calls these), so tests reach
+// every behaviour without a shell. Each returns the process exit status; user errors throw UserError
+// (status 2 in main), internal errors InternalError (status 3).
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace braid::cli {
+
+struct CheckArgs {
+  std::string path;
+  std::vector<std::string> sets;
+  int64_t batch = 0;     // 0: the run's batch (micro-batch when set), or 1 for a bare model
+  std::string dot;       // write the graph as Graphviz DOT here
+  bool json = false;     // machine-readable layer list on stdout
+};
+int check(const CheckArgs& a, FILE* out);
+
+struct TrainArgs {
+  std::string path;
+  std::vector<std::string> sets;
+  std::string init_from, save_init, save_final;
+  bool no_progress = false;
+};
+int train(const TrainArgs& a, FILE* out);
+
+// `braid ops`: every op usable in model files with its attributes and defaults.
+int list_ops(FILE* out);
+
+}  // namespace braid::cli

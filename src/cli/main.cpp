@@ -1,0 +1,60 @@
+// The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"braid: train neural networks described in YAML"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "braid 0.1.0");
+
+  braid::cli::CheckArgs check;
+  auto* c = app.add_subcommand("check", "check a model or run file; print the layer table or every mistake");
+  c->add_option("file", check.path, "model or run file")->required();
+  c->add_option("--set", check.sets, "override a value: key=value (dotted keys, e.g. vars.d=64)");
+  c->add_option("--batch", check.batch, "batch size for FLOPs and memory (default: the run's)");
+  c->add_option("--dot", check.dot, "write the graph as Graphviz DOT to this file");
+  c->add_flag("--json", check.json, "print the layer list as JSON");
+
+  braid::cli::TrainArgs train;
+  auto* t = app.add_subcommand("train", "train the model of a run file");
+  t->add_option("run", train.path, "run file")->required();
+  t->add_option("--set", train.sets, "override a value: key=value (dotted keys, e.g. optimizer.lr=1e-3)");
+  t->add_option("--init-from", train.init_from, "start from the weights in this HDF5 file (/params/<name>)");
+  t->add_option("--save-init", train.save_init, "write the initial weights to this HDF5 file");
+  t->add_option("--save-final", train.save_final, "write the final weights to this HDF5 file");
+  t->add_flag("--no-progress", train.no_progress, "plain log lines even on a terminal");
+
+  auto* o = app.add_subcommand("ops", "list the ops usable in model files");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (c->parsed()) return braid::cli::check(check, stdout);
+    if (t->parsed()) return braid::cli::train(train, stdout);
+    if (o->parsed()) return braid::cli::list_ops(stdout);
+  } catch (const braid::UserError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", e.format().c_str());
+    return 2;
+  } catch (const braid::InternalError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid: %s\nThis is a bug in braid; please report it with the files that caused it.\n", e.what());
+    return 3;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "braid: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

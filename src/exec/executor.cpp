@@ -1,0 +1,55 @@
+// Arena layout, per-node tensor views prepared once, and the run loop.
+#include "exec/executor.h"
+
+#include "core/rng.h"
+
+namespace braid::exec {
+
+Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep)
+    : g_(g), plan_(plan_memory(g, keep)) {
+  arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(plan_.arena_bytes, 4) + 3) / 4}, DType::f32});
+  if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
+  views_.resize(g.values().size());
+  auto* base = static_cast<char*>(arena_.raw());
+  for (const auto& v : g.values()) {
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      ParamEntry* e = params.find(v.name);
+      BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+      views_[v.id.idx()] = e->value;
+    } else {
+      int64_t off = plan_.offset[v.id.idx()];
+      BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
+      views_[v.id.idx()] = Tensor::view(base + off, v.desc);
+    }
+  }
+  for (const auto& n : g.nodes()) {
+    std::vector<Tensor> in, out;
+    for (ValueId v : n.inputs) in.push_back(views_[v.idx()]);
+    for (ValueId v : n.outputs) out.push_back(views_[v.idx()]);
+    BRAID_ASSERT(n.op->cpu != nullptr, "op ", n.op->name, " has no CPU kernel");
+    node_in_.push_back(std::move(in));
+    node_out_.push_back(std::move(out));
+    node_keys_.push_back(name_hash(n.name));
+  }
+}
+
+const Tensor& Executor::input(const std::string& name) const {
+  ValueId v = g_.find_input(name);
+  BRAID_ASSERT(v.valid(), "no model input named ", name);
+  return views_[v.idx()];
+}
+
+void Executor::run(bool training, uint64_t seed, uint64_t rng_stream) {
+  ops::KernelCtx ctx;
+  ctx.training = training;
+  ctx.workspace = workspace_.raw();
+  ctx.workspace_bytes = plan_.workspace_bytes;
+  const uint64_t run_key = hash_key(seed, rng_stream);
+  const auto& nodes = g_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ctx.rng_key = hash_key(run_key, node_keys_[i]);
+    nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
+  }
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,35 @@
+// Runs one graph on one CPU device: every value is a view into a single arena laid out by the static
+// memory plan (allocated once, at construction), parameters and buffers are views into the ParamStore,
+// and a run is a loop over nodes calling each op's CPU kernel. Nothing is allocated inside run().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "exec/memory_plan.h"
+#include "exec/param_store.h"
+#include "graph/ir.h"
+
+namespace braid::exec {
+
+class Executor {
+ public:
+  // `keep` values stay readable after run() (loss, gradients, metrics).
+  Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep);
+  // The arena view of a model input, to be filled before run().
+  const Tensor& input(const std::string& name) const;
+  const Tensor& value(ValueId v) const { return views_.at(v.idx()); }
+  // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks.
+  void run(bool training, uint64_t seed, uint64_t rng_stream);
+  const MemoryPlan& plan() const { return plan_; }
+  const graph::Graph& graph() const { return g_; }
+
+ private:
+  const graph::Graph& g_;
+  MemoryPlan plan_;
+  Tensor arena_, workspace_;
+  std::vector<Tensor> views_;
+  std::vector<std::vector<Tensor>> node_in_, node_out_;
+  std::vector<uint64_t> node_keys_;
+};
+
+}  // namespace braid::exec

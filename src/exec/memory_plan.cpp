@@ -1,0 +1,67 @@
+// Greedy interval packing: values sorted by size (largest first) take the lowest offset free over
+// their whole lifetime [definition, last use].
+#include "exec/memory_plan.h"
+
+#include <algorithm>
+
+namespace braid::exec {
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) {
+  const auto& values = g.values();
+  const int end = static_cast<int>(g.nodes().size());
+  MemoryPlan plan;
+  plan.offset.assign(values.size(), -1);
+  std::vector<int> first(values.size(), -1), last(values.size(), -1);
+  for (const auto& v : values) {
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) continue;
+    first[v.id.idx()] = v.kind == graph::ValueKind::Input ? -1 : v.producer.v;
+    last[v.id.idx()] = first[v.id.idx()];
+    for (NodeId c : v.consumers) last[v.id.idx()] = std::max(last[v.id.idx()], c.v);
+    if (v.kind == graph::ValueKind::Input) last[v.id.idx()] = std::max(last[v.id.idx()], 0);
+  }
+  for (ValueId k : keep)
+    if (first[k.idx()] != -1 || values[k.idx()].kind == graph::ValueKind::Input) last[k.idx()] = end;
+
+  std::vector<size_t> order;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].kind == graph::ValueKind::Activation || values[i].kind == graph::ValueKind::Input) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return values[a].desc.bytes() > values[b].desc.bytes(); });
+
+  struct Placed {
+    size_t off, size;
+    int first, last;
+  };
+  std::vector<Placed> placed;
+  for (size_t i : order) {
+    size_t size = align_up(std::max<size_t>(values[i].desc.bytes(), 1));
+    plan.naive_bytes += size;
+    std::vector<std::pair<size_t, size_t>> busy;  // [off, off+size) of overlapping lifetimes
+    for (const auto& p : placed)
+      if (!(p.last < first[i] || last[i] < p.first)) busy.emplace_back(p.off, p.off + p.size);
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (const auto& [b, e] : busy) {
+      if (off + size <= b) break;
+      off = std::max(off, e);
+    }
+    placed.push_back({off, size, first[i], last[i]});
+    plan.offset[i] = static_cast<int64_t>(off);
+    plan.arena_bytes = std::max(plan.arena_bytes, off + size);
+  }
+  for (const auto& n : g.nodes()) {
+    if (!n.op->workspace) continue;
+    std::vector<TensorDesc> in, out;
+    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    plan.workspace_bytes = std::max(plan.workspace_bytes, n.op->workspace(n.attrs, in, out));
+  }
+  return plan;
+}
+
+}  // namespace braid::exec

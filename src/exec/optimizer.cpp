@@ -1,0 +1,110 @@
+// SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU).
+#include "exec/optimizer.h"
+
+#include <cmath>
+
+#include "ops/cpu/kernel_util.h"
+
+namespace braid::exec {
+
+Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store) : spec_(spec), store_(store) {
+  for (auto& e : store_.entries()) {
+    if (e.spec.buffer) continue;
+    auto& st = state_[e.name];
+    if (spec_.type == "adamw") {
+      st["exp_avg"] = Tensor::empty(e.value.desc());
+      st["exp_avg_sq"] = Tensor::empty(e.value.desc());
+    } else if (spec_.momentum != 0) {
+      st["momentum_buffer"] = Tensor::empty(e.value.desc());
+    }
+  }
+}
+
+template <typename T>
+static void sgd_update(T* p, const T* g, T* buf, int64_t n, const io::OptimizerSpec& s, double lr, bool first) {
+  const T wd = T(s.weight_decay), mom = T(s.momentum), damp = T(s.dampening), lrt = T(lr);
+  for (int64_t i = 0; i < n; ++i) {
+    T d = g[i];
+    if (s.weight_decay != 0) d = d + wd * p[i];
+    if (s.momentum != 0) {
+      buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
+      d = s.nesterov ? d + mom * buf[i] : buf[i];
+    }
+    p[i] = p[i] - lrt * d;
+  }
+}
+
+template <typename T>
+static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::OptimizerSpec& s, double lr, int64_t t) {
+  const T b1 = T(s.betas[0]), b2 = T(s.betas[1]), eps = T(s.eps);
+  const T decay = T(1 - lr * s.weight_decay);
+  const double bc1 = 1 - std::pow(s.betas[0], static_cast<double>(t));
+  const double bc2 = 1 - std::pow(s.betas[1], static_cast<double>(t));
+  const T step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = p[i] * decay;
+    m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    v[i] = v[i] * b2 + g[i] * g[i] * (T(1) - b2);
+    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] - step_size * (m[i] / denom);
+  }
+}
+
+void Optimizer::step(double lr) {
+  ++step_;
+  for (auto& e : store_.entries()) {
+    if (e.spec.buffer || !e.has_grad) continue;
+    auto& st = state_[e.name];
+    ops::cpu::dispatch_float(e.value.dtype(), [&]<typename T>() {
+      T* p = e.value.data<T>();
+      const T* g = e.grad.data<T>();
+      if (spec_.type == "adamw")
+        adamw_update<T>(p, g, st["exp_avg"].data<T>(), st["exp_avg_sq"].data<T>(), e.value.numel(), spec_, lr, step_);
+      else
+        sgd_update<T>(p, g, spec_.momentum != 0 ? st["momentum_buffer"].data<T>() : nullptr, e.value.numel(), spec_, lr,
+                      step_ == 1);
+    });
+  }
+}
+
+double grad_norm(const ParamStore& store) {
+  // As torch: the norm of the per-tensor norms (each computed in the tensor's dtype, accumulated here in double).
+  double total = 0;
+  for (const auto& e : store.entries()) {
+    if (e.spec.buffer || !e.has_grad) continue;
+    double s = 0;
+    for (int64_t i = 0; i < e.grad.numel(); ++i) {
+      double g = get_as_double(e.grad, i);
+      s += g * g;
+    }
+    total += s;
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(ParamStore& store, double max_norm) {
+  double norm = grad_norm(store);
+  double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0)
+    for (auto& e : store.entries()) {
+      if (e.spec.buffer || !e.has_grad) continue;
+      ops::cpu::dispatch_float(e.grad.dtype(), [&]<typename T>() {
+        T* g = e.grad.data<T>();
+        for (int64_t i = 0; i < e.grad.numel(); ++i) g[i] = g[i] * T(coef);
+      });
+    }
+  return norm;
+}
+
+double lr_at(const io::LrScheduleSpec& s, double lr, int64_t step, int64_t total) {
+  if (s.type == "step") return lr * std::pow(s.gamma, static_cast<double>(step / std::max<int64_t>(1, s.step_size)));
+  if (s.type == "cosine") {
+    if (step < s.warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+    double p = static_cast<double>(step - s.warmup_steps) / static_cast<double>(std::max<int64_t>(1, total - s.warmup_steps));
+    p = std::min(1.0, p);
+    return s.min_lr + (lr - s.min_lr) * 0.5 * (1 + std::cos(3.141592653589793 * p));
+  }
+  return lr;
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,41 @@
+// Optimizers with PyTorch's exact update rules (torch.optim.SGD and torch.optim.AdamW, single-tensor
+// path), gradient-norm clipping as torch.nn.utils.clip_grad_norm_, and the learning-rate schedules of
+// MODEL_FORMAT.md. State tensors (momentum_buffer, exp_avg, exp_avg_sq) are named as PyTorch's.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec/param_store.h"
+#include "io/run_config.h"
+
+namespace braid::exec {
+
+class Optimizer {
+ public:
+  Optimizer(const io::OptimizerSpec& spec, ParamStore& store);
+  // One update of every trainable parameter from its accumulated gradient, at learning rate lr.
+  void step(double lr);
+  int64_t steps_taken() const { return step_; }
+  // Named state per parameter ("exp_avg", ...), for checkpoints.
+  std::map<std::string, std::map<std::string, Tensor>>& state() { return state_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+
+ private:
+  io::OptimizerSpec spec_;
+  ParamStore& store_;
+  int64_t step_ = 0;
+  std::map<std::string, std::map<std::string, Tensor>> state_;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before clipping.
+double clip_grad_norm(ParamStore& store, double max_norm);
+double grad_norm(const ParamStore& store);
+
+// Learning rate for optimizer step `step` (0-based) of `total`.
+//   constant: lr;  step: lr * gamma^(step / step_size);
+//   cosine: warmup lr * (step + 1) / warmup_steps, then min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2
+//           with p = (step - warmup) / max(1, total - warmup).
+double lr_at(const io::LrScheduleSpec& s, double lr, int64_t step, int64_t total);
+
+}  // namespace braid::exec

@@ -1,0 +1,267 @@
+// Training loop of one CPU device. Steps:
+//   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
+//   2. open the datasets bound to the model inputs;
+//   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
+//      learning rate from the schedule, optimizer update; log, evaluate when due;
+//   4. final evaluation and report.
+#include "exec/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "exec/executor.h"
+#include "exec/optimizer.h"
+#include "graph/build.h"
+#include "graph/verify.h"
+#include "io/dataset.h"
+#include "io/h5file.h"
+#include "io/metrics.h"
+#include "io/progress.h"
+#include "ops/cpu/kernel_util.h"
+
+namespace braid::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
+  auto bounds = graph::integer_input_bounds(g);
+  std::vector<io::DatasetInput> out;
+  for (const auto& in : m.inputs)
+    out.push_back({in.name, TensorDesc{Shape(in.shape), in.dtype}, bounds.count(in.name) ? bounds[in.name] : 0});
+  return out;
+}
+
+// A graph with its executor, for one batch size.
+struct Runner {
+  graph::Graph g;
+  std::unique_ptr<Executor> exec;
+  std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
+};
+
+std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
+                                    uint64_t seed) {
+  auto r = std::make_unique<Runner>();
+  graph::BuildOptions bo;
+  bo.with_backward = training;
+  bo.with_metrics = !training;
+  r->g = graph::build_graph(m, batch, bo);
+  graph::verify(r->g);
+  store.create(r->g, seed);
+  std::vector<ValueId> keep;
+  for (const auto& [n, v] : r->g.outputs) keep.push_back(v);
+  for (const auto& [n, v] : r->g.metrics) keep.push_back(v);
+  for (const auto& p : r->g.params())
+    if (p.grad.valid()) keep.push_back(p.grad);
+  r->exec = std::make_unique<Executor>(r->g, store, keep);
+  for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
+  return r;
+}
+
+double scalar(const Tensor& t) { return get_as_double(t, 0); }
+
+// Adds scale * src into dst (same desc).
+void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
+  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    const T k = T(scale);
+    const int64_t n = dst.numel();
+    if (first && scale == 1.0)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    else if (first)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
+  });
+}
+
+struct Evaluator {
+  const io::RunConfig& cfg;
+  ParamStore& store;
+  io::Dataset* data;
+  std::map<int64_t, std::unique_ptr<Runner>> runners;  // by batch size (the last batch may be smaller)
+
+  std::vector<std::pair<std::string, double>> run(uint64_t seed) {
+    int64_t batch = cfg.train.batch;
+    int64_t n = data->size();
+    if (cfg.eval.batches > 0) n = std::min(n, cfg.eval.batches * batch);
+    std::vector<std::pair<std::string, double>> sums;
+    std::vector<int64_t> idx;
+    for (int64_t start = 0; start < n; start += batch) {
+      int64_t b = std::min(batch, n - start);
+      auto& r = runners[b];
+      if (!r) r = make_runner(cfg.model, b, false, store, seed);
+      idx.resize(static_cast<size_t>(b));
+      for (int64_t i = 0; i < b; ++i) idx[static_cast<size_t>(i)] = start + i;
+      data->read(idx, r->inputs);
+      r->exec->run(false, seed, 0);
+      std::vector<std::pair<std::string, double>> vals;
+      vals.emplace_back("loss", scalar(r->exec->value(r->g.loss())));
+      for (const auto& [name, v] : r->g.metrics) vals.emplace_back(name, scalar(r->exec->value(v)));
+      if (sums.empty())
+        for (const auto& [k, v] : vals) sums.emplace_back(k, 0.0);
+      for (size_t k = 0; k < vals.size(); ++k) sums[k].second += vals[k].second * static_cast<double>(b);
+    }
+    for (auto& [k, v] : sums) v /= static_cast<double>(std::max<int64_t>(n, 1));
+    return sums;
+  }
+};
+
+std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
+  std::string s;
+  char buf[64];
+  for (const auto& [k, v] : e) {
+    if (k == "accuracy") std::snprintf(buf, sizeof buf, "%s %.2f%%", k.c_str(), 100 * v);
+    else std::snprintf(buf, sizeof buf, "%s %.4f", k.c_str(), v);
+    s += (s.empty() ? "" : ", ") + std::string(buf);
+  }
+  return s;
+}
+
+void write_params(const std::string& path, const ParamStore& store, const io::RunConfig& cfg) {
+  std::vector<std::pair<std::string, Tensor>> t;
+  for (const auto& e : store.entries()) t.emplace_back((e.spec.buffer ? "/buffers/" : "/params/") + e.name, e.value);
+  io::write_tensors(path, t, {{"model", cfg.model_path}, {"format", "braid-weights-1"}});
+}
+
+void load_params(const std::string& path, ParamStore& store) {
+  for (const char* group : {"/params", "/buffers"}) {
+    std::vector<std::pair<std::string, Tensor>> t;
+    try {
+      t = io::read_tensors(path, group);
+    } catch (const UserError&) {
+      if (std::string(group) == "/buffers") continue;  // weights-only files may lack buffers
+      throw;
+    }
+    for (const auto& [name, tensor] : t) {
+      ParamEntry* e = store.find(name);
+      if (!e) throw UserError(SourceLoc{path, 0, 0}, "tensor '" + name + "' is not a parameter of this model");
+      if (e->value.shape() != tensor.shape())
+        throw UserError(SourceLoc{path, 0, 0}, "tensor '" + name + "' has shape " + tensor.shape().str() +
+                                                  " but the model's parameter has " + e->value.shape().str());
+      Tensor src = tensor;
+      for (int64_t i = 0; i < e->value.numel(); ++i) set_from_double(e->value, i, get_as_double(src, i));
+    }
+  }
+}
+
+}  // namespace
+
+TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
+  TrainResult res;
+  const uint64_t seed = cfg.train.seed;
+  const int64_t batch = cfg.train.batch;
+  const int64_t micro = cfg.train.micro_batch.value_or(batch);
+  const int64_t num_micro = batch / micro;
+
+  // 1. Graph and parameters.
+  ParamStore store;
+  auto train_runner = make_runner(cfg.model, micro, true, store, seed);
+  const graph::Graph& g = train_runner->g;
+  if (!opts.init_from.empty()) load_params(opts.init_from, store);
+  if (!opts.save_init.empty()) write_params(opts.save_init, store, cfg);
+  res.arena_bytes = train_runner->exec->plan().arena_bytes;
+
+  // 2. Data.
+  auto inputs = dataset_inputs(cfg.model, g);
+  auto train_data = io::open_dataset(cfg.data.train, inputs, seed);
+  std::unique_ptr<io::Dataset> eval_data;
+  if (cfg.data.eval) eval_data = io::open_dataset(*cfg.data.eval, inputs, seed + 1);
+  if (train_data->size() < batch)
+    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(train_data->size()) +
+                                            " samples, fewer than one batch of " + std::to_string(batch));
+  io::BatchSampler sampler(train_data->size(), batch, cfg.data.shuffle, seed);
+  const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
+
+  Optimizer opt(cfg.optimizer, store);
+  Evaluator evaluator{cfg, store, eval_data.get(), {}};
+  std::unique_ptr<io::MetricsWriter> metrics;
+  if (!cfg.log.metrics.empty()) metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics);
+  io::Progress progress(opts.out, total_steps, cfg.log.every_steps, opts.progress);
+
+  std::fprintf(opts.out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
+               cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
+               static_cast<long long>(batch), static_cast<long long>(num_micro), static_cast<long long>(micro),
+               train_data->describe().c_str());
+
+  // 3. Steps.
+  std::vector<int64_t> indices(static_cast<size_t>(micro));
+  auto window_start = Clock::now();
+  auto train_start = window_start;
+  int64_t window_samples = 0;
+  int64_t last_epoch = sampler.epoch();
+  for (int64_t step = 0; step < total_steps; ++step) {
+    std::vector<int64_t> batch_idx = sampler.next();
+    double loss = 0;
+    for (int64_t m = 0; m < num_micro; ++m) {
+      std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, indices.begin());
+      train_data->read(indices, train_runner->inputs);
+      train_runner->exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
+      loss += scalar(train_runner->exec->value(g.loss())) / static_cast<double>(num_micro);
+      for (const auto& p : g.params()) {
+        if (!p.grad.valid()) continue;
+        accumulate(store.find(p.name)->grad, train_runner->exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
+      }
+    }
+    if (!std::isfinite(loss))
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
+                                                    std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
+    double norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
+    double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
+    opt.step(lr);
+    res.losses.push_back(loss);
+    window_samples += batch;
+
+    bool log_now = (step + 1) % std::max<int64_t>(1, cfg.log.every_steps) == 0 || step + 1 == total_steps;
+    double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+    double sps = secs > 0 ? static_cast<double>(window_samples) / secs : 0;
+    progress.update(step + 1, loss, sps);
+    bool epoch_end = sampler.epoch() != last_epoch || (sampler.position() == 0 && step > 0);
+    last_epoch = sampler.epoch();
+    bool eval_now = eval_data && ((cfg.eval.every_steps > 0 && (step + 1) % cfg.eval.every_steps == 0) ||
+                                  (cfg.eval.every_steps == 0 && cfg.train.epochs && epoch_end && step + 1 < total_steps));
+    std::vector<std::pair<std::string, double>> ev;
+    if (eval_now) {
+      ev = evaluator.run(seed);
+      progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
+    }
+    if (metrics && (log_now || eval_now)) {
+      std::vector<std::pair<std::string, double>> rec{{"step", static_cast<double>(step + 1)}, {"loss", loss},
+                                                      {"lr", lr}, {"samples_per_s", sps}, {"epoch", static_cast<double>(sampler.epoch())}};
+      if (norm >= 0) rec.emplace_back("grad_norm", norm);
+      for (const auto& [k, v] : ev) rec.emplace_back("eval_" + k, v);
+      metrics->write(rec);
+    }
+    if (log_now) {
+      window_start = Clock::now();
+      window_samples = 0;
+    }
+  }
+  progress.finish();
+  double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
+  res.steps = total_steps;
+  res.samples_per_s = total_secs > 0 ? static_cast<double>(total_steps * batch) / total_secs : 0;
+
+  // 4. Final evaluation.
+  if (eval_data) {
+    res.eval = evaluator.run(seed);
+    std::fprintf(opts.out, "braid: final eval on %lld samples: %s\n",
+                 static_cast<long long>(cfg.eval.batches > 0 ? std::min(eval_data->size(), cfg.eval.batches * batch)
+                                                             : eval_data->size()),
+                 eval_str(res.eval).c_str());
+    if (metrics) {
+      std::vector<std::pair<std::string, double>> rec{{"step", static_cast<double>(total_steps)}};
+      for (const auto& [k, v] : res.eval) rec.emplace_back("eval_" + k, v);
+      metrics->write(rec);
+    }
+  }
+  if (!opts.save_final.empty()) write_params(opts.save_final, store, cfg);
+  std::fprintf(opts.out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(total_steps), total_secs,
+               res.samples_per_s);
+  return res;
+}
+
+}  // namespace braid::exec

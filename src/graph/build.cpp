@@ -1,0 +1,221 @@
+// Model spec -> graph: the loop over layers, attribute evaluation and error reporting.
+#include "graph/build.h"
+
+#include "graph/autodiff.h"
+#include "ops/registry.h"
+
+namespace braid::graph {
+namespace {
+
+struct Builder {
+  const io::ModelSpec& model;
+  Graph& g;
+  Diagnostics& diags;
+  const ops::Registry& reg = ops::Registry::get();
+  std::map<std::string, ValueId> values;  // value names visible to `from`
+
+  std::optional<ops::AttrValue> eval_attr(const ops::AttrSpec& spec, const io::YNode& node, const std::string& what) {
+    switch (spec.kind) {
+      case ops::AttrKind::Int:
+        if (auto v = io::eval_int(node, model.vars, what, diags)) return ops::AttrValue(*v);
+        return std::nullopt;
+      case ops::AttrKind::Float:
+        if (auto v = io::eval_float(node, model.vars, what, diags)) return ops::AttrValue(*v);
+        return std::nullopt;
+      case ops::AttrKind::Bool:
+        if (auto v = io::eval_bool(node, what, diags)) return ops::AttrValue(*v);
+        return std::nullopt;
+      case ops::AttrKind::String:
+        if (auto v = io::eval_string(node, what, diags)) return ops::AttrValue(*v);
+        return std::nullopt;
+      case ops::AttrKind::Ints: {
+        if (node.is_seq()) {
+          std::vector<int64_t> out;
+          bool ok = true;
+          for (const auto& item : node.seq) {
+            auto v = io::eval_int(item, model.vars, what, diags);
+            ok &= v.has_value();
+            if (v) out.push_back(*v);
+          }
+          if (!ok) return std::nullopt;
+          return ops::AttrValue(out);
+        }
+        if (auto v = io::eval_int(node, model.vars, what, diags)) return ops::AttrValue(*v);
+        return std::nullopt;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Adds one layer (or metric); returns its main value or kNoValue after reporting errors.
+  ValueId add_layer(const io::LayerSpec& l) {
+    const std::string who = "layer '" + l.name + "' (" + l.op + ")";
+    const ops::OpDef* op = reg.find(l.op);
+    if (!op || op->internal) {
+      diags.error(l.op_loc, "unknown op '" + l.op + "' in layer '" + l.name + "'",
+                  did_you_mean_hint(l.op, reg.public_names()));
+      return kNoValue;
+    }
+    ops::Attrs attrs;
+    bool ok = true;
+    for (size_t k = 0; k < l.attrs.size(); ++k) {
+      const auto& [key, node] = l.attrs[k];
+      const ops::AttrSpec* spec = nullptr;
+      for (const auto& s : op->attrs)
+        if (s.name == key) spec = &s;
+      if (!spec) {
+        std::vector<std::string> names{"name", "op", "from", "repeat", "init", "block"};
+        for (const auto& s : op->attrs) names.push_back(s.name);
+        std::string known;
+        for (const auto& s : op->attrs) known += (known.empty() ? "" : ", ") + s.name;
+        std::string hint = did_you_mean_hint(key, names);
+        if (hint.empty()) hint = known.empty() ? "op '" + l.op + "' takes no attributes" : "op '" + l.op + "' takes: " + known;
+        diags.error(k < l.attr_key_locs.size() ? l.attr_key_locs[k] : l.loc,
+                    "unknown attribute '" + key + "' for " + who, hint);
+        ok = false;
+        continue;
+      }
+      auto v = eval_attr(*spec, node, "attribute '" + key + "' of " + who);
+      if (!v) ok = false;
+      else attrs.set(key, *v);
+    }
+    if (!ok) return kNoValue;
+    try {
+      ops::complete_attrs(*op, attrs);
+    } catch (const ops::OpError& e) {
+      diags.error(l.loc, who + ": " + e.what(), e.hint());
+      return kNoValue;
+    }
+    // Inputs.
+    int n = static_cast<int>(l.from.size());
+    if (n < op->min_inputs || (op->max_inputs >= 0 && n > op->max_inputs)) {
+      std::string want = op->max_inputs < 0 ? "at least " + std::to_string(op->min_inputs)
+                         : op->min_inputs == op->max_inputs ? std::to_string(op->min_inputs)
+                                                            : std::to_string(op->min_inputs) + " to " + std::to_string(op->max_inputs);
+      diags.error(l.loc, who + " takes " + want + " input(s) in `from`, got " + std::to_string(n));
+      return kNoValue;
+    }
+    std::vector<ValueId> inputs;
+    std::vector<TensorDesc> data;
+    for (size_t k = 0; k < l.from.size(); ++k) {
+      auto it = values.find(l.from[k]);
+      if (it == values.end() || !it->second.valid()) return kNoValue;  // reported where it failed
+      inputs.push_back(it->second);
+      data.push_back(g.value(it->second).desc);
+    }
+    // Parameters, with `init:` overrides.
+    std::vector<ops::ParamSpec> params;
+    try {
+      if (op->params) params = op->params(attrs, data);
+    } catch (const ops::OpError& e) {
+      diags.error(l.loc, who + ": " + e.what(), e.hint());
+      return kNoValue;
+    }
+    for (const auto& [pname, node] : l.init) {
+      ops::ParamSpec* target = nullptr;
+      std::vector<std::string> names;
+      for (auto& p : params) {
+        names.push_back(p.name);
+        if (p.name == pname) target = &p;
+      }
+      if (!target) {
+        diags.error(node.loc, "layer '" + l.name + "' has no parameter '" + pname + "' to initialise",
+                    names.empty() ? "op '" + l.op + "' has no parameters" : did_you_mean_hint(pname, names));
+        ok = false;
+        continue;
+      }
+      auto text = io::eval_string(node, "init of '" + pname + "'", diags);
+      if (!text) {
+        ok = false;
+        continue;
+      }
+      std::string err;
+      auto spec = ops::InitSpec::parse(*text, &err);
+      if (!spec) {
+        diags.error(node.loc, "layer '" + l.name + "': init of '" + pname + "': " + err);
+        ok = false;
+        continue;
+      }
+      target->init = *spec;
+    }
+    if (!ok) return kNoValue;
+    std::vector<ValueId> all_inputs = inputs;
+    for (const auto& p : params) all_inputs.push_back(g.add_param(l.name, p));
+    try {
+      auto outs = g.add_node(*op, attrs, all_inputs, n, l.name, l.name, l.loc, false);
+      return outs[0];
+    } catch (const ops::OpError& e) {
+      diags.error(l.loc, who + ": " + e.what(), e.hint());
+      return kNoValue;
+    }
+  }
+};
+
+}  // namespace
+
+Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts) {
+  Graph g(batch);
+  Diagnostics diags;
+  Builder b{model, g, diags};
+  // 1. Model inputs, with the batch axis in front.
+  for (const auto& in : model.inputs) {
+    std::vector<int64_t> dims{batch};
+    dims.insert(dims.end(), in.shape.begin(), in.shape.end());
+    b.values[in.name] = g.add_input(in.name, TensorDesc{Shape(dims), in.dtype});
+  }
+  // 2. Layers in file order (blocks already expanded by io).
+  for (const auto& l : model.layers) {
+    ValueId v = b.add_layer(l);
+    b.values[l.name] = v;
+    g.layer_values[l.name] = v;
+  }
+  // 3. Outputs: the first is the scalar training loss.
+  for (size_t k = 0; k < model.outputs.size(); ++k) {
+    const auto& o = model.outputs[k];
+    auto it = b.values.find(o.name);
+    if (it == b.values.end()) {
+      diags.error(o.loc, "output '" + o.name + "' is not a layer or input");
+      continue;
+    }
+    if (!it->second.valid()) continue;
+    if (k == 0) {
+      const auto& d = g.value(it->second).desc;
+      if (d.shape.rank() != 0 || !is_float(d.dtype))
+        diags.error(o.loc, "the first output '" + o.name + "' must be the scalar training loss, got " + d.str(),
+                    "end the model with a loss layer such as cross_entropy or mse_loss");
+    }
+    g.outputs.emplace_back(o.name, it->second);
+  }
+  // 4. Metrics (evaluation graphs only).
+  if (opts.with_metrics)
+    for (const auto& m : model.metrics) {
+      ValueId v = b.add_layer(m);
+      if (v.valid()) g.metrics.emplace_back(m.name, v);
+    }
+  diags.throw_if_any();
+  // 5. Backward.
+  if (opts.with_backward) append_backward(g);
+  return g;
+}
+
+std::map<std::string, int64_t> integer_input_bounds(const Graph& g) {
+  std::map<std::string, int64_t> out;
+  for (ValueId in : g.inputs()) {
+    const Value& v = g.value(in);
+    if (!is_int(v.desc.dtype)) continue;
+    for (NodeId n : v.consumers) {
+      const Node& node = g.node(n);
+      if (!node.op->int_bound) continue;
+      std::vector<TensorDesc> data;
+      for (int k = 0; k < node.num_data_inputs; ++k) data.push_back(g.value(node.inputs[static_cast<size_t>(k)]).desc);
+      for (int k = 0; k < node.num_data_inputs; ++k) {
+        if (node.inputs[static_cast<size_t>(k)] != in) continue;
+        int64_t bound = node.op->int_bound(node.attrs, data, k);
+        if (bound > 0) out[v.name] = out.count(v.name) ? std::min(out[v.name], bound) : bound;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace braid::graph

@@ -1,0 +1,88 @@
+// The graph IR: values (tensors with a fixed desc) and nodes (one op application each), in topological
+// order by construction (a node only consumes values that exist). Shapes and dtypes are inferred when a
+// node is added, never at run time. Graph-level shapes carry the batch axis in front.
+// The IR runs nothing; the executor (src/exec) does.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ids.h"
+#include "ops/op_def.h"
+
+namespace braid::graph {
+
+enum class ValueKind { Input, Param, Buffer, Activation };
+
+struct Value {
+  ValueId id;
+  TensorDesc desc;
+  ValueKind kind = ValueKind::Activation;
+  std::string name;        // "fc" (a layer's main output), "fc:1" (extra outputs), "fc.weight", "d/fc"
+  NodeId producer;         // invalid for inputs, params and buffers
+  int out_index = 0;
+  std::vector<NodeId> consumers;
+};
+
+struct Node {
+  NodeId id;
+  const ops::OpDef* op = nullptr;
+  ops::Attrs attrs;                 // complete (defaults filled)
+  std::vector<ValueId> inputs;      // data inputs, then parameters/buffers
+  std::vector<ValueId> outputs;
+  int num_data_inputs = 0;
+  std::string name;                 // unique: the layer name for forward nodes
+  std::string layer;                // the model layer this node belongs to (forward or backward)
+  SourceLoc loc;                    // the layer's place in the model file
+  bool backward = false;
+};
+
+struct ParamInfo {
+  std::string name;       // "h.0.fc.weight"
+  std::string layer;      // "h.0.fc"
+  ValueId value;
+  ops::ParamSpec spec;    // local name, desc, init, buffer flag
+  ValueId grad;           // after autodiff; invalid for buffers and unused params
+};
+
+class Graph {
+ public:
+  explicit Graph(int64_t batch = 1) : batch_(batch) {}
+
+  ValueId add_input(const std::string& name, const TensorDesc& desc);
+  ValueId add_param(const std::string& layer, const ops::ParamSpec& spec);
+  // Adds a node (attrs must be complete), running the op's inference; throws ops::OpError from it.
+  std::vector<ValueId> add_node(const ops::OpDef& op, const ops::Attrs& attrs, const std::vector<ValueId>& inputs,
+                                int num_data_inputs, const std::string& name, const std::string& layer,
+                                const SourceLoc& loc, bool backward);
+
+  const Value& value(ValueId v) const { return values_.at(v.idx()); }
+  const Node& node(NodeId n) const { return nodes_.at(n.idx()); }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<ParamInfo>& params() { return params_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ValueId>& inputs() const { return inputs_; }
+  int64_t batch() const { return batch_; }
+
+  // Named results: the training loss (outputs_[0]), other outputs, metrics, and every layer's value.
+  std::vector<std::pair<std::string, ValueId>> outputs;
+  std::vector<std::pair<std::string, ValueId>> metrics;
+  std::map<std::string, ValueId> layer_values;
+  ValueId loss() const { return outputs.empty() ? kNoValue : outputs[0].second; }
+  const ParamInfo* find_param(const std::string& name) const;
+  ValueId find_input(const std::string& name) const;
+  std::string unique_node_name(const std::string& base);
+
+ private:
+  ValueId new_value(TensorDesc desc, ValueKind kind, std::string name);
+  int64_t batch_;
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<ParamInfo> params_;
+  std::vector<ValueId> inputs_;
+  std::map<std::string, int> name_counts_;
+};
+
+}  // namespace braid::graph
