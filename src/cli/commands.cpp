@@ -44,48 +44,48 @@ std::string attr_json(const ops::AttrValue& v) {
   if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&v)) return io::json_number(*d);
   if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
-  if (auto* s = std::get_if<std::string>(&v)) return io::json_string(*s);
+  if (auto* s = std::get_if<std::string>(&v)) return io::json_quote(*s);
   std::string out = "[";
   for (auto x : std::get<std::vector<int64_t>>(v)) out += (out.size() > 1 ? "," : "") + std::to_string(x);
   return out + "]";
 }
 
 void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
-  std::string s = "{\"model\":" + io::json_string(cfg.model.name) + ",\"batch\":" + std::to_string(g.batch()) + ",\"inputs\":[";
+  std::string s = "{\"model\":" + io::json_quote(cfg.model.name) + ",\"batch\":" + std::to_string(g.batch()) + ",\"inputs\":[";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const auto& v = g.value(g.inputs()[i]);
-    s += std::string(i ? "," : "") + "{\"name\":" + io::json_string(v.name) + ",\"dtype\":\"" +
+    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(v.name) + ",\"dtype\":\"" +
          std::string(dtype_name(v.desc.dtype)) + "\",\"shape\":" + attr_json(v.desc.shape.dims()) + "}";
   }
   s += "],\"layers\":[";
   bool first = true;
   for (const auto& n : g.nodes()) {
     if (n.backward) continue;
-    s += std::string(first ? "" : ",") + "{\"name\":" + io::json_string(n.name) + ",\"op\":" + io::json_string(n.op->name) +
+    s += std::string(first ? "" : ",") + "{\"name\":" + io::json_quote(n.name) + ",\"op\":" + io::json_quote(n.op->name) +
          ",\"from\":[";
     first = false;
     for (int k = 0; k < n.num_data_inputs; ++k) {
       const auto& v = g.value(n.inputs[static_cast<size_t>(k)]);
       std::string src = v.kind == graph::ValueKind::Input ? v.name : g.node(v.producer).name;
-      s += std::string(k ? "," : "") + io::json_string(src);
+      s += std::string(k ? "," : "") + io::json_quote(src);
     }
     s += "],\"attrs\":{";
     bool fa = true;
     for (const auto& [k, v] : n.attrs.all()) {
-      s += std::string(fa ? "" : ",") + io::json_string(k) + ":" + attr_json(v);
+      s += std::string(fa ? "" : ",") + io::json_quote(k) + ":" + attr_json(v);
       fa = false;
     }
     s += "},\"params\":[";
     for (size_t k = static_cast<size_t>(n.num_data_inputs); k < n.inputs.size(); ++k)
-      s += std::string(k > static_cast<size_t>(n.num_data_inputs) ? "," : "") + io::json_string(g.value(n.inputs[k]).name);
+      s += std::string(k > static_cast<size_t>(n.num_data_inputs) ? "," : "") + io::json_quote(g.value(n.inputs[k]).name);
     s += "],\"shape\":" + attr_json(g.value(n.outputs[0]).desc.shape.dims()) + "}";
   }
   s += "],\"outputs\":[";
-  for (size_t i = 0; i < g.outputs.size(); ++i) s += std::string(i ? "," : "") + io::json_string(g.outputs[i].first);
+  for (size_t i = 0; i < g.outputs.size(); ++i) s += std::string(i ? "," : "") + io::json_quote(g.outputs[i].first);
   s += "],\"metrics\":[";
   for (size_t i = 0; i < g.metrics.size(); ++i) {
     const auto& n = g.node(g.value(g.metrics[i].second).producer);
-    s += std::string(i ? "," : "") + "{\"name\":" + io::json_string(g.metrics[i].first) + ",\"op\":" + io::json_string(n.op->name) + "}";
+    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(g.metrics[i].first) + ",\"op\":" + io::json_quote(n.op->name) + "}";
   }
   s += "]}\n";
   std::fputs(s.c_str(), out);

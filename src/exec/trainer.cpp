@@ -180,7 +180,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   Evaluator evaluator{cfg, store, eval_data.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
   if (!cfg.log.metrics.empty()) metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics);
-  io::Progress progress(opts.out, total_steps, cfg.log.every_steps, opts.progress);
+  io::Progress progress(opts.out, opts.progress && io::Progress::is_tty(opts.out), total_steps,
+                        std::max<int64_t>(1, cfg.log.every_steps));
 
   std::fprintf(opts.out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
@@ -218,7 +219,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     bool log_now = (step + 1) % std::max<int64_t>(1, cfg.log.every_steps) == 0 || step + 1 == total_steps;
     double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
     double sps = secs > 0 ? static_cast<double>(window_samples) / secs : 0;
-    progress.update(step + 1, loss, sps);
+    progress.update(io::ProgressStats{step + 1, loss, lr, sps});
     bool epoch_end = sampler.epoch() != last_epoch || (sampler.position() == 0 && step > 0);
     last_epoch = sampler.epoch();
     bool eval_now = eval_data && ((cfg.eval.every_steps > 0 && (step + 1) % cfg.eval.every_steps == 0) ||
@@ -229,10 +230,14 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
     if (metrics && (log_now || eval_now)) {
-      std::vector<std::pair<std::string, double>> rec{{"step", static_cast<double>(step + 1)}, {"loss", loss},
-                                                      {"lr", lr}, {"samples_per_s", sps}, {"epoch", static_cast<double>(sampler.epoch())}};
-      if (norm >= 0) rec.emplace_back("grad_norm", norm);
-      for (const auto& [k, v] : ev) rec.emplace_back("eval_" + k, v);
+      io::MetricsRecord rec;
+      rec.step = step + 1;
+      rec.loss = loss;
+      rec.lr = lr;
+      rec.samples_per_s = sps;
+      rec.extra.emplace_back("epoch", static_cast<double>(sampler.epoch()));
+      if (norm >= 0) rec.extra.emplace_back("grad_norm", norm);
+      for (const auto& [k, v] : ev) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }
     if (log_now) {
@@ -253,8 +258,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                                                              : eval_data->size()),
                  eval_str(res.eval).c_str());
     if (metrics) {
-      std::vector<std::pair<std::string, double>> rec{{"step", static_cast<double>(total_steps)}};
-      for (const auto& [k, v] : res.eval) rec.emplace_back("eval_" + k, v);
+      io::MetricsRecord rec;
+      rec.step = total_steps;
+      for (const auto& [k, v] : res.eval) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }
   }
