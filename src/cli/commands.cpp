@@ -51,11 +51,13 @@ std::string attr_json(const ops::AttrValue& v) {
 }
 
 void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
+  auto bounds = graph::integer_input_bounds(g);
   std::string s = "{\"model\":" + io::json_quote(cfg.model.name) + ",\"batch\":" + std::to_string(g.batch()) + ",\"inputs\":[";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const auto& v = g.value(g.inputs()[i]);
     s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(v.name) + ",\"dtype\":\"" +
-         std::string(dtype_name(v.desc.dtype)) + "\",\"shape\":" + attr_json(v.desc.shape.dims()) + "}";
+         std::string(dtype_name(v.desc.dtype)) + "\",\"shape\":" + attr_json(v.desc.shape.dims()) +
+         ",\"int_bound\":" + std::to_string(bounds.count(v.name) ? bounds[v.name] : 0) + "}";
   }
   s += "],\"layers\":[";
   bool first = true;
