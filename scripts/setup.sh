@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# braid setup: installs exactly the Debian packages the build, the tests and the default demo need (only
+# those missing; safe to run again), then configures and builds. CUDA is used when nvcc is found.
+#   scripts/setup.sh           install + build
+#   scripts/setup.sh --test    install + build + run the whole test suite (what CI runs)
+#   scripts/setup.sh --demo    install + build + train configs/fashion_mlp.yaml on Fashion-MNIST
+# Environment: BUILD_DIR (default build), BRAID_JOBS (default: all cores), BRAID_WITH_CUDA (ON/OFF/auto).
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+mode="${1:-build}"
+jobs="${BRAID_JOBS:-$(nproc)}"
+
+packages=(
+  build-essential cmake ninja-build pkg-config         # toolchain
+  libyaml-cpp-dev libcli11-dev libhdf5-dev zlib1g-dev  # model files, CLI, checkpoints, gzip datasets
+  libboost-dev libgtest-dev libopenblas-dev            # Asio (later issues), tests, CPU GEMM
+  dataset-fashion-mnist                                # the default demo's data
+  python3 python3-torch python3-numpy python3-h5py python3-yaml  # PyTorch reference tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  if [[ $(id -u) -ne 0 ]]; then sudo=sudo; else sudo=; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cuda_flag=()
+if [[ -n "${BRAID_WITH_CUDA:-}" && "${BRAID_WITH_CUDA}" != auto ]]; then
+  cuda_flag=(-DBRAID_WITH_CUDA="${BRAID_WITH_CUDA}")
+elif ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cuda_flag=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}"
+cmake --build "$build" -j "$jobs"
+
+case "$mode" in
+  build) ;;
+  --test)
+    cd "$build"
+    ctest --output-on-failure -j "$jobs" --timeout 900
+    ;;
+  --demo)
+    cd "$root"
+    "$build/braid" train configs/fashion_mlp.yaml
+    ;;
+  *) echo "setup: unknown mode '$mode' (use --test or --demo)" >&2; exit 2 ;;
+esac
