@@ -1,0 +1,97 @@
+// dropout: in training y = x * mask, mask = keep / (1 - p) with keep drawn with probability 1 - p
+// (PyTorch's inverted dropout, F.dropout); in eval, or when p = 0, y = x and mask = 1. The scaled mask is
+// saved as output 1 and backward is dy * mask (an emitted `mul`), so no gradient op of its own.
+// Invariant: keep is a pure function of (ctx.rng_key, global element index) via braid::uniform_at, so any
+// S(0) split, any micro-batching, reproduces the unsplit mask bit for bit (see `batch_offset`).
+// It does not reproduce PyTorch's random stream (no reference run can match a training-mode mask).
+#include "core/rng.h"
+#include "ops/cpu/kernel_util.h"
+#include "ops/registry.h"
+
+namespace braid::ops {
+namespace {
+
+std::vector<TensorDesc> infer_dropout(const Attrs& a, std::span<const TensorDesc> in) {
+  double p = a.f("p");
+  if (!(p >= 0 && p < 1))
+    throw OpError("dropout probability p must be in [0, 1), got " + std::to_string(p),
+                  "p is the probability of zeroing an element; p = 0 disables dropout");
+  if (!is_float(in[0].dtype)) throw OpError("input must be floating point, got " + in[0].str());
+  if (in[0].shape.rank() < 1) throw OpError("input " + in[0].str() + " has no batch axis");
+  return {in[0], in[0]};  // y, scaled mask
+}
+
+// x: any shape, batch axis first. Element i of this tensor has global index batch_offset * per_sample + i.
+void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  double p = a.f("p");
+  bool active = ctx.training && p > 0;
+  int64_t n = in[0].numel();
+  int64_t per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
+  auto base = static_cast<uint64_t>(a.i("batch_offset") * per_sample);
+  uint64_t key = ctx.rng_key;
+  cpu::dispatch_float(in[0].dtype(), [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    T *y = out[0].data<T>(), *mask = out[1].data<T>();
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        T m = T(1);
+        if (active) m = uniform_at(key, base + static_cast<uint64_t>(i)) >= p ? scale : T(0);
+        mask[i] = m;
+        y[i] = x[i] * m;
+      }
+    });
+  });
+}
+
+void dropout_grad_rule(GradCtx& c) {
+  if (c.dout[0].valid() && c.needs[0]) c.din[0] = c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
+}
+
+// data: x S(0) -> y, mask S(0). True only because the executor sets `batch_offset` on each shard to the
+// index (in the whole step's batch) of the shard's first sample: the mask then depends on global indices
+// only. Other axes are not offered: a shard split on axis > 0 is not a contiguous range of global indices.
+std::vector<SplitSignature> dropout_splits(const Attrs&, std::span<const TensorDesc> in,
+                                           std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::S(0), Sbp::S(0)}});
+  return sigs;
+}
+
+Cost dropout_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  return default_cost(in, out, 1);  // one multiply per element (mask generation is integer work)
+}
+
+std::vector<Sample> dropout_samples() {
+  return {{"half", {{"p", 0.5}}, {{TensorDesc{Shape{2, 3, 4}}}}},
+          {"quarter", {{"p", 0.25}, {"batch_offset", int64_t{3}}}, {{TensorDesc{Shape{3, 6}}}}},
+          {"zero", {{"p", 0.0}}, {{TensorDesc{Shape{4, 5}}}}}};
+}
+std::vector<BadSample> dropout_bad() {
+  return {{"p_one", {{"p", 1.0}}, {TensorDesc{Shape{2, 3}}}, "must be in [0, 1), got 1"},
+          {"p_negative", {{"p", -0.1}}, {TensorDesc{Shape{2, 3}}}, "must be in [0, 1)"},
+          {"int", {}, {TensorDesc{Shape{2, 3}, DType::i32}}, "floating point"}};
+}
+
+}  // namespace
+
+void register_dropout(Registry& r) {
+  OpDef d;
+  d.name = "dropout";
+  d.doc = "zeroes elements with probability p in training and scales the rest by 1/(1-p); identity in eval";
+  d.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "probability of zeroing, in [0, 1)"},
+             {"batch_offset", AttrKind::Int, AttrValue(int64_t{0}), false, {}, 0, false, true,
+              "set by the executor, not in model files: index of this tensor's first sample in the step's "
+              "whole batch, so that shards and micro-batches draw the unsplit mask"}};
+  d.public_outputs = 1;  // output 1: the scaled mask, saved for backward
+  d.infer = infer_dropout;
+  d.grad = dropout_grad_rule;
+  d.splits = dropout_splits;
+  d.cost = dropout_cost;
+  d.cpu = dropout_cpu;
+  d.samples = dropout_samples;
+  d.bad_samples = dropout_bad;
+  r.add(d);
+}
+
+}  // namespace braid::ops

@@ -1,0 +1,338 @@
+// Normalisations over one axis: layer_norm (last axis, affine weight/bias, saves mean and rstd for
+// backward) and softmax (any per-sample axis, numerically stable, backward from its output), with their
+// internal gradient ops layer_norm_grad and softmax_grad.
+// Math matches PyTorch: nn.LayerNorm(d, eps) (biased variance, rstd = 1/sqrt(var + eps)) and
+// torch.softmax(x, dim). Statistics are accumulated in double for both float and double tensors.
+#include <cmath>
+
+#include "ops/cpu/kernel_util.h"
+#include "ops/registry.h"
+
+namespace braid::ops {
+namespace {
+
+using cpu::dispatch_float;
+
+// Per-sample axis (negative counts from the end) -> graph axis; OpError when out of range.
+int graph_axis(int64_t axis, const Shape& s, const std::string& attr) {
+  int r = s.rank() - 1;
+  if (axis < -r || axis >= r)
+    throw OpError("attribute '" + attr + "' is " + std::to_string(axis) + " but the per-sample shape has " +
+                      std::to_string(r) + " axes (graph shape " + s.str() + ")",
+                  "per-sample axes are 0.." + std::to_string(r - 1) + " or -" + std::to_string(r) +
+                      "..-1; the batch axis is never named");
+  return static_cast<int>(axis < 0 ? axis + r : axis) + 1;
+}
+
+void check_float_sample(const TensorDesc& x, const char* what) {
+  if (!is_float(x.dtype)) throw OpError(std::string(what) + " must be floating point, got " + x.str());
+  if (x.shape.rank() < 2)
+    throw OpError(std::string(what) + " " + x.str() + " has no per-sample axis to normalise",
+                  "the per-sample shape is [] (a scalar); give it at least one axis");
+}
+
+Cost flops_per_elem(std::span<const TensorDesc> in, std::span<const TensorDesc> out, double per_elem) {
+  Cost c = default_cost(in, out, 0);
+  c.flops = per_elem * static_cast<double>(in[0].numel());
+  return c;
+}
+
+// ---- layer_norm -----------------------------------------------------------------------------------------
+// x: (rows, d) row-major, d = last axis. Outputs y like x, mean and rstd of shape x.shape[:-1].
+std::vector<ParamSpec> layer_norm_params(const Attrs&, std::span<const TensorDesc> in) {
+  TensorDesc p{Shape{in[0].shape.back()}, in[0].dtype};
+  return {{"weight", p, InitSpec::ones()}, {"bias", p, InitSpec::zeros()}};
+}
+
+std::vector<TensorDesc> infer_layer_norm(const Attrs& a, std::span<const TensorDesc> in) {
+  check_float_sample(in[0], "input");
+  if (!(a.f("eps") > 0)) throw OpError("attribute 'eps' must be positive, got " + std::to_string(a.f("eps")));
+  int64_t d = in[0].shape.back();
+  for (size_t k = 1; k < 3; ++k)
+    if (in[k].shape != Shape{d} || in[k].dtype != in[0].dtype)
+      throw OpError(std::string(k == 1 ? "weight" : "bias") + " is " + in[k].str() + " but the input " +
+                        in[0].str() + " needs " + TensorDesc{Shape{d}, in[0].dtype}.str(),
+                    "layer_norm normalises the last axis, of size " + std::to_string(d));
+  Shape stat = in[0].shape;
+  stat.dims().pop_back();
+  return {in[0], TensorDesc{stat, in[0].dtype}, TensorDesc{stat, in[0].dtype}};
+}
+
+void layer_norm_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  double eps = a.f("eps");
+  dispatch_float(in[0].dtype(), [&]<typename T>() {
+    const T *x = in[0].data<T>(), *w = in[1].data<T>(), *b = in[2].data<T>();
+    T *y = out[0].data<T>(), *mean = out[1].data<T>(), *rstd = out[2].data<T>();
+    int64_t d = in[0].shape().back(), rows = in[0].numel() / std::max<int64_t>(d, 1);
+    parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * d;
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < d; ++j) m += xr[j];
+        m /= static_cast<double>(d);
+        for (int64_t j = 0; j < d; ++j) v += (xr[j] - m) * (xr[j] - m);
+        v /= static_cast<double>(d);  // biased, as PyTorch
+        double rs = 1.0 / std::sqrt(v + eps);
+        mean[r] = static_cast<T>(m);
+        rstd[r] = static_cast<T>(rs);
+        for (int64_t j = 0; j < d; ++j) y[r * d + j] = static_cast<T>((xr[j] - m) * rs * w[j] + b[j]);
+      }
+    });
+  });
+}
+
+// layer_norm_grad(dy, x, weight, mean, rstd) -> (dx, dweight, dbias). With xhat = (x - mean) * rstd and
+// g = dy * weight: dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)); dweight = sum_rows dy * xhat;
+// dbias = sum_rows dy.
+std::vector<TensorDesc> infer_layer_norm_grad(const Attrs&, std::span<const TensorDesc> in) {
+  return {in[1], in[2], in[2]};
+}
+
+void layer_norm_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  dispatch_float(in[1].dtype(), [&]<typename T>() {
+    const T *dy = in[0].data<T>(), *x = in[1].data<T>(), *w = in[2].data<T>();
+    const T *mean = in[3].data<T>(), *rstd = in[4].data<T>();
+    T *dx = out[0].data<T>(), *dw = out[1].data<T>(), *db = out[2].data<T>();
+    int64_t d = in[1].shape().back(), rows = in[1].numel() / std::max<int64_t>(d, 1);
+    parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *xr = x + r * d, *dyr = dy + r * d;
+        double m = mean[r], rs = rstd[r], sg = 0, sgx = 0;
+        for (int64_t j = 0; j < d; ++j) {
+          double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
+          sg += g;
+          sgx += g * xh;
+        }
+        sg /= static_cast<double>(d);
+        sgx /= static_cast<double>(d);
+        for (int64_t j = 0; j < d; ++j) {
+          double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
+          dx[r * d + j] = static_cast<T>(rs * (g - sg - xh * sgx));
+        }
+      }
+    });
+    // Parameter gradients: columns in parallel, rows summed in order (deterministic).
+    parallel_for(d, 256, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        double sw = 0, sb = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          double g = dy[r * d + j];
+          sw += g * (x[r * d + j] - static_cast<double>(mean[r])) * static_cast<double>(rstd[r]);
+          sb += g;
+        }
+        dw[j] = static_cast<T>(sw);
+        db[j] = static_cast<T>(sb);
+      }
+    });
+  });
+}
+
+void layer_norm_grad_rule(GradCtx& c) {
+  if (!c.dout[0].valid()) return;
+  auto g = c.g.emit("layer_norm_grad", {},
+                    {c.dout[0], c.inputs[0], c.inputs[1], c.outputs[1], c.outputs[2]});
+  for (size_t i = 0; i < 3; ++i)
+    if (c.needs[i]) c.din[i] = g[i];
+}
+
+// x S(a) on any axis but the last (rows are independent), weight and bias B: y, mean, rstd S(a).
+std::vector<SplitSignature> layer_norm_splits(const Attrs&, std::span<const TensorDesc> in,
+                                              std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  for (int a = 0; a + 1 < in[0].shape.rank(); ++a)
+    sigs.push_back({a == 0 ? "data" : "split" + std::to_string(a), {Sbp::S(a), Sbp::B(), Sbp::B()},
+                    {Sbp::S(a), Sbp::S(a), Sbp::S(a)}});
+  return sigs;
+}
+
+// dy, x, mean, rstd S(a) with weight B: dx S(a); dweight and dbias are sums over rows, so each shard
+// holds a partial sum (P).
+std::vector<SplitSignature> layer_norm_grad_splits(const Attrs&, std::span<const TensorDesc> in,
+                                                   std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  for (int a = 0; a + 1 < in[1].shape.rank(); ++a)
+    sigs.push_back({a == 0 ? "data" : "split" + std::to_string(a),
+                    {Sbp::S(a), Sbp::S(a), Sbp::B(), Sbp::S(a), Sbp::S(a)}, {Sbp::S(a), Sbp::P(), Sbp::P()}});
+  return sigs;
+}
+
+std::vector<Sample> layer_norm_samples() {
+  return {{"3d", {}, {{TensorDesc{Shape{2, 3, 8}}, 0, -2, 2}}},
+          {"2d_eps", {{"eps", 1e-3}}, {{TensorDesc{Shape{3, 5}}, 0, -2, 2}}}};
+}
+std::vector<BadSample> layer_norm_bad() {
+  return {{"int", {}, {TensorDesc{Shape{2, 4}, DType::i32}}, "floating point"},
+          {"scalar_sample", {}, {TensorDesc{Shape{4}}}, "no per-sample axis"},
+          {"eps", {{"eps", 0.0}}, {TensorDesc{Shape{2, 4}}}, "'eps' must be positive"}};
+}
+
+// ---- softmax --------------------------------------------------------------------------------------------
+// The tensor viewed as (outer, n, inner) around the softmax axis.
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+AxisView axis_view(const Shape& s, int ax) {
+  AxisView v;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i < ax) v.outer *= s[i];
+    else if (i == ax) v.n = s[i];
+    else v.inner *= s[i];
+  }
+  return v;
+}
+
+std::vector<TensorDesc> infer_softmax(const Attrs& a, std::span<const TensorDesc> in) {
+  check_float_sample(in[0], "input");
+  graph_axis(a.i("axis"), in[0].shape, "axis");
+  return {in[0]};
+}
+
+// y = exp(x - max) / sum exp(x - max) along the axis.
+void softmax_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  AxisView v = axis_view(in[0].shape(), graph_axis(a.i("axis"), in[0].shape(), "axis"));
+  dispatch_float(in[0].dtype(), [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / v.n), [&](int64_t l0, int64_t l1) {
+      for (int64_t l = l0; l < l1; ++l) {
+        int64_t base = (l / v.inner) * v.n * v.inner + l % v.inner;
+        T mx = x[base];
+        for (int64_t k = 1; k < v.n; ++k) mx = std::max(mx, x[base + k * v.inner]);
+        double s = 0;
+        for (int64_t k = 0; k < v.n; ++k) {
+          T e = std::exp(x[base + k * v.inner] - mx);
+          y[base + k * v.inner] = e;
+          s += e;
+        }
+        T inv = static_cast<T>(1.0 / s);
+        for (int64_t k = 0; k < v.n; ++k) y[base + k * v.inner] *= inv;
+      }
+    });
+  });
+}
+
+// softmax_grad(dy, y) -> dx = y * (dy - sum_axis(dy * y)).
+void softmax_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  AxisView v = axis_view(in[1].shape(), graph_axis(a.i("axis"), in[1].shape(), "axis"));
+  dispatch_float(in[1].dtype(), [&]<typename T>() {
+    const T *dy = in[0].data<T>(), *y = in[1].data<T>();
+    T* dx = out[0].data<T>();
+    parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / v.n), [&](int64_t l0, int64_t l1) {
+      for (int64_t l = l0; l < l1; ++l) {
+        int64_t base = (l / v.inner) * v.n * v.inner + l % v.inner;
+        double s = 0;
+        for (int64_t k = 0; k < v.n; ++k) s += static_cast<double>(dy[base + k * v.inner]) * y[base + k * v.inner];
+        for (int64_t k = 0; k < v.n; ++k) {
+          int64_t i = base + k * v.inner;
+          dx[i] = static_cast<T>(y[i] * (dy[i] - s));
+        }
+      }
+    });
+  });
+}
+
+std::vector<TensorDesc> infer_softmax_grad(const Attrs&, std::span<const TensorDesc> in) { return {in[1]}; }
+
+void softmax_grad_rule(GradCtx& c) {
+  if (c.dout[0].valid() && c.needs[0]) c.din[0] = c.g.emit("softmax_grad", c.attrs, {c.dout[0], c.outputs[0]})[0];
+}
+
+// Every operand S(a) on any axis other than the softmax axis (each softmax row stays on one device).
+std::vector<SplitSignature> softmax_splits(const Attrs& a, std::span<const TensorDesc> in,
+                                           std::span<const TensorDesc> out) {
+  const Shape& s = out[0].shape;
+  int ax = graph_axis(a.i("axis"), s, "axis");
+  auto sigs = all_broadcast(in, out);
+  for (int k = 0; k < s.rank(); ++k)
+    if (k != ax)
+      sigs.push_back({k == 0 ? "data" : "split" + std::to_string(k), std::vector<Sbp>(in.size(), Sbp::S(k)),
+                      {Sbp::S(k)}});
+  return sigs;
+}
+
+std::vector<Sample> softmax_samples() {
+  auto x3 = TestInput{TensorDesc{Shape{2, 3, 5}}, 0, -3, 3};
+  return {{"last", {{"axis", int64_t{-1}}}, {x3}},
+          {"first", {{"axis", int64_t{0}}}, {x3}},
+          {"neg2", {{"axis", int64_t{-2}}}, {{TensorDesc{Shape{2, 4, 3, 2}}, 0, -3, 3}}},
+          {"2d", {}, {{TensorDesc{Shape{3, 6}}, 0, -3, 3}}}};
+}
+std::vector<BadSample> softmax_bad() {
+  return {{"axis_high", {{"axis", int64_t{2}}}, {TensorDesc{Shape{2, 3, 4}}}, "per-sample shape has 2 axes"},
+          {"axis_low", {{"axis", int64_t{-3}}}, {TensorDesc{Shape{2, 3, 4}}}, "'axis' is -3"},
+          {"int", {}, {TensorDesc{Shape{2, 3}, DType::i64}}, "floating point"}};
+}
+
+}  // namespace
+
+void register_norm(Registry& r) {
+  {
+    OpDef d;
+    d.name = "layer_norm";
+    d.doc = "normalises the last axis to zero mean and unit variance, then scales by weight and adds bias";
+    d.attrs = {{"eps", AttrKind::Float, AttrValue(1e-5), false, {}, 0, false, false, "added to the variance"}};
+    d.public_outputs = 1;  // outputs 1, 2: mean and rstd per row, saved for backward
+    d.params = layer_norm_params;
+    d.infer = infer_layer_norm;
+    d.grad = layer_norm_grad_rule;
+    d.splits = layer_norm_splits;
+    d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+      return flops_per_elem(in, out, 8);
+    };
+    d.cpu = layer_norm_cpu;
+    d.samples = layer_norm_samples;
+    d.bad_samples = layer_norm_bad;
+    r.add(d);
+  }
+  {
+    OpDef d;
+    d.name = "layer_norm_grad";
+    d.doc = "gradient of layer_norm: (dy, x, weight, mean, rstd) -> (dx, dweight, dbias)";
+    d.internal = true;
+    d.differentiable = false;
+    d.min_inputs = d.max_inputs = 5;
+    d.infer = infer_layer_norm_grad;
+    d.splits = layer_norm_grad_splits;
+    d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+      return flops_per_elem(in.subspan(1), out, 14);
+    };
+    d.cpu = layer_norm_grad_cpu;
+    r.add(d);
+  }
+  std::vector<AttrSpec> axis_attr{
+      {"axis", AttrKind::Int, AttrValue(int64_t{-1}), false, {}, 0, false, false, "per-sample axis"}};
+  {
+    OpDef d;
+    d.name = "softmax";
+    d.doc = "exp(x) / sum exp(x) along a per-sample axis, computed stably (max subtracted)";
+    d.attrs = axis_attr;
+    d.infer = infer_softmax;
+    d.grad = softmax_grad_rule;
+    d.splits = softmax_splits;
+    d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+      return flops_per_elem(in, out, 5);
+    };
+    d.cpu = softmax_cpu;
+    d.samples = softmax_samples;
+    d.bad_samples = softmax_bad;
+    r.add(d);
+  }
+  {
+    OpDef d;
+    d.name = "softmax_grad";
+    d.doc = "gradient of softmax from its output: (dy, y) -> y * (dy - sum(dy * y))";
+    d.internal = true;
+    d.differentiable = false;
+    d.attrs = axis_attr;
+    d.min_inputs = d.max_inputs = 2;
+    d.infer = infer_softmax_grad;
+    d.splits = softmax_splits;
+    d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+      return flops_per_elem(in, out, 4);
+    };
+    d.cpu = softmax_grad_cpu;
+    r.add(d);
+  }
+}
+
+}  // namespace braid::ops
