@@ -30,20 +30,27 @@ class Dataset {
 };
 
 // Opens `spec` for the model inputs `inputs`; checks field shapes, dtypes and counts against them.
-// Throws UserError located at spec.loc on any mismatch or unreadable file.
+// Throws UserError located at spec.loc on any mismatch or unreadable file. `seed` drives synthetic data.
+// The whole source is loaded into memory here; read() copies (and converts) only, and never throws UserError.
 std::unique_ptr<Dataset> open_dataset(const DataSourceSpec& spec, const std::vector<DatasetInput>& inputs,
                                       uint64_t seed);
 
 // Epoch-wise order of sample indices: a permutation drawn from (seed, epoch) when shuffling, else identity.
-// The state (epoch, position) is what a checkpoint stores to resume mid-epoch.
+// The state (epoch, position) is what a checkpoint stores to resume mid-epoch; position counts samples
+// (not batches) taken in the epoch, so a resumed run may change the batch size. With drop_last a final
+// partial batch is skipped; without it the epoch's last batch may be short.
 class BatchSampler {
  public:
+  // Throws UserError when drop_last leaves no batch at all (dataset smaller than one batch).
   BatchSampler(int64_t dataset_size, int64_t batch, bool shuffle, uint64_t seed, bool drop_last = true);
   // The indices of the next batch; advances position and wraps into the next epoch when needed.
   std::vector<int64_t> next();
+  // Same as next() without allocating: a view valid until the next call to next(), next_view() or restore().
+  std::span<const int64_t> next_view();
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
   int64_t batches_per_epoch() const;
+  // Resumes at (epoch, position) as saved; throws UserError when they do not fit this dataset.
   void restore(int64_t epoch, int64_t position);
 
  private:
