@@ -1,0 +1,394 @@
+// Multi-head self-attention, exactly torch.nn.MultiheadAttention(d, heads, dropout, bias, batch_first=True)
+// with query = key = value = x: qkv = x W_in^T + b_in ([q; k; v] rows of in_proj_weight), per head
+// softmax(q k^T / sqrt(d / heads) (+ causal mask)) -> dropout -> @ v, heads concatenated, then out_proj.
+// Saved for backward as extra outputs: qkv, probs (pre-dropout), context (pre out_proj) and, when dropout > 0,
+// the dropped probs. Dropout keeps element (b, head, i, j) when uniform_at(rng_key, its flat index) >= p,
+// scaled 1/(1 - p); eval mode has no dropout. The gradient reuses linear_dx/dw/db for both projections and
+// adds one internal op, attention_grad (context gradient -> qkv gradient).
+#include <algorithm>
+#include <cmath>
+
+#include "core/rng.h"
+#include "ops/cpu/kernel_util.h"
+#include "ops/registry.h"
+
+namespace braid::ops {
+namespace {
+
+using cpu::dispatch_float;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+constexpr int64_t kMaxSlots = 32;  // (batch, head) pairs processed concurrently by the backward
+
+// Query rows per unit of work: at most 64, and few enough that each per-unit GEMM stays under 2^18
+// multiply-adds (never under 8 rows), the size below which OpenBLAS runs on the calling thread. Units run
+// in parallel_for; a BLAS that spawned its own threads inside them would fight them for the cores.
+int64_t row_block(int64_t t, int64_t dh) {
+  return std::min(t, std::clamp<int64_t>((int64_t{1} << 18) / (t * dh), 8, 64));
+}
+
+// Output indices of attention.
+constexpr int kOutY = 0, kOutQkv = 1, kOutProbs = 2, kOutContext = 3, kOutDropped = 4;
+
+struct Dims {
+  int64_t b, t, d, h, dh;
+};
+
+// Input indices: x, in_proj_weight, [in_proj_bias], out_proj.weight, [out_proj.bias].
+struct ParamIdx {
+  int w_in = 1, b_in = -1, w_out = 2, b_out = -1;
+  explicit ParamIdx(bool bias) {
+    if (bias) b_in = 2, w_out = 3, b_out = 4;
+  }
+};
+
+void check_attention(const Attrs& a, const TensorDesc& x) {
+  if (x.shape.rank() != 3)
+    throw OpError("attention needs x [batch, seq, features], got " + x.str(), "per-sample shape [seq, features]");
+  if (!is_float(x.dtype)) throw OpError("attention input must be floating point, got " + x.str());
+  int64_t d = x.shape[2], h = a.i("heads");
+  if (d % h != 0) {
+    std::string divisors;
+    for (int64_t k = 1; k <= d && divisors.size() < 60; ++k)
+      if (d % k == 0) divisors += (divisors.empty() ? "" : ", ") + str(k);
+    throw OpError("heads " + str(h) + " does not divide the features d = " + str(d) + " of input " + x.str(),
+                  "heads must divide d; divisors of " + str(d) + ": " + divisors);
+  }
+  double p = a.f("dropout");
+  if (!(p >= 0 && p < 1)) throw OpError("attention dropout must be in [0, 1), got " + std::to_string(p));
+}
+
+// nn.MultiheadAttention's init: xavier_uniform on in_proj_weight (fan_in d, fan_out 3d), zero biases,
+// out_proj.weight as nn.Linear (uniform(+-1/sqrt(d))).
+std::vector<ParamSpec> attention_params(const Attrs& a, std::span<const TensorDesc> in) {
+  check_attention(a, in[0]);
+  int64_t d = in[0].shape[2];
+  DType t = in[0].dtype;
+  double xavier = std::sqrt(6.0 / static_cast<double>(d + 3 * d)), lin = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<ParamSpec> p{{"in_proj_weight", {Shape{3 * d, d}, t}, InitSpec::uniform(-xavier, xavier)}};
+  if (a.b("bias")) p.push_back({"in_proj_bias", {Shape{3 * d}, t}, InitSpec::zeros()});
+  p.push_back({"out_proj.weight", {Shape{d, d}, t}, InitSpec::uniform(-lin, lin)});
+  if (a.b("bias")) p.push_back({"out_proj.bias", {Shape{d}, t}, InitSpec::zeros()});
+  return p;
+}
+
+std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDesc> in) {
+  const TensorDesc& x = in[0];
+  check_attention(a, x);
+  bool bias = a.b("bias");
+  ParamIdx ix(bias);
+  BRAID_ASSERT(in.size() == (bias ? 5u : 3u), "attention takes x and ", bias ? 4 : 2, " parameters");
+  int64_t b = x.shape[0], t = x.shape[1], d = x.shape[2], h = a.i("heads");
+  auto expect = [&](int i, Shape s, const char* name) {
+    if (in[static_cast<size_t>(i)].shape != s || in[static_cast<size_t>(i)].dtype != x.dtype)
+      throw OpError(std::string("attention ") + name + " is " + in[static_cast<size_t>(i)].str() + " but input " +
+                    x.str() + " needs " + TensorDesc{s, x.dtype}.str());
+  };
+  expect(ix.w_in, Shape{3 * d, d}, "in_proj_weight");
+  expect(ix.w_out, Shape{d, d}, "out_proj.weight");
+  if (bias) {
+    expect(ix.b_in, Shape{3 * d}, "in_proj_bias");
+    expect(ix.b_out, Shape{d}, "out_proj.bias");
+  }
+  std::vector<TensorDesc> out{x, {Shape{b, t, 3 * d}, x.dtype}, {Shape{b, h, t, t}, x.dtype}, x};
+  if (a.f("dropout") > 0) out.push_back({Shape{b, h, t, t}, x.dtype});
+  return out;
+}
+
+// y (M, out) = x (M, in) W^T (+ b).
+template <typename T>
+void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int64_t fout, T* y) {
+  if (b)
+    for (int64_t r = 0; r < m; ++r) std::copy_n(b, fout, y + r * fout);
+  cpu::gemm(false, true, m, fout, fin, T(1), x, fin, w, fin, b ? T(1) : T(0), y, fout);
+}
+
+// Query rows [r0, r1) of head `hh` of sample `bi`: scores, causal mask, softmax (PyTorch's: exp(s - max) /
+// sum), dropout, context rows. Causal rows see keys 0..i, so the block only computes keys < r1.
+// qkv (B, T, 3d); probs, dropped (B, h, T, T); context (B, T, d).
+template <typename T>
+void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1, bool causal, double p,
+                   uint64_t key, const T* qkv, T* probs, T* dropped, T* context) {
+  int64_t ld = 3 * n.d, rows = r1 - r0, ncols = causal ? r1 : n.t;
+  const T* q = qkv + (bi * n.t + r0) * ld + hh * n.dh;
+  const T* k = qkv + bi * n.t * ld + n.d + hh * n.dh;
+  const T* v = qkv + bi * n.t * ld + 2 * n.d + hh * n.dh;
+  int64_t plane = (bi * n.h + hh) * n.t * n.t;
+  T* s = probs + plane + r0 * n.t;
+  T scale = T(1) / std::sqrt(static_cast<T>(n.dh));
+  cpu::gemm(false, true, rows, ncols, n.dh, scale, q, ld, k, ld, T(0), s, n.t);
+  T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
+    T* row = s + r * n.t;
+    T mx = row[0];
+    for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, row[j]);
+    T sum = 0;
+    for (int64_t j = 0; j < valid; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    T inv = T(1) / sum;
+    for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
+    std::fill(row + valid, row + n.t, T(0));
+    if (dropped) {
+      T* drow = dropped + plane + i * n.t;
+      if (p > 0) {
+        uint64_t base = static_cast<uint64_t>(plane + i * n.t);
+        for (int64_t j = 0; j < valid; ++j)
+          drow[j] = uniform_at(key, base + static_cast<uint64_t>(j)) >= p ? row[j] * keep_scale : T(0);
+        std::fill(drow + valid, drow + n.t, T(0));
+      } else {
+        std::copy_n(row, n.t, drow);
+      }
+    }
+  }
+  const T* pv = dropped ? dropped + plane + r0 * n.t : s;
+  cpu::gemm(false, false, rows, n.dh, ncols, T(1), pv, n.t, v, ld, T(0), context + (bi * n.t + r0) * n.d + hh * n.dh,
+            n.d);
+}
+
+void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  bool bias = a.b("bias"), causal = a.b("causal");
+  ParamIdx ix(bias);
+  Dims n{in[0].shape()[0], in[0].shape()[1], in[0].shape()[2], a.i("heads"), 0};
+  n.dh = n.d / n.h;
+  // Dropout only in training; the dropped-probs output (present when dropout > 0) then holds probs.
+  double p = ctx.training ? a.f("dropout") : 0.0;
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    auto ptr = [&](int i) { return i < 0 ? nullptr : in[static_cast<size_t>(i)].data<T>(); };
+    T* qkv = out[kOutQkv].data<T>();
+    T* probs = out[kOutProbs].data<T>();
+    T* context = out[kOutContext].data<T>();
+    T* dropped = out.size() > kOutDropped ? out[kOutDropped].data<T>() : nullptr;
+    // 1. qkv = x W_in^T + b_in
+    affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), 3 * n.d, qkv);
+    // 2. attention per (sample, head, block of query rows): independent units
+    int64_t rb = row_block(n.t, n.dh), blocks = (n.t + rb - 1) / rb;
+    parallel_for(n.b * n.h * blocks, 1, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        int64_t blk = u % blocks, pair = u / blocks, r0 = blk * rb;
+        forward_block<T>(n, pair / n.h, pair % n.h, r0, std::min(n.t, r0 + rb), causal, p, ctx.rng_key, qkv,
+                         probs, dropped, context);
+      }
+    });
+    // 3. y = context W_out^T + b_out
+    affine_rows<T>(context, n.b * n.t, n.d, ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
+  });
+}
+
+void attention_grad_rule(GradCtx& c) {
+  ValueId dy = c.dout[0];
+  if (!dy.valid()) return;
+  bool bias = c.attrs.b("bias");
+  ParamIdx ix(bias);
+  auto needs = [&](int i) { return i >= 0 && c.needs[static_cast<size_t>(i)]; };
+  auto set = [&](int i, ValueId v) { c.din[static_cast<size_t>(i)] = v; };
+  const auto& o = c.outputs;
+  // out_proj: y = context W_out^T + b_out
+  if (needs(ix.w_out)) set(ix.w_out, c.g.emit("linear_dw", {}, {dy, o[kOutContext]})[0]);
+  if (needs(ix.b_out)) set(ix.b_out, c.g.emit("linear_db", {}, {dy})[0]);
+  if (!needs(0) && !needs(ix.w_in) && !needs(ix.b_in)) return;
+  ValueId dcontext = c.g.emit("linear_dx", {}, {dy, c.inputs[static_cast<size_t>(ix.w_out)]})[0];
+  // attention core: context -> qkv
+  std::vector<ValueId> core{dcontext, o[kOutQkv], o[kOutProbs]};
+  if (o.size() > kOutDropped) core.push_back(o[kOutDropped]);
+  Attrs ga{{"heads", c.attrs.i("heads")}, {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")}};
+  ValueId dqkv = c.g.emit("attention_grad", ga, core)[0];
+  // in_proj: qkv = x W_in^T + b_in
+  if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
+  if (needs(ix.w_in)) set(ix.w_in, c.g.emit("linear_dw", {}, {dqkv, c.inputs[0]})[0]);
+  if (needs(ix.b_in)) set(ix.b_in, c.g.emit("linear_db", {}, {dqkv})[0]);
+}
+
+std::vector<SplitSignature> attention_splits(const Attrs& a, std::span<const TensorDesc> in,
+                                             std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: samples split, parameters replicated; every output carries the batch axis. Only without dropout:
+  // the mask is a function of the element's index within the tensor the kernel sees, and a kernel does not
+  // know its shard's offset, so a split run would draw other masks than the unsplit op.
+  if (a.f("dropout") == 0) {
+    SplitSignature s{"data", std::vector<Sbp>(in.size(), Sbp::B()), std::vector<Sbp>(out.size(), Sbp::S(0))};
+    s.inputs[0] = Sbp::S(0);
+    sigs.push_back(s);
+  }
+  // Not offered: head-parallel. PyTorch's in_proj_weight stacks [W_q; W_k; W_v], so one device's heads are
+  // three non-contiguous row ranges, which S(0) cannot describe (needs a layout permutation first).
+  return sigs;
+}
+
+Cost attention_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Cost c = default_cost(in, out, 0);
+  double b = static_cast<double>(in[0].shape[0]), t = static_cast<double>(in[0].shape[1]),
+         d = static_cast<double>(in[0].shape[2]), h = static_cast<double>(a.i("heads"));
+  double tri = a.b("causal") ? 0.5 : 1.0;  // causal rows skip the future keys
+  c.flops = 2 * b * t * d * 4 * d              // in_proj (3d) and out_proj (d)
+            + tri * 4 * b * t * t * d          // q k^T and probs v over all heads
+            + tri * 5 * b * h * t * t;         // softmax (and dropout)
+  return c;
+}
+
+std::vector<Sample> attention_samples() {
+  auto s = [](const std::string& name, int64_t heads, bool causal, bool bias, double dropout) {
+    return Sample{name,
+                  {{"heads", heads}, {"causal", causal}, {"bias", bias}, {"dropout", dropout}},
+                  {{TensorDesc{Shape{2, 5, 8}}}}};
+  };
+  return {s("h1_bias", 1, false, true, 0.0), s("h2_causal_bias", 2, true, true, 0.0),
+          s("h4_nobias", 4, false, false, 0.0), s("h2_causal_nobias", 2, true, false, 0.0),
+          s("h2_dropout", 2, true, true, 0.3)};
+}
+
+std::vector<BadSample> attention_bad() {
+  auto a = [](int64_t heads, double dropout) { return Attrs{{"heads", heads}, {"dropout", dropout}}; };
+  return {{"heads_not_dividing", a(3, 0.0), {TensorDesc{Shape{2, 5, 8}}}, "heads 3 does not divide the features d = 8"},
+          {"rank2", a(2, 0.0), {TensorDesc{Shape{2, 8}}}, "needs x [batch, seq, features]"},
+          {"dropout_one", a(2, 1.0), {TensorDesc{Shape{2, 5, 8}}}, "dropout must be in [0, 1)"},
+          {"int_input", a(2, 0.0), {TensorDesc{Shape{2, 5, 8}, DType::i32}}, "must be floating point"}};
+}
+
+// ---- attention_grad(dcontext, qkv, probs[, dropped]) -> dqkv ------------------------------------------------
+std::vector<TensorDesc> grad_infer(const Attrs& a, std::span<const TensorDesc> in) {
+  BRAID_ASSERT(in.size() == (a.f("dropout") > 0 ? 4u : 3u), "attention_grad: ", in.size(), " inputs");
+  BRAID_ASSERT(in[1].shape.rank() == 3 && in[1].shape[2] == 3 * in[0].shape[2], "attention_grad: qkv ",
+               in[1].str(), " for dcontext ", in[0].str());
+  return {in[1]};
+}
+
+size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  int64_t pairs = in[0].shape[0] * a.i("heads"), t = in[0].shape[1], dh = in[0].shape[2] / a.i("heads");
+  return static_cast<size_t>(std::min(pairs, kMaxSlots) * row_block(t, dh) * t) * dtype_size(in[0].dtype);
+}
+
+// Backward of one (sample, head), query rows in blocks (causal blocks skip future keys); scratch holds one
+// block of dD, then dP, then dS (rows x T); dK and dV accumulate over the blocks in order.
+// With P = probs, D = dropped (or P), M = D / P the kept-and-scaled mask:
+//   dV = D^T dC;  dD = dC V^T;  dP = dD * M;  dS = P * (dP - rowsum(dP * P));  dQ = s dS K;  dK = s dS^T Q.
+template <typename T>
+void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p, const T* dcontext, const T* qkv,
+                   const T* probs, const T* dropped, T* dqkv, T* scratch) {
+  int64_t ld = 3 * n.d, base = bi * n.t * ld + hh * n.dh, plane = (bi * n.h + hh) * n.t * n.t;
+  const T *q = qkv + base, *k = q + n.d, *v = q + 2 * n.d;
+  T *dq = dqkv + base, *dk = dq + n.d, *dv = dq + 2 * n.d;
+  const T* dc = dcontext + bi * n.t * n.d + hh * n.dh;
+  const T* pp = probs + plane;
+  const T* dd = dropped ? dropped + plane : pp;
+  T scale = T(1) / std::sqrt(static_cast<T>(n.dh)), keep_scale = static_cast<T>(1.0 / (1.0 - p));
+  for (int64_t i = 0; i < n.t; ++i) {
+    std::fill_n(dk + i * ld, n.dh, T(0));
+    std::fill_n(dv + i * ld, n.dh, T(0));
+  }
+  int64_t rb = row_block(n.t, n.dh);
+  for (int64_t r0 = 0; r0 < n.t; r0 += rb) {
+    int64_t r1 = std::min(n.t, r0 + rb), rows = r1 - r0, ncols = causal ? r1 : n.t;
+    cpu::gemm(true, false, ncols, n.dh, rows, T(1), dd + r0 * n.t, n.t, dc + r0 * n.d, n.d, T(1), dv, ld);
+    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * n.d, n.d, v, ld, T(0), scratch, n.t);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
+      T* g = scratch + r * n.t;
+      const T* prow = pp + i * n.t;
+      if (dropped && p > 0) {
+        const T* drow = dd + i * n.t;
+        for (int64_t j = 0; j < valid; ++j) g[j] = drow[j] != T(0) ? g[j] * keep_scale : T(0);
+      }
+      T dot = 0;
+      for (int64_t j = 0; j < valid; ++j) dot += g[j] * prow[j];
+      for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * (g[j] - dot);
+      std::fill(g + valid, g + ncols, T(0));
+    }
+    cpu::gemm(false, false, rows, n.dh, ncols, scale, scratch, n.t, k, ld, T(0), dq + r0 * ld, ld);
+    cpu::gemm(true, false, ncols, n.dh, rows, scale, scratch, n.t, q + r0 * ld, ld, T(1), dk, ld);
+  }
+}
+
+void grad_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Dims n{in[0].shape()[0], in[0].shape()[1], in[0].shape()[2], a.i("heads"), 0};
+  n.dh = n.d / n.h;
+  bool causal = a.b("causal");
+  double p = a.f("dropout");
+  int64_t pairs = n.b * n.h, slots = std::min(pairs, kMaxSlots), slot_elems = row_block(n.t, n.dh) * n.t;
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(slots * slot_elems) * sizeof(T),
+                 "attention_grad: workspace of ", ctx.workspace_bytes, " bytes is too small");
+    const T* dropped = in.size() > 3 ? in[3].data<T>() : nullptr;
+    // Slots own fixed ranges of pairs and process them in order: deterministic for any thread count.
+    parallel_for(slots, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        T* scratch = static_cast<T*>(ctx.workspace) + s * slot_elems;
+        for (int64_t pr = s * pairs / slots; pr < (s + 1) * pairs / slots; ++pr)
+          backward_pair<T>(n, pr / n.h, pr % n.h, causal, p, in[0].data<T>(), in[1].data<T>(), in[2].data<T>(),
+                           dropped, out[0].data<T>(), scratch);
+      }
+    });
+  });
+}
+
+std::vector<SplitSignature> grad_splits(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: every operand carries the batch axis (the backward draws no random numbers).
+  sigs.push_back({"data", std::vector<Sbp>(in.size(), Sbp::S(0)), {Sbp::S(0)}});
+  // partial: linear in dcontext (qkv and probs replicated).
+  SplitSignature partial{"partial", std::vector<Sbp>(in.size(), Sbp::B()), {Sbp::P()}};
+  partial.inputs[0] = Sbp::P();
+  sigs.push_back(partial);
+  return sigs;
+}
+
+Cost grad_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Cost c = default_cost(in, out, 0);
+  double b = static_cast<double>(in[0].shape[0]), t = static_cast<double>(in[0].shape[1]),
+         d = static_cast<double>(in[0].shape[2]), h = static_cast<double>(a.i("heads"));
+  double tri = a.b("causal") ? 0.5 : 1.0;
+  c.flops = tri * 8 * b * t * t * d   // dV = D^T dC, dD = dC V^T, dQ = dS K, dK = dS^T Q
+            + tri * 6 * b * h * t * t;  // dropout mask and softmax backward
+  return c;
+}
+
+}  // namespace
+
+void register_attention(Registry& r) {
+  AttrSpec heads{"heads", AttrKind::Int, std::nullopt, false, {}, 0, true, false, "number of heads (divides d)"};
+  AttrSpec causal{"causal", AttrKind::Bool, AttrValue(false), false, {}, 0, false, false, "mask future positions"};
+  AttrSpec dropout{"dropout", AttrKind::Float, AttrValue(0.0), false, {}, 0, false, false,
+                   "dropout on the attention probabilities in training"};
+  {
+    OpDef d;
+    d.name = "attention";
+    d.doc = "multi-head self-attention on x [B, T, d] (nn.MultiheadAttention, batch_first, query = key = value)";
+    d.attrs = {heads, causal, dropout,
+               {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "projection biases"}};
+    d.public_outputs = 1;
+    d.params = attention_params;
+    d.infer = attention_infer;
+    d.grad = attention_grad_rule;
+    d.splits = attention_splits;
+    d.cost = attention_cost;
+    d.cpu = attention_cpu;
+    d.samples = attention_samples;
+    d.bad_samples = attention_bad;
+    // Four chained fp32 GEMMs and a softmax; PyTorch scales q before q k^T where braid scales the product, so
+    // results agree to a few ulps of the largest intermediate (seen: 1.4e-6 absolute), not bit for bit. atol is
+    // loosened because some gradients are zero in exact arithmetic (the k part of in_proj_bias: softmax ignores
+    // a shift shared by a row) and both sides then hold rounding noise.
+    d.torch_rtol = 1e-5;
+    d.torch_atol = 1e-5;
+    d.gradcheck_tol = 1e-6;
+    r.add(d);
+  }
+  {
+    OpDef d;
+    d.name = "attention_grad";
+    d.doc = "gradient of attention's core: context gradient -> gradient of qkv";
+    d.internal = true;
+    d.differentiable = false;
+    d.attrs = {heads, causal, dropout};
+    d.min_inputs = 3;
+    d.max_inputs = 4;
+    d.infer = grad_infer;
+    d.workspace = grad_workspace;
+    d.splits = grad_splits;
+    d.cost = grad_cost;
+    d.cpu = grad_cpu;
+    r.add(d);
+  }
+}
+
+}  // namespace braid::ops
