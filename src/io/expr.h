@@ -31,6 +31,8 @@ std::optional<Number> eval_expr(const std::string& text, const SourceLoc& loc, c
 
 // Node helpers: a scalar that must be an integer / a number / a bool / a string. `what` names the value
 // in messages ("attribute 'out' of layer 'fc'"). Return nullopt after reporting an error.
+// A number (integer or float) for `what`: the scalar evaluated as an expression.
+std::optional<Number> eval_number(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
 std::optional<int64_t> eval_int(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
 std::optional<double> eval_float(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
 std::optional<bool> eval_bool(const YNode& n, const std::string& what, Diagnostics& diags);
