@@ -204,13 +204,25 @@ double pixel(const Tensor& x, int64_t b, int64_t c, int64_t h, int64_t w, double
   return get_as_double(x, ((b * s[1] + c) * s[2] + h) * s[3] + w);
 }
 
+// conv2d's samples plus strides beyond the kernel and padding beyond it.
+std::vector<Sample> conv_cases() {
+  auto cases = Registry::get().at("conv2d").samples();
+  cases.push_back({"stride_over_kernel",
+                   {{"out", int64_t{3}}, {"kernel", std::vector<int64_t>{3, 2}}, {"stride", std::vector<int64_t>{4, 3}},
+                    {"padding", std::vector<int64_t>{1, 2}}},
+                   {{TensorDesc{Shape{2, 2, 9, 8}}}}});
+  cases.push_back({"big_pad", {{"out", int64_t{2}}, {"kernel", int64_t{2}}, {"padding", int64_t{3}}},
+                   {{TensorDesc{Shape{1, 3, 2, 3}}}}});
+  return cases;
+}
+
 }  // namespace
 
-// The im2col + GEMM convolution against the textbook sum, for every sample.
+// The im2col + GEMM convolution against the textbook sum.
 TEST(ConvFamily, Conv2dMatchesDirectSum) {
   Rng rng(4, 4);
   const OpDef& d = Registry::get().at("conv2d");
-  for (const auto& s : d.samples()) {
+  for (const auto& s : conv_cases()) {
     SCOPED_TRACE(s.name);
     Instance inst = instantiate(d, s, DType::f64, rng);
     Tensor y = run_forward(inst)[0];
@@ -446,4 +458,28 @@ TEST(ConvFamily, ResultsDoNotDependOnThreads) {
   auto many = run_all();
   set_num_threads(saved);
   for (size_t k = 0; k < one.size(); ++k) expect_close(many[k], one[k], 0, "result " + std::to_string(k));
+}
+
+// conv2d is bilinear in (x, weight): <conv(x, w), dy> = <x, grad_input(dy)> = <w, grad_weight(dy, x)> over
+// every element (checks col2im everywhere, where the finite differences probe at most 64 elements).
+TEST(ConvFamily, Conv2dGradientsAreAdjoints) {
+  Rng rng(11, 11);
+  const OpDef& d = Registry::get().at("conv2d");
+  auto dot = [](const Tensor& a, const Tensor& b) {
+    double s = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) s += get_as_double(a, i) * get_as_double(b, i);
+    return s;
+  };
+  for (const auto& s : conv_cases()) {
+    SCOPED_TRACE(s.name);
+    Instance inst = instantiate(d, s, DType::f64, rng);
+    Attrs a = inst.attrs;
+    a.set("bias", false);
+    const Tensor &x = inst.inputs[0], &w = inst.inputs[1];
+    Tensor y = run_op("conv2d", a, {x, w}, true)[0];
+    Tensor dy = random_like(y.desc(), rng);
+    double lhs = dot(y, dy);
+    EXPECT_NEAR(dot(x, run_op("conv2d_grad_input", a, {dy, x, w}, true)[0]), lhs, 1e-12 * std::max(1.0, std::abs(lhs)));
+    EXPECT_NEAR(dot(w, run_op("conv2d_grad_weight", a, {dy, x}, true)[0]), lhs, 1e-12 * std::max(1.0, std::abs(lhs)));
+  }
 }

@@ -40,29 +40,44 @@ T* scratch(const KernelCtx& ctx, int64_t n) {
 // Channels per parallel chunk so that a chunk does about 32k element moves.
 int64_t channel_grain(const Window& w) { return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, w.k() * w.out_plane())); }
 
+// Outputs o in [lo, hi) of one axis whose input position o stride - pad + tap falls inside [0, size).
+struct Span {
+  int64_t lo, hi;
+};
+Span valid_outputs(int64_t tap, int64_t stride, int64_t pad, int64_t size, int64_t n_out) {
+  int64_t lo = pad > tap ? (pad - tap + stride - 1) / stride : 0;
+  int64_t top = size - 1 + pad - tap;  // largest o stride that stays inside
+  int64_t hi = top >= 0 ? std::min(n_out, top / stride + 1) : 0;
+  return {std::min(lo, hi), hi};
+}
+
 // x: (C, H, W) one sample -> col: (C kh kw, Ho Wo); row (c, i, j) holds x[c, oh sh - ph + i, ow sw - pw + j],
 // zero where that falls in the padding. Row order matches the weight's (C, kh, kw) flattening.
 template <typename T>
 void im2col(const T* x, const Window& w, T* col) {
   parallel_for(w.C, channel_grain(w), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
-      for (int64_t i = 0; i < w.kh; ++i)
+      for (int64_t i = 0; i < w.kh; ++i) {
+        Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
         for (int64_t j = 0; j < w.kw; ++j) {
+          Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
           T* dst = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
           for (int64_t oh = 0; oh < w.Ho; ++oh) {
-            int64_t h = oh * w.sh - w.ph + i;
             T* row = dst + oh * w.Wo;
-            if (h < 0 || h >= w.H) {
+            if (oh < rows.lo || oh >= rows.hi) {
               for (int64_t ow = 0; ow < w.Wo; ++ow) row[ow] = T(0);
               continue;
             }
-            const T* src = x + (c * w.H + h) * w.W;
-            for (int64_t ow = 0; ow < w.Wo; ++ow) {
-              int64_t ww = ow * w.sw - w.pw + j;
-              row[ow] = ww >= 0 && ww < w.W ? src[ww] : T(0);
-            }
+            const T* src = x + (c * w.H + oh * w.sh - w.ph + i) * w.W - w.pw + j;  // src[ow sw] is the pixel
+            for (int64_t ow = 0; ow < cols.lo; ++ow) row[ow] = T(0);
+            if (w.sw == 1)
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow];
+            else
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow * w.sw];
+            for (int64_t ow = cols.hi; ow < w.Wo; ++ow) row[ow] = T(0);
           }
         }
+      }
   });
 }
 
@@ -74,18 +89,21 @@ void col2im(const T* col, const Window& w, T* x) {
     for (int64_t c = c0; c < c1; ++c) {
       T* plane = x + c * w.in_plane();
       for (int64_t e = 0; e < w.in_plane(); ++e) plane[e] = T(0);
-      for (int64_t i = 0; i < w.kh; ++i)
+      for (int64_t i = 0; i < w.kh; ++i) {
+        Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
         for (int64_t j = 0; j < w.kw; ++j) {
+          Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
           const T* src = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
-          for (int64_t oh = 0; oh < w.Ho; ++oh) {
-            int64_t h = oh * w.sh - w.ph + i;
-            if (h < 0 || h >= w.H) continue;
-            for (int64_t ow = 0; ow < w.Wo; ++ow) {
-              int64_t ww = ow * w.sw - w.pw + j;
-              if (ww >= 0 && ww < w.W) plane[h * w.W + ww] += src[oh * w.Wo + ow];
-            }
+          for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
+            T* dst = plane + (oh * w.sh - w.ph + i) * w.W - w.pw + j;  // dst[ow sw] is the pixel
+            const T* row = src + oh * w.Wo;
+            if (w.sw == 1)
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow] += row[ow];
+            else
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow * w.sw] += row[ow];
           }
         }
+      }
     }
   });
 }
