@@ -58,7 +58,8 @@ Tensor concat(const Tensor& a, const Tensor& b, int axis) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < na + nb; ++i)
       for (int64_t k = 0; k < inner; ++k) {
-        double v = i < na ? get_as_double(a, (o * na + i) * inner + k) : get_as_double(b, (o * nb + i - na) * inner + k);
+        double v =
+            i < na ? get_as_double(a, (o * na + i) * inner + k) : get_as_double(b, (o * nb + i - na) * inner + k);
         set_from_double(r, (o * (na + nb) + i) * inner + k, v);
       }
   return r;
@@ -208,10 +209,13 @@ double pixel(const Tensor& x, int64_t b, int64_t c, int64_t h, int64_t w, double
 std::vector<Sample> conv_cases() {
   auto cases = Registry::get().at("conv2d").samples();
   cases.push_back({"stride_over_kernel",
-                   {{"out", int64_t{3}}, {"kernel", std::vector<int64_t>{3, 2}}, {"stride", std::vector<int64_t>{4, 3}},
+                   {{"out", int64_t{3}},
+                    {"kernel", std::vector<int64_t>{3, 2}},
+                    {"stride", std::vector<int64_t>{4, 3}},
                     {"padding", std::vector<int64_t>{1, 2}}},
                    {{TensorDesc{Shape{2, 2, 9, 8}}}}});
-  cases.push_back({"big_pad", {{"out", int64_t{2}}, {"kernel", int64_t{2}}, {"padding", int64_t{3}}},
+  cases.push_back({"big_pad",
+                   {{"out", int64_t{2}}, {"kernel", int64_t{2}}, {"padding", int64_t{3}}},
                    {{TensorDesc{Shape{1, 3, 2, 3}}}}});
   return cases;
 }
@@ -331,7 +335,8 @@ TEST(ConvFamily, BatchNormParamsAndBuffersHavePyTorchNames) {
   auto ps = d.params(a, std::vector<TensorDesc>{{Shape{4, 16, 5, 5}}});
   std::vector<std::string> names;
   for (const auto& p : ps) names.push_back(p.name + (p.buffer ? "*" : ""));
-  EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias", "running_mean*", "running_var*", "num_batches_tracked*"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"weight", "bias", "running_mean*", "running_var*", "num_batches_tracked*"}));
   EXPECT_EQ(ps[4].desc, (TensorDesc{Shape{}, DType::i64}));
   EXPECT_EQ(ps[3].init.kind, InitSpec::Kind::Ones);
   EXPECT_EQ(d.mutated_inputs, (std::vector<int>{3, 4, 5}));
@@ -361,9 +366,10 @@ TEST(ConvFamily, BatchNormRunningStatistics) {
     EXPECT_NEAR(get_as_double(in[3], c), (1 - mom) * get_as_double(inst.inputs[3], c) + mom * m, 1e-12);
     EXPECT_NEAR(get_as_double(in[4], c), (1 - mom) * get_as_double(inst.inputs[4], c) + mom * sq / (n - 1), 1e-12);
     double x0 = get_as_double(inst.inputs[0], c * S);
-    EXPECT_NEAR(get_as_double(out[0], c * S),
-                (x0 - m) / std::sqrt(sq / n + eps) * get_as_double(inst.inputs[1], c) + get_as_double(inst.inputs[2], c),
-                1e-12);
+    EXPECT_NEAR(
+        get_as_double(out[0], c * S),
+        (x0 - m) / std::sqrt(sq / n + eps) * get_as_double(inst.inputs[1], c) + get_as_double(inst.inputs[2], c),
+        1e-12);
   }
   EXPECT_EQ(get_as_double(in[5], 0), get_as_double(inst.inputs[5], 0) + 1);
 
@@ -374,7 +380,8 @@ TEST(ConvFamily, BatchNormRunningStatistics) {
   for (int64_t c = 0; c < C; ++c) {
     double x0 = get_as_double(inst.inputs[0], c * S);
     double want = (x0 - get_as_double(inst.inputs[3], c)) / std::sqrt(get_as_double(inst.inputs[4], c) + eps) *
-                      get_as_double(inst.inputs[1], c) + get_as_double(inst.inputs[2], c);
+                      get_as_double(inst.inputs[1], c) +
+                  get_as_double(inst.inputs[2], c);
     EXPECT_NEAR(get_as_double(out[0], c * S), want, 1e-12);
   }
 }
@@ -388,7 +395,8 @@ TEST(ConvFamily, BatchNormEvalGradient) {
   Tensor dy = random_like(fwd[0].desc(), rng);
   Eager e;
   e.ctx.training = false;
-  auto g = e.emit("batch_norm_grad", {}, {e.add(dy), e.add(inst.inputs[0]), e.add(inst.inputs[1]), e.add(fwd[1]), e.add(fwd[2])});
+  auto g = e.emit("batch_norm_grad", {},
+                  {e.add(dy), e.add(inst.inputs[0]), e.add(inst.inputs[1]), e.add(fwd[1]), e.add(fwd[2])});
   for (int k = 0; k < 3; ++k) {
     for (int64_t i = 0; i < inst.inputs[k].numel(); ++i) {
       auto objective = [&](double delta) {
@@ -401,7 +409,8 @@ TEST(ConvFamily, BatchNormEvalGradient) {
         return acc;
       };
       double numeric = (objective(1e-6) - objective(-1e-6)) / 2e-6;
-      ASSERT_NEAR(get_as_double(e.val(g[static_cast<size_t>(k)]), i), numeric, 1e-7) << "input " << k << " element " << i;
+      ASSERT_NEAR(get_as_double(e.val(g[static_cast<size_t>(k)]), i), numeric, 1e-7)
+          << "input " << k << " element " << i;
     }
   }
 }
@@ -428,8 +437,8 @@ TEST(ConvFamily, ErrorsNamePerSampleShapes) {
   auto [m2, h2] = message("conv2d", conv, {{Shape{4, 3, 28, 28}}, {Shape{8, 1, 3, 3}}, {Shape{8}}});
   EXPECT_EQ(m2, "input has 3 channels but weight expects 1 (per-sample input [3, 28, 28], weight [8, 1, 3, 3])");
   EXPECT_NE(h2.find("[out, C, kh, kw]"), std::string::npos);
-  EXPECT_NE(message("conv2d", conv, {{Shape{4, 3, 28, 28}}, {Shape{8, 3, 5, 5}}, {Shape{8}}}).first.find(
-                "does not fit kernel [3, 3]"),
+  EXPECT_NE(message("conv2d", conv, {{Shape{4, 3, 28, 28}}, {Shape{8, 3, 5, 5}}, {Shape{8}}})
+                .first.find("does not fit kernel [3, 3]"),
             std::string::npos);
   TensorDesc c16{Shape{16}}, c32{Shape{32}}, nbt{Shape{}, DType::i64};
   auto [m3, h3] = message("batch_norm", {}, {{Shape{4, 16, 8, 8}}, c16, c16, c32, c16, nbt});

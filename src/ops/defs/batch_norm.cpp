@@ -57,8 +57,10 @@ std::vector<TensorDesc> infer_bn(const Attrs& a, std::span<const TensorDesc> in)
     throw OpError("momentum must be in [0, 1], got " + std::to_string(a.f("momentum")),
                   "as in PyTorch, the new running value is (1 - momentum) * old + momentum * batch");
   if (in.size() != kNumInputs)
-    throw OpError("batch_norm takes 6 tensors (input, weight, bias, running_mean, running_var, "
-                  "num_batches_tracked), got " + std::to_string(in.size()));
+    throw OpError(
+        "batch_norm takes 6 tensors (input, weight, bias, running_mean, running_var, "
+        "num_batches_tracked), got " +
+        std::to_string(in.size()));
   const char* names[] = {"", "weight", "bias", "running_mean", "running_var"};
   for (int k = kWeight; k <= kRunningVar; ++k) {
     if (in[k].shape != Shape{C})
@@ -121,8 +123,10 @@ void bn_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, st
   });
   if (train) {
     const Tensor& nbt = in[kNumBatches];
-    if (nbt.dtype() == DType::i64) nbt.data<int64_t>()[0] += 1;
-    else nbt.data<int32_t>()[0] += 1;
+    if (nbt.dtype() == DType::i64)
+      nbt.data<int64_t>()[0] += 1;
+    else
+      nbt.data<int32_t>()[0] += 1;
   }
 }
 
@@ -140,11 +144,12 @@ std::vector<SplitSignature> bn_splits(const Attrs&, std::span<const TensorDesc> 
   // SyncBatchNorm: in training y is not the unsplit op's (it is in eval), the saved mean/invstd are per
   // device (B here means "kept where made"), and each device updates its own copy of the running buffers.
   // Synchronised batch norm is a later issue.
-  sigs.push_back({"data", {Sbp::S(0), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B()},
-                  {Sbp::S(0), Sbp::B(), Sbp::B()}});
+  sigs.push_back(
+      {"data", {Sbp::S(0), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::S(0), Sbp::B(), Sbp::B()}});
   // channel: channels are independent; parameters, buffers and statistics split with them; every device
   // counts the same batches.
-  sigs.push_back({"channel", {Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::B()},
+  sigs.push_back({"channel",
+                  {Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::B()},
                   {Sbp::S(1), Sbp::S(0), Sbp::S(0)}});
   return sigs;
 }
@@ -227,7 +232,8 @@ std::vector<SplitSignature> bn_grad_splits(const Attrs&, std::span<const TensorD
   // data: the backward of the per-device forward (see bn_splits); dweight and dbias are partial sums.
   sigs.push_back({"data", {Sbp::S(0), Sbp::S(0), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::S(0), Sbp::P(), Sbp::P()}});
   // channel: channels are independent.
-  sigs.push_back({"channel", {Sbp::S(1), Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0)}, {Sbp::S(1), Sbp::S(0), Sbp::S(0)}});
+  sigs.push_back(
+      {"channel", {Sbp::S(1), Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0)}, {Sbp::S(1), Sbp::S(0), Sbp::S(0)}});
   return sigs;
 }
 

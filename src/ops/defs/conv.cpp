@@ -38,7 +38,9 @@ T* scratch(const KernelCtx& ctx, int64_t n) {
 }
 
 // Channels per parallel chunk so that a chunk does about 32k element moves.
-int64_t channel_grain(const Window& w) { return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, w.k() * w.out_plane())); }
+int64_t channel_grain(const Window& w) {
+  return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, w.k() * w.out_plane()));
+}
 
 // Outputs o in [lo, hi) of one axis whose input position o stride - pad + tap falls inside [0, size).
 struct Span {
@@ -124,9 +126,8 @@ std::vector<TensorDesc> infer_conv(const Attrs& a, std::span<const TensorDesc> i
   Window w = conv_window(a, x);
   size_t want = a.b("bias") ? 3 : 2;
   if (in.size() != want)
-    throw OpError("conv2d with bias=" + std::string(a.b("bias") ? "true" : "false") + " takes " +
-                  std::to_string(want) + " tensors (input, weight" + (want == 3 ? ", bias" : "") + "), got " +
-                  std::to_string(in.size()));
+    throw OpError("conv2d with bias=" + std::string(a.b("bias") ? "true" : "false") + " takes " + std::to_string(want) +
+                  " tensors (input, weight" + (want == 3 ? ", bias" : "") + "), got " + std::to_string(in.size()));
   const TensorDesc& wt = in[1];
   if (wt.shape.rank() == 4 && wt.shape[1] != w.C)
     throw OpError("input has " + std::to_string(w.C) + " channels but weight expects " + std::to_string(wt.shape[1]) +
@@ -177,7 +178,8 @@ size_t conv_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<
 }
 
 // Layouts; B = batch, C = input channels, O = output channels.
-std::vector<SplitSignature> conv_splits(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+std::vector<SplitSignature> conv_splits(const Attrs& a, std::span<const TensorDesc> in,
+                                        std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
   bool bias = in.size() > 2;
   auto with_bias = [&](std::vector<Sbp> v, Sbp b) {
@@ -231,9 +233,13 @@ std::vector<BadSample> conv_bad() {
   return {
       {"flat_samples", k3, {TensorDesc{Shape{2, 784}}}, "conv2d needs [C, H, W] samples, got [784]"},
       {"hw_samples", k3, {TensorDesc{Shape{2, 28, 28}}}, "conv2d needs [C, H, W] samples, got [28, 28]"},
-      {"kernel_too_big", {{"out", int64_t{8}}, {"kernel", int64_t{5}}}, {TensorDesc{Shape{2, 1, 4, 4}}},
+      {"kernel_too_big",
+       {{"out", int64_t{8}}, {"kernel", int64_t{5}}},
+       {TensorDesc{Shape{2, 1, 4, 4}}},
        "kernel [5, 5] is larger than the padded input: per-sample input [1, 4, 4] with padding [0, 0] is 4 x 4"},
-      {"kernel_too_tall", conv_attrs(8, {6, 3}, {1, 1}, {1, 1}), {TensorDesc{Shape{2, 3, 3, 8}}},
+      {"kernel_too_tall",
+       conv_attrs(8, {6, 3}, {1, 1}, {1, 1}),
+       {TensorDesc{Shape{2, 3, 3, 8}}},
        "larger than the padded input"},
       {"int_input", k3, {TensorDesc{Shape{2, 1, 8, 8}, DType::i32}}, "floating point"},
   };
@@ -243,8 +249,8 @@ std::vector<BadSample> conv_bad() {
 std::vector<TensorDesc> infer_grad_input(const Attrs& a, std::span<const TensorDesc> in) {
   Window w = conv_window(a, in[1]);
   const Shape &dy = in[0].shape, &wt = in[2].shape;
-  BRAID_ASSERT(wt == (Shape{dy[1], w.C, w.kh, w.kw}) && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}),
-               "conv2d_grad_input: dy ", in[0].str(), ", x ", in[1].str(), ", weight ", in[2].str());
+  BRAID_ASSERT(wt == (Shape{dy[1], w.C, w.kh, w.kw}) && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}), "conv2d_grad_input: dy ",
+               in[0].str(), ", x ", in[1].str(), ", weight ", in[2].str());
   return {in[1]};
 }
 
@@ -293,8 +299,8 @@ Cost grad_input_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<c
 std::vector<TensorDesc> infer_grad_weight(const Attrs& a, std::span<const TensorDesc> in) {
   Window w = conv_window(a, in[1]);
   const Shape& dy = in[0].shape;
-  BRAID_ASSERT(dy.rank() == 4 && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}), "conv2d_grad_weight: dy ", in[0].str(),
-               ", x ", in[1].str());
+  BRAID_ASSERT(dy.rank() == 4 && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}), "conv2d_grad_weight: dy ", in[0].str(), ", x ",
+               in[1].str());
   return {TensorDesc{Shape{dy[1], w.C, w.kh, w.kw}, in[0].dtype}};
 }
 
@@ -364,7 +370,7 @@ void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, s
 std::vector<SplitSignature> grad_bias_splits(const Attrs&, std::span<const TensorDesc> in,
                                              std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
-  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::P()}});         // batch shares sum to the total
+  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::P()}});          // batch shares sum to the total
   sigs.push_back({"out_channel", {Sbp::S(1)}, {Sbp::S(0)}});  // each device sums its channels
   return sigs;
 }
@@ -418,8 +424,8 @@ void register_conv(Registry& r) {
     r.add(d);
   }
   {
-    OpDef d = grad_def("conv2d_grad_input", "gradient of conv2d with respect to its input: (dy, x, weight) -> dx",
-                       3, infer_grad_input, grad_input_cpu, grad_input_splits);
+    OpDef d = grad_def("conv2d_grad_input", "gradient of conv2d with respect to its input: (dy, x, weight) -> dx", 3,
+                       infer_grad_input, grad_input_cpu, grad_input_splits);
     d.workspace = grad_input_workspace;
     d.cost = grad_input_cost;
     r.add(d);

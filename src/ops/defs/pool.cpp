@@ -31,7 +31,9 @@ Window pool_window(const std::string& op, const Attrs& a, const TensorDesc& x) {
 }
 
 // Planes (one (b, c) pair each) per parallel chunk, so that a chunk does about 16k window reads.
-int64_t plane_grain(const Window& w) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, w.out_plane() * w.k())); }
+int64_t plane_grain(const Window& w) {
+  return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, w.out_plane() * w.k()));
+}
 
 std::vector<SplitSignature> plane_splits(std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
@@ -166,7 +168,8 @@ void avg_pool_grad(GradCtx& c) {
 // ---- avg_pool2d_grad(dy, x) -> dx: each window's dy / (kh kw) spread over its real pixels -------------------
 std::vector<TensorDesc> infer_avg_pool_grad(const Attrs& a, std::span<const TensorDesc> in) {
   Window w = pool_window("avg_pool2d", a, in[1]);
-  BRAID_ASSERT(in[0].shape == (Shape{w.B, w.C, w.Ho, w.Wo}), "avg_pool2d_grad: dy ", in[0].str(), " for x ", in[1].str());
+  BRAID_ASSERT(in[0].shape == (Shape{w.B, w.C, w.Ho, w.Wo}), "avg_pool2d_grad: dy ", in[0].str(), " for x ",
+               in[1].str());
   return {in[1]};
 }
 
@@ -218,14 +221,20 @@ std::vector<Sample> pool_samples() {
 }
 
 BadSample rank_bad(const std::string& op) {
-  return {"flat_samples", {{"kernel", int64_t{2}}}, {TensorDesc{Shape{4, 3, 32}}},
+  return {"flat_samples",
+          {{"kernel", int64_t{2}}},
+          {TensorDesc{Shape{4, 3, 32}}},
           op + " needs [C, H, W] samples, got [3, 32]"};
 }
 std::vector<BadSample> max_pool_bad() {
   return {rank_bad("max_pool2d"),
-          {"pad_over_half", pool_attrs({2, 2}, {2, 2}, {2, 0}), {TensorDesc{Shape{2, 1, 8, 8}}},
+          {"pad_over_half",
+           pool_attrs({2, 2}, {2, 2}, {2, 0}),
+           {TensorDesc{Shape{2, 1, 8, 8}}},
            "padding [2, 0] must be at most half of kernel [2, 2]"},
-          {"kernel_too_big", {{"kernel", int64_t{5}}}, {TensorDesc{Shape{2, 3, 3, 3}}},
+          {"kernel_too_big",
+           {{"kernel", int64_t{5}}},
+           {TensorDesc{Shape{2, 3, 3, 3}}},
            "kernel [5, 5] is larger than the padded input"},
           {"int_input", {{"kernel", int64_t{2}}}, {TensorDesc{Shape{2, 1, 8, 8}, DType::i64}}, "floating point"}};
 }
@@ -365,8 +374,8 @@ void register_pool(Registry& r) {
     r.add(d);
   }
   {
-    OpDef d = internal_def("max_pool2d_grad", "gradient of max_pool2d: (dy, argmax, x) -> dx", 3,
-                           infer_max_pool_grad, max_pool_grad_cpu);
+    OpDef d = internal_def("max_pool2d_grad", "gradient of max_pool2d: (dy, argmax, x) -> dx", 3, infer_max_pool_grad,
+                           max_pool_grad_cpu);
     d.attrs = pool_attr_specs();
     d.canonicalize = pool_canonicalize;
     d.cost = max_pool_grad_cost;

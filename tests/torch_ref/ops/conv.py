@@ -1,10 +1,9 @@
 # PyTorch references of the conv family files (src/ops/defs/conv.cpp, pool.cpp, batch_norm.cpp), run by
-# ../op_ref.py: conv2d (F.conv2d), max_pool2d / avg_pool2d (F.max_pool2d, F.avg_pool2d with
-# count_include_pad=True, ceil_mode=False), global_avg_pool (mean over H and W), batch_norm (F.batch_norm with
-# the running-stat tensors: batch statistics and in-place running updates in training, running statistics in
-# eval). Each fn(attrs, inputs, training) returns the public outputs; inputs are data then ParamsFn's order.
-# MUTATED (not read by op_ref.py yet) gives batch_norm's buffers after a forward, for a harness that
-# compares braid's in-place updates (running_mean, running_var, num_batches_tracked) too.
+# ../op_ref.py: conv2d (F.conv2d), max_pool2d / avg_pool2d (ceil_mode=False, count_include_pad=True),
+# global_avg_pool (mean over H and W), batch_norm (F.batch_norm on the running-stat tensors: batch statistics
+# and in-place running updates in training, running statistics in eval). fn(attrs, inputs, training) returns
+# the public outputs. MUTATED (not read by op_ref.py yet) gives batch_norm's buffers after a forward, for a
+# harness that compares braid's in-place updates (running_mean, running_var, num_batches_tracked) too.
 import torch
 import torch.nn.functional as F
 
