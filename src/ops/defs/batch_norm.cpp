@@ -1,0 +1,289 @@
+// batch_norm: normalises axis 1 of [B, C, ...] (the per-sample channel axis 0) over every other axis, as
+// F.batch_norm / nn.BatchNorm{1,2,3}d. Training: batch statistics with the biased variance; the buffers
+// running_mean and running_var are updated in place with `momentum` and the UNBIASED variance, and
+// num_batches_tracked += 1. Eval (KernelCtx::training false): the running statistics, nothing mutated.
+// Outputs 1 and 2 (mean and invstd per channel, those used by output 0) are saved for batch_norm_grad.
+// Statistics accumulate in double, channel by channel, in a fixed order: results do not depend on threads.
+#include <cmath>
+
+#include "ops/cpu/kernel_util.h"
+#include "ops/defs/spatial_util.h"
+#include "ops/registry.h"
+
+namespace braid::ops {
+namespace {
+
+using cpu::dispatch_float;
+using spatial::per_sample;
+
+// Inputs in order: x, then ParamsFn's order.
+enum : int { kX = 0, kWeight, kBias, kRunningMean, kRunningVar, kNumBatches, kNumInputs };
+
+// x is [B, C, ...]: returns C, or throws with the per-sample shape.
+int64_t channels_of(const TensorDesc& x) {
+  if (x.shape.rank() < 2)
+    throw OpError("batch_norm needs [C] or [C, ...] samples, got " + per_sample(x.shape).str(),
+                  "it normalises each channel (axis 0 of a sample) over the batch; a per-sample scalar has none");
+  if (!is_float(x.dtype))
+    throw OpError("batch_norm needs floating point input, got " + std::string(dtype_name(x.dtype)) + " samples " +
+                  per_sample(x.shape).str());
+  return x.shape[1];
+}
+
+// x viewed as (B, C, S): S is the product of the axes after the channels.
+struct Layout {
+  int64_t B, C, S;
+  int64_t n() const { return B * S; }  // values per channel
+  int64_t at(int64_t b, int64_t c) const { return (b * C + c) * S; }
+};
+Layout layout_of(const Shape& s) { return {s[0], s[1], s.numel() / std::max<int64_t>(1, s[0] * s[1])}; }
+
+std::vector<ParamSpec> bn_params(const Attrs&, std::span<const TensorDesc> data) {
+  int64_t C = channels_of(data[0]);
+  DType t = data[0].dtype;
+  ParamSpec nbt{"num_batches_tracked", TensorDesc{Shape{}, DType::i64}, InitSpec::zeros(), true};
+  return {{"weight", TensorDesc{Shape{C}, t}, InitSpec::ones()},
+          {"bias", TensorDesc{Shape{C}, t}, InitSpec::zeros()},
+          {"running_mean", TensorDesc{Shape{C}, t}, InitSpec::zeros(), true},
+          {"running_var", TensorDesc{Shape{C}, t}, InitSpec::ones(), true},
+          nbt};
+}
+
+std::vector<TensorDesc> infer_bn(const Attrs& a, std::span<const TensorDesc> in) {
+  const TensorDesc& x = in[kX];
+  int64_t C = channels_of(x);
+  if (!(a.f("eps") > 0)) throw OpError("eps must be positive, got " + std::to_string(a.f("eps")));
+  if (!(a.f("momentum") >= 0 && a.f("momentum") <= 1))
+    throw OpError("momentum must be in [0, 1], got " + std::to_string(a.f("momentum")),
+                  "as in PyTorch, the new running value is (1 - momentum) * old + momentum * batch");
+  if (in.size() != kNumInputs)
+    throw OpError(
+        "batch_norm takes 6 tensors (input, weight, bias, running_mean, running_var, "
+        "num_batches_tracked), got " +
+        std::to_string(in.size()));
+  const char* names[] = {"", "weight", "bias", "running_mean", "running_var"};
+  for (int k = kWeight; k <= kRunningVar; ++k) {
+    if (in[k].shape != Shape{C})
+      throw OpError("input has " + std::to_string(C) + " channels but " + names[k] + " is " + in[k].shape.str() +
+                        " (per-sample input " + per_sample(x.shape).str() + ")",
+                    "batch_norm's parameters and buffers are [C], C being axis 0 of a sample");
+    if (in[k].dtype != x.dtype)
+      throw OpError(std::string(names[k]) + " is " + in[k].str() + " but the input is " +
+                    std::string(dtype_name(x.dtype)));
+  }
+  if (in[kNumBatches].shape.rank() != 0 || !is_int(in[kNumBatches].dtype))
+    throw OpError("num_batches_tracked must be an integer scalar, got " + in[kNumBatches].str());
+  TensorDesc stat{Shape{C}, x.dtype};
+  return {x, stat, stat};
+}
+
+// y = (x - mean) * invstd * weight + bias, per channel c; training: mean, var over (B, S) of channel c.
+void bn_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[kX].shape());
+  const double eps = a.f("eps"), mom = a.f("momentum");
+  const bool train = ctx.training;
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* x = in[kX].data<T>();
+    const T* w = in[kWeight].data<T>();
+    const T* bias = in[kBias].data<T>();
+    T* rm = in[kRunningMean].data<T>();  // mutated in training (mutated_inputs)
+    T* rv = in[kRunningVar].data<T>();
+    T* y = out[0].data<T>();
+    T* mean = out[1].data<T>();
+    T* invstd = out[2].data<T>();
+    parallel_for(l.C, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, l.n())), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        double m, inv;
+        if (train) {
+          double sum = 0, sq = 0;
+          for (int64_t b = 0; b < l.B; ++b)
+            for (int64_t e = 0; e < l.S; ++e) sum += x[l.at(b, c) + e];
+          m = sum / static_cast<double>(l.n());
+          for (int64_t b = 0; b < l.B; ++b)
+            for (int64_t e = 0; e < l.S; ++e) {
+              double d = x[l.at(b, c) + e] - m;
+              sq += d * d;
+            }
+          inv = 1.0 / std::sqrt(sq / static_cast<double>(l.n()) + eps);
+          // PyTorch rejects one value per channel in training; here the unbiased variance falls back to 0.
+          double unbiased = l.n() > 1 ? sq / static_cast<double>(l.n() - 1) : 0.0;
+          rm[c] = static_cast<T>((1 - mom) * rm[c] + mom * m);
+          rv[c] = static_cast<T>((1 - mom) * rv[c] + mom * unbiased);
+        } else {
+          m = rm[c];
+          inv = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
+        }
+        mean[c] = static_cast<T>(m);
+        invstd[c] = static_cast<T>(inv);
+        const double scale = w[c] * inv, shift = bias[c] - m * scale;
+        for (int64_t b = 0; b < l.B; ++b)
+          for (int64_t e = 0; e < l.S; ++e) y[l.at(b, c) + e] = static_cast<T>(x[l.at(b, c) + e] * scale + shift);
+      }
+    });
+  });
+  if (train) {
+    const Tensor& nbt = in[kNumBatches];
+    if (nbt.dtype() == DType::i64)
+      nbt.data<int64_t>()[0] += 1;
+    else
+      nbt.data<int32_t>()[0] += 1;
+  }
+}
+
+void bn_grad(GradCtx& c) {
+  if (!c.dout[0].valid() || !(c.needs[kX] || c.needs[kWeight] || c.needs[kBias])) return;
+  auto g = c.g.emit("batch_norm_grad", {}, {c.dout[0], c.inputs[kX], c.inputs[kWeight], c.outputs[1], c.outputs[2]});
+  for (int k = kX; k <= kBias; ++k)
+    if (c.needs[k]) c.din[k] = g[k];
+}
+
+// Layouts of (x, weight, bias, running_mean, running_var, num_batches_tracked) -> (y, mean, invstd).
+std::vector<SplitSignature> bn_splits(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: each device normalises its share of the batch with ITS OWN statistics, like PyTorch DDP without
+  // SyncBatchNorm: in training y is not the unsplit op's (it is in eval), the saved mean/invstd are per
+  // device (B here means "kept where made"), and each device updates its own copy of the running buffers.
+  // Synchronised batch norm is a later issue.
+  sigs.push_back(
+      {"data", {Sbp::S(0), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::S(0), Sbp::B(), Sbp::B()}});
+  // channel: channels are independent; parameters, buffers and statistics split with them; every device
+  // counts the same batches.
+  sigs.push_back({"channel",
+                  {Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::S(0), Sbp::B()},
+                  {Sbp::S(1), Sbp::S(0), Sbp::S(0)}});
+  return sigs;
+}
+
+Cost bn_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Cost c = default_cost(in, out, 0);
+  c.flops = 6.0 * static_cast<double>(in[kX].numel());  // sum, squared deviations, scale and shift
+  return c;
+}
+
+std::vector<Sample> bn_samples() {
+  return {
+      {"2d", {}, {{TensorDesc{Shape{6, 4}}}}},
+      {"4d", {}, {{TensorDesc{Shape{2, 3, 4, 4}}, 0, -2, 3}}},
+      {"3d_eps_momentum", {{"eps", 1e-3}, {"momentum", 0.25}}, {{TensorDesc{Shape{3, 2, 5}}}}},
+  };
+}
+
+std::vector<BadSample> bn_bad() {
+  return {
+      {"scalar_samples", {}, {TensorDesc{Shape{8}}}, "batch_norm needs [C] or [C, ...] samples, got []"},
+      {"int_input", {}, {TensorDesc{Shape{4, 3}, DType::i32}}, "floating point"},
+      {"eps", {{"eps", 0.0}}, {TensorDesc{Shape{4, 3}}}, "eps must be positive"},
+      {"momentum", {{"momentum", 1.5}}, {TensorDesc{Shape{4, 3}}}, "momentum must be in [0, 1], got 1.5"},
+  };
+}
+
+// ---- batch_norm_grad(dy, x, weight, mean, invstd) -> (dx, dweight, dbias) ----------------------------------
+std::vector<TensorDesc> infer_bn_grad(const Attrs&, std::span<const TensorDesc> in) {
+  TensorDesc stat{Shape{in[1].shape[1]}, in[1].dtype};
+  BRAID_ASSERT(in[0] == in[1] && in[2] == stat && in[3] == stat && in[4] == stat, "batch_norm_grad: dy ", in[0].str(),
+               ", x ", in[1].str(), ", weight ", in[2].str(), ", mean ", in[3].str(), ", invstd ", in[4].str());
+  return {in[1], stat, stat};
+}
+
+// xhat = (x - mean) invstd; dbias = sum dy; dweight = sum dy xhat;
+// training: dx = weight invstd (dy - dbias / n - xhat dweight / n)  (mean and var depend on x)
+// eval:     dx = weight invstd dy                                   (running statistics are constants)
+void bn_grad_cpu(const KernelCtx& ctx, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[1].shape());
+  const bool train = ctx.training;
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* w = in[2].data<T>();
+    const T* mean = in[3].data<T>();
+    const T* invstd = in[4].data<T>();
+    T* dx = out[0].data<T>();
+    T* dw = out[1].data<T>();
+    T* db = out[2].data<T>();
+    const double n = static_cast<double>(l.n());
+    parallel_for(l.C, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, l.n())), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const double m = mean[c], inv = invstd[c];
+        double sdy = 0, sdyx = 0;
+        for (int64_t b = 0; b < l.B; ++b)
+          for (int64_t e = 0; e < l.S; ++e) {
+            int64_t i = l.at(b, c) + e;
+            sdy += dy[i];
+            sdyx += dy[i] * (x[i] - m) * inv;
+          }
+        db[c] = static_cast<T>(sdy);
+        dw[c] = static_cast<T>(sdyx);
+        const double k = w[c] * inv;
+        for (int64_t b = 0; b < l.B; ++b)
+          for (int64_t e = 0; e < l.S; ++e) {
+            int64_t i = l.at(b, c) + e;
+            double g = dy[i];
+            if (train) g -= (sdy + (x[i] - m) * inv * sdyx) / n;
+            dx[i] = static_cast<T>(k * g);
+          }
+      }
+    });
+  });
+}
+
+std::vector<SplitSignature> bn_grad_splits(const Attrs&, std::span<const TensorDesc> in,
+                                           std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: the backward of the per-device forward (see bn_splits); dweight and dbias are partial sums.
+  sigs.push_back({"data", {Sbp::S(0), Sbp::S(0), Sbp::B(), Sbp::B(), Sbp::B()}, {Sbp::S(0), Sbp::P(), Sbp::P()}});
+  // channel: channels are independent.
+  sigs.push_back(
+      {"channel", {Sbp::S(1), Sbp::S(1), Sbp::S(0), Sbp::S(0), Sbp::S(0)}, {Sbp::S(1), Sbp::S(0), Sbp::S(0)}});
+  return sigs;
+}
+
+Cost bn_grad_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Cost c = default_cost(in, out, 0);
+  c.flops = 8.0 * static_cast<double>(in[1].numel());
+  return c;
+}
+
+}  // namespace
+
+void register_batch_norm(Registry& r) {
+  {
+    OpDef d;
+    d.name = "batch_norm";
+    d.doc = "batch normalisation over the per-sample channel axis 0 (torch.nn.BatchNorm1d/2d/3d)";
+    AttrSpec eps, mom;
+    eps.name = "eps", eps.kind = AttrKind::Float, eps.default_value = AttrValue(1e-5);
+    eps.doc = "added to the variance";
+    mom.name = "momentum", mom.kind = AttrKind::Float, mom.default_value = AttrValue(0.1);
+    mom.doc = "weight of the batch statistics in the running statistics";
+    d.attrs = {eps, mom};
+    d.public_outputs = 1;
+    d.mutated_inputs = {kRunningMean, kRunningVar, kNumBatches};
+    d.params = bn_params;
+    d.infer = infer_bn;
+    d.grad = bn_grad;
+    d.splits = bn_splits;
+    d.cost = bn_cost;
+    d.samples = bn_samples;
+    d.bad_samples = bn_bad;
+    d.cpu = bn_cpu;
+    // Statistics in double: outputs and gradients within ~4e-7 of PyTorch's fp32 on the samples.
+    d.torch_rtol = 1e-5;
+    d.torch_atol = 1e-6;
+    r.add(d);
+  }
+  {
+    OpDef d;
+    d.name = "batch_norm_grad";
+    d.doc = "gradient of batch_norm: (dy, x, weight, mean, invstd) -> (dx, dweight, dbias); uses the mode";
+    d.internal = true;
+    d.differentiable = false;
+    d.min_inputs = d.max_inputs = 5;
+    d.infer = infer_bn_grad;
+    d.splits = bn_grad_splits;
+    d.cost = bn_grad_cost;
+    d.cpu = bn_grad_cpu;
+    r.add(d);
+  }
+}
+
+}  // namespace braid::ops

@@ -1,0 +1,448 @@
+// conv2d: 2-D convolution of NCHW input like torch.nn.Conv2d (groups 1, dilation 1, zero padding), by
+// im2col + one GEMM per sample; and its gradient ops: conv2d_grad_input (GEMM + col2im),
+// conv2d_grad_weight (GEMM accumulated over the batch) and conv2d_grad_bias (sum over batch and space).
+// Weight [out, C, kh, kw], bias [out]; both start uniform(-1/sqrt(C kh kw), +1/sqrt(C kh kw)) as in PyTorch.
+// The column matrix of one sample is scratch from OpDef::workspace: kernels never allocate. 1x1 convolutions
+// with stride 1 and no padding skip im2col (the sample already is its column matrix).
+#include <cmath>
+
+#include "ops/cpu/kernel_util.h"
+#include "ops/defs/spatial_util.h"
+#include "ops/registry.h"
+
+namespace braid::ops {
+namespace {
+
+using cpu::dispatch_float;
+using spatial::pair_str;
+using spatial::per_sample;
+using spatial::Window;
+
+Window conv_window(const Attrs& a, const TensorDesc& x) { return spatial::window_of("conv2d", a, x); }
+
+// The sample is its own column matrix: 1x1 kernel, stride 1, no padding.
+bool direct(const Window& w) { return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0; }
+
+// Bytes of one sample's column matrix [C kh kw, Ho Wo] (0 when the sample is used directly).
+size_t col_bytes(const Attrs& a, const TensorDesc& x) {
+  Window w = conv_window(a, x);
+  if (direct(w)) return 0;
+  return static_cast<size_t>(w.C * w.k() * w.out_plane()) * dtype_size(x.dtype);
+}
+
+template <typename T>
+T* scratch(const KernelCtx& ctx, int64_t n) {
+  BRAID_ASSERT(ctx.workspace != nullptr && ctx.workspace_bytes >= static_cast<size_t>(n) * sizeof(T),
+               "conv2d workspace too small: ", ctx.workspace_bytes, " bytes for ", n, " elements");
+  return static_cast<T*>(ctx.workspace);
+}
+
+// Channels per parallel chunk so that a chunk does about 32k element moves.
+int64_t channel_grain(const Window& w) {
+  return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, w.k() * w.out_plane()));
+}
+
+// Outputs o in [lo, hi) of one axis whose input position o stride - pad + tap falls inside [0, size).
+struct Span {
+  int64_t lo, hi;
+};
+Span valid_outputs(int64_t tap, int64_t stride, int64_t pad, int64_t size, int64_t n_out) {
+  int64_t lo = pad > tap ? (pad - tap + stride - 1) / stride : 0;
+  int64_t top = size - 1 + pad - tap;  // largest o stride that stays inside
+  int64_t hi = top >= 0 ? std::min(n_out, top / stride + 1) : 0;
+  return {std::min(lo, hi), hi};
+}
+
+// x: (C, H, W) one sample -> col: (C kh kw, Ho Wo); row (c, i, j) holds x[c, oh sh - ph + i, ow sw - pw + j],
+// zero where that falls in the padding. Row order matches the weight's (C, kh, kw) flattening.
+template <typename T>
+void im2col(const T* x, const Window& w, T* col) {
+  parallel_for(w.C, channel_grain(w), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = 0; i < w.kh; ++i) {
+        Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
+        for (int64_t j = 0; j < w.kw; ++j) {
+          Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
+          T* dst = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
+          for (int64_t oh = 0; oh < w.Ho; ++oh) {
+            T* row = dst + oh * w.Wo;
+            if (oh < rows.lo || oh >= rows.hi) {
+              for (int64_t ow = 0; ow < w.Wo; ++ow) row[ow] = T(0);
+              continue;
+            }
+            const T* src = x + (c * w.H + oh * w.sh - w.ph + i) * w.W - w.pw + j;  // src[ow sw] is the pixel
+            for (int64_t ow = 0; ow < cols.lo; ++ow) row[ow] = T(0);
+            if (w.sw == 1)
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow];
+            else
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow * w.sw];
+            for (int64_t ow = cols.hi; ow < w.Wo; ++ow) row[ow] = T(0);
+          }
+        }
+      }
+  });
+}
+
+// The adjoint of im2col: x = 0, then every column entry is added back to its pixel. Each chunk owns whole
+// channels and adds in a fixed order, so the result does not depend on the thread count.
+template <typename T>
+void col2im(const T* col, const Window& w, T* x) {
+  parallel_for(w.C, channel_grain(w), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* plane = x + c * w.in_plane();
+      for (int64_t e = 0; e < w.in_plane(); ++e) plane[e] = T(0);
+      for (int64_t i = 0; i < w.kh; ++i) {
+        Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
+        for (int64_t j = 0; j < w.kw; ++j) {
+          Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
+          const T* src = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
+          for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
+            T* dst = plane + (oh * w.sh - w.ph + i) * w.W - w.pw + j;  // dst[ow sw] is the pixel
+            const T* row = src + oh * w.Wo;
+            if (w.sw == 1)
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow] += row[ow];
+            else
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) dst[ow * w.sw] += row[ow];
+          }
+        }
+      }
+    }
+  });
+}
+
+// ---- conv2d ---------------------------------------------------------------------------------------------
+std::vector<ParamSpec> conv_params(const Attrs& a, std::span<const TensorDesc> data) {
+  Window w = conv_window(a, data[0]);
+  int64_t out = a.i("out");
+  double bound = 1.0 / std::sqrt(static_cast<double>(w.C * w.k()));  // kaiming_uniform(a=sqrt(5)) = 1/sqrt(fan_in)
+  std::vector<ParamSpec> ps{
+      {"weight", TensorDesc{Shape{out, w.C, w.kh, w.kw}, data[0].dtype}, InitSpec::uniform(-bound, bound)}};
+  if (a.b("bias")) ps.push_back({"bias", TensorDesc{Shape{out}, data[0].dtype}, InitSpec::uniform(-bound, bound)});
+  return ps;
+}
+
+std::vector<TensorDesc> infer_conv(const Attrs& a, std::span<const TensorDesc> in) {
+  const TensorDesc& x = in[0];
+  Window w = conv_window(a, x);
+  size_t want = a.b("bias") ? 3 : 2;
+  if (in.size() != want)
+    throw OpError("conv2d with bias=" + std::string(a.b("bias") ? "true" : "false") + " takes " + std::to_string(want) +
+                  " tensors (input, weight" + (want == 3 ? ", bias" : "") + "), got " + std::to_string(in.size()));
+  const TensorDesc& wt = in[1];
+  if (wt.shape.rank() == 4 && wt.shape[1] != w.C)
+    throw OpError("input has " + std::to_string(w.C) + " channels but weight expects " + std::to_string(wt.shape[1]) +
+                      " (per-sample input " + per_sample(x.shape).str() + ", weight " + wt.shape.str() + ")",
+                  "the weight is [out, C, kh, kw]; C is the channel count of the layer's input");
+  // The output channels come from the weight, not from `out`: under the out_channel split a device holds
+  // out / n filters with the op's attributes unchanged.
+  if (wt.shape.rank() != 4 || wt.shape[2] != w.kh || wt.shape[3] != w.kw)
+    throw OpError("weight " + wt.shape.str() + " does not fit kernel " + pair_str(a.ints("kernel")) +
+                  " on per-sample input " + per_sample(x.shape).str() + ": expected [out, " + std::to_string(w.C) +
+                  ", " + std::to_string(w.kh) + ", " + std::to_string(w.kw) + "]");
+  const int64_t out = wt.shape[0];
+  if (want == 3 && in[2].shape != Shape{out})
+    throw OpError("bias " + in[2].shape.str() + " does not match weight " + wt.shape.str() + ": expected [" +
+                  std::to_string(out) + "]");
+  for (size_t k = 1; k < in.size(); ++k)
+    if (in[k].dtype != x.dtype)
+      throw OpError("parameter is " + in[k].str() + " but the input is " + std::string(dtype_name(x.dtype)));
+  return {TensorDesc{Shape{w.B, out, w.Ho, w.Wo}, x.dtype}};
+}
+
+// y[b] (out, Ho Wo) = weight (out, C kh kw) @ col(x[b]) (C kh kw, Ho Wo) + bias
+void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Window w = conv_window(a, in[0].desc());
+  bool has_bias = in.size() > 2;
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    const T* wt = in[1].data<T>();
+    T* y = out[0].data<T>();
+    int64_t O = out[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
+    T* col = direct(w) ? nullptr : scratch<T>(ctx, K * P);
+    for (int64_t b = 0; b < w.B; ++b) {
+      const T* xb = x + b * w.C * w.in_plane();
+      if (col) im2col(xb, w, col);
+      T* yb = y + b * O * P;
+      if (has_bias) {
+        const T* bias = in[2].data<T>();
+        for (int64_t o = 0; o < O; ++o)
+          for (int64_t e = 0; e < P; ++e) yb[o * P + e] = bias[o];
+      }
+      cpu::gemm(false, false, O, P, K, T(1), wt, K, col ? col : xb, P, has_bias ? T(1) : T(0), yb, P);
+    }
+  });
+}
+
+size_t conv_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return col_bytes(a, in[0]);
+}
+
+// Layouts; B = batch, C = input channels, O = output channels.
+std::vector<SplitSignature> conv_splits(const Attrs& a, std::span<const TensorDesc> in,
+                                        std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  bool bias = in.size() > 2;
+  auto with_bias = [&](std::vector<Sbp> v, Sbp b) {
+    if (bias) v.push_back(b);
+    return v;
+  };
+  // data: each device convolves its share of the batch with the whole weight.
+  sigs.push_back({"data", with_bias({Sbp::S(0), Sbp::B()}, Sbp::B()), {Sbp::S(0)}});
+  // out_channel (column): each device owns a slice of the filters (weight and bias rows) and computes
+  // that slice of the output channels.
+  sigs.push_back({"out_channel", with_bias({Sbp::B(), Sbp::S(0)}, Sbp::S(0)), {Sbp::S(1)}});
+  // in_channel (row): each device convolves its input channels with the matching weight slice; the
+  // outputs are partial sums. The bias must be added once, so it comes as P: a share per device whose sum
+  // is the bias (e.g. the whole bias on one device, zeros elsewhere); without bias nothing else is needed.
+  sigs.push_back({"in_channel", with_bias({Sbp::S(1), Sbp::S(1)}, Sbp::P()), {Sbp::P()}});
+  return sigs;
+}
+
+Cost conv_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Window w = conv_window(a, in[0]);
+  double macs = static_cast<double>(out[0].numel()) * static_cast<double>(w.C * w.k());
+  Cost c = default_cost(in, out, 0);
+  c.flops = 2 * macs + (in.size() > 2 ? static_cast<double>(out[0].numel()) : 0);
+  return c;
+}
+
+void conv_grad(GradCtx& c) {
+  if (!c.dout[0].valid()) return;
+  ValueId dy = c.dout[0];
+  if (c.needs[0]) c.din[0] = c.g.emit("conv2d_grad_input", c.attrs, {dy, c.inputs[0], c.inputs[1]})[0];
+  if (c.needs[1]) c.din[1] = c.g.emit("conv2d_grad_weight", c.attrs, {dy, c.inputs[0]})[0];
+  if (c.inputs.size() > 2 && c.needs[2]) c.din[2] = c.g.emit("conv2d_grad_bias", {}, {dy})[0];
+}
+
+Attrs conv_attrs(int64_t out, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                 bool bias = true) {
+  return {{"out", out}, {"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"bias", bias}};
+}
+
+std::vector<Sample> conv_samples() {
+  return {
+      {"k3", {{"out", int64_t{4}}, {"kernel", int64_t{3}}}, {{TensorDesc{Shape{2, 3, 6, 6}}}}},
+      {"stride2_pad1", conv_attrs(3, {3, 3}, {2, 2}, {1, 1}), {{TensorDesc{Shape{2, 2, 7, 7}}}}},
+      {"nonsquare_nobias", conv_attrs(2, {2, 3}, {1, 2}, {1, 0}, false), {{TensorDesc{Shape{2, 3, 5, 6}}}}},
+      {"pointwise", {{"out", int64_t{5}}, {"kernel", int64_t{1}}}, {{TensorDesc{Shape{3, 4, 3, 3}}}}},
+  };
+}
+
+std::vector<BadSample> conv_bad() {
+  Attrs k3{{"out", int64_t{8}}, {"kernel", int64_t{3}}};
+  return {
+      {"flat_samples", k3, {TensorDesc{Shape{2, 784}}}, "conv2d needs [C, H, W] samples, got [784]"},
+      {"hw_samples", k3, {TensorDesc{Shape{2, 28, 28}}}, "conv2d needs [C, H, W] samples, got [28, 28]"},
+      {"kernel_too_big",
+       {{"out", int64_t{8}}, {"kernel", int64_t{5}}},
+       {TensorDesc{Shape{2, 1, 4, 4}}},
+       "kernel [5, 5] is larger than the padded input: per-sample input [1, 4, 4] with padding [0, 0] is 4 x 4"},
+      {"kernel_too_tall",
+       conv_attrs(8, {6, 3}, {1, 1}, {1, 1}),
+       {TensorDesc{Shape{2, 3, 3, 8}}},
+       "larger than the padded input"},
+      {"int_input", k3, {TensorDesc{Shape{2, 1, 8, 8}, DType::i32}}, "floating point"},
+  };
+}
+
+// ---- conv2d_grad_input(dy, x, weight) -> dx ----------------------------------------------------------------
+std::vector<TensorDesc> infer_grad_input(const Attrs& a, std::span<const TensorDesc> in) {
+  Window w = conv_window(a, in[1]);
+  const Shape &dy = in[0].shape, &wt = in[2].shape;
+  BRAID_ASSERT(wt == (Shape{dy[1], w.C, w.kh, w.kw}) && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}), "conv2d_grad_input: dy ",
+               in[0].str(), ", x ", in[1].str(), ", weight ", in[2].str());
+  return {in[1]};
+}
+
+// dcol (C kh kw, Ho Wo) = weight^T @ dy[b]; dx[b] = col2im(dcol)
+void grad_input_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Window w = conv_window(a, in[1].desc());
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    const T* wt = in[2].data<T>();
+    T* dx = out[0].data<T>();
+    int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
+    T* dcol = direct(w) ? nullptr : scratch<T>(ctx, K * P);
+    for (int64_t b = 0; b < w.B; ++b) {
+      T* dxb = dx + b * w.C * w.in_plane();
+      cpu::gemm(true, false, K, P, O, T(1), wt, K, dy + b * O * P, P, T(0), dcol ? dcol : dxb, P);
+      if (dcol) col2im(dcol, w, dxb);
+    }
+  });
+}
+
+size_t grad_input_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return col_bytes(a, in[1]);
+}
+
+std::vector<SplitSignature> grad_input_splits(const Attrs&, std::span<const TensorDesc> in,
+                                              std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: per-sample independent.
+  sigs.push_back({"data", {Sbp::S(0), Sbp::S(0), Sbp::B()}, {Sbp::S(0)}});
+  // out_channel (forward's column split): dy's channel slice times the matching filters is a partial dx.
+  sigs.push_back({"out_channel", {Sbp::S(1), Sbp::B(), Sbp::S(0)}, {Sbp::P()}});
+  // in_channel (forward's row split): each device computes dx for its input channels.
+  sigs.push_back({"in_channel", {Sbp::B(), Sbp::S(1), Sbp::S(1)}, {Sbp::S(1)}});
+  return sigs;
+}
+
+Cost grad_input_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Window w = conv_window(a, in[1]);
+  Cost c = default_cost(in, out, 0);
+  c.flops = 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(w.C * w.k()) +
+            static_cast<double>(w.B * w.C * w.k() * w.out_plane());
+  return c;
+}
+
+// ---- conv2d_grad_weight(dy, x) -> dweight -------------------------------------------------------------------
+std::vector<TensorDesc> infer_grad_weight(const Attrs& a, std::span<const TensorDesc> in) {
+  Window w = conv_window(a, in[1]);
+  const Shape& dy = in[0].shape;
+  BRAID_ASSERT(dy.rank() == 4 && dy == (Shape{w.B, dy[1], w.Ho, w.Wo}), "conv2d_grad_weight: dy ", in[0].str(), ", x ",
+               in[1].str());
+  return {TensorDesc{Shape{dy[1], w.C, w.kh, w.kw}, in[0].dtype}};
+}
+
+// dweight (out, C kh kw) = sum over b of dy[b] (out, Ho Wo) @ col(x[b])^T (Ho Wo, C kh kw)
+void grad_weight_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Window w = conv_window(a, in[1].desc());
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    T* dw = out[0].data<T>();
+    int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
+    T* col = direct(w) ? nullptr : scratch<T>(ctx, K * P);
+    for (int64_t b = 0; b < w.B; ++b) {
+      const T* xb = x + b * w.C * w.in_plane();
+      if (col) im2col(xb, w, col);
+      cpu::gemm(false, true, O, K, P, T(1), dy + b * O * P, P, col ? col : xb, P, b == 0 ? T(0) : T(1), dw, K);
+    }
+  });
+}
+
+size_t grad_weight_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return col_bytes(a, in[1]);
+}
+
+std::vector<SplitSignature> grad_weight_splits(const Attrs&, std::span<const TensorDesc> in,
+                                               std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  // data: each device's batch share contributes a partial sum of the weight gradient.
+  sigs.push_back({"data", {Sbp::S(0), Sbp::S(0)}, {Sbp::P()}});
+  // out_channel: dy's channel slice gives those filters' rows.
+  sigs.push_back({"out_channel", {Sbp::S(1), Sbp::B()}, {Sbp::S(0)}});
+  // in_channel: x's channel slice gives that slice of every filter.
+  sigs.push_back({"in_channel", {Sbp::B(), Sbp::S(1)}, {Sbp::S(1)}});
+  return sigs;
+}
+
+Cost grad_weight_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  Window w = conv_window(a, in[1]);
+  Cost c = default_cost(in, out, 0);
+  c.flops = 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(w.C * w.k());
+  return c;
+}
+
+// ---- conv2d_grad_bias(dy) -> dbias: sum over every axis but 1 ---------------------------------------------
+std::vector<TensorDesc> infer_grad_bias(const Attrs&, std::span<const TensorDesc> in) {
+  BRAID_ASSERT(in[0].shape.rank() >= 2, "conv2d_grad_bias on ", in[0].str());
+  return {TensorDesc{Shape{in[0].shape[1]}, in[0].dtype}};
+}
+
+void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const Shape& s = in[0].shape();
+  int64_t B = s[0], O = s[1], P = s.numel() / std::max<int64_t>(1, B * O);
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    T* db = out[0].data<T>();
+    parallel_for(O, 16, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        double acc = 0;  // fixed order, double accumulator
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t e = 0; e < P; ++e) acc += dy[(b * O + o) * P + e];
+        db[o] = static_cast<T>(acc);
+      }
+    });
+  });
+}
+
+std::vector<SplitSignature> grad_bias_splits(const Attrs&, std::span<const TensorDesc> in,
+                                             std::span<const TensorDesc> out) {
+  auto sigs = all_broadcast(in, out);
+  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::P()}});          // batch shares sum to the total
+  sigs.push_back({"out_channel", {Sbp::S(1)}, {Sbp::S(0)}});  // each device sums its channels
+  return sigs;
+}
+
+std::vector<AttrSpec> conv_attr_specs() {
+  AttrSpec out, bias;
+  out.name = "out", out.kind = AttrKind::Int, out.positive = true;
+  out.doc = "output channels";
+  bias.name = "bias", bias.kind = AttrKind::Bool, bias.default_value = AttrValue(true);
+  bias.doc = "add a learned bias per output channel";
+  return {out, spatial::pair_attr("kernel", std::nullopt, true, "kernel size: n or [kh, kw]"),
+          spatial::pair_attr("stride", 1, true, "stride: n or [sh, sw]"),
+          spatial::pair_attr("padding", 0, false, "zero padding on each side: n or [ph, pw]"), bias};
+}
+
+OpDef grad_def(const std::string& name, std::string doc, int n_in, InferFn infer, CpuKernel k, SplitFn splits) {
+  OpDef d;
+  d.name = name;
+  d.doc = std::move(doc);
+  d.internal = true;
+  d.differentiable = false;
+  d.min_inputs = d.max_inputs = n_in;
+  d.attrs = conv_attr_specs();
+  d.infer = infer;
+  d.cpu = k;
+  d.splits = splits;
+  return d;
+}
+
+}  // namespace
+
+void register_conv(Registry& r) {
+  {
+    OpDef d;
+    d.name = "conv2d";
+    d.doc = "2-D convolution of [C, H, W] samples (torch.nn.Conv2d: groups 1, dilation 1, zero padding)";
+    d.attrs = conv_attr_specs();
+    d.params = conv_params;
+    d.infer = infer_conv;
+    d.grad = conv_grad;
+    d.splits = conv_splits;
+    d.cost = conv_cost;
+    d.workspace = conv_workspace;
+    d.samples = conv_samples;
+    d.bad_samples = conv_bad;
+    d.cpu = conv2d_cpu;
+    // Sums of C kh kw (or B Ho Wo for dweight) products in another order than PyTorch's: up to ~1e-6 absolute
+    // on the samples, too close to the default atol for outputs near 0.
+    d.torch_rtol = 1e-5;
+    d.torch_atol = 1e-5;
+    r.add(d);
+  }
+  {
+    OpDef d = grad_def("conv2d_grad_input", "gradient of conv2d with respect to its input: (dy, x, weight) -> dx", 3,
+                       infer_grad_input, grad_input_cpu, grad_input_splits);
+    d.workspace = grad_input_workspace;
+    d.cost = grad_input_cost;
+    r.add(d);
+  }
+  {
+    OpDef d = grad_def("conv2d_grad_weight", "gradient of conv2d with respect to its weight: (dy, x) -> dweight", 2,
+                       infer_grad_weight, grad_weight_cpu, grad_weight_splits);
+    d.workspace = grad_weight_workspace;
+    d.cost = grad_weight_cost;
+    r.add(d);
+  }
+  {
+    OpDef d = grad_def("conv2d_grad_bias", "gradient of conv2d with respect to its bias: dy [B, O, ...] -> [O]", 1,
+                       infer_grad_bias, grad_bias_cpu, grad_bias_splits);
+    d.attrs = {};
+    r.add(d);
+  }
+}
+
+}  // namespace braid::ops

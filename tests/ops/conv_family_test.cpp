@@ -1,0 +1,494 @@
+// Tests of the conv, pool and batch_norm families beyond the registry suites: kernels against slow, obvious
+// loops; batch_norm's running statistics and eval mode; error wording the bad samples cannot reach (a weight
+// that does not fit its input); and split consistency: every split signature of these ops and of their
+// gradient ops, run on two shards and reassembled, equals the unsplit op (in double).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "core/parallel.h"
+#include "op_harness.h"
+
+using namespace braid;
+using namespace braid::ops;
+using namespace braid::testing;
+
+namespace {
+
+std::vector<Tensor> run_op(const std::string& op, const Attrs& attrs, const std::vector<Tensor>& in, bool training) {
+  Eager e;
+  e.ctx.training = training;
+  std::vector<ValueId> ids;
+  for (const auto& t : in) ids.push_back(e.add(t));  // not cloned: in-place updates stay visible
+  std::vector<Tensor> out;
+  for (auto v : e.emit(op, attrs, ids)) out.push_back(e.val(v));
+  return out;
+}
+
+Tensor random_like(const TensorDesc& d, Rng& rng, double lo = -1, double hi = 1) {
+  Tensor t = Tensor::empty(d);
+  for (int64_t i = 0; i < t.numel(); ++i) set_from_double(t, i, rng.uniform(lo, hi));
+  return t;
+}
+
+// Elements [b, e) of axis `axis`.
+Tensor slice(const Tensor& t, int axis, int64_t b, int64_t e) {
+  Shape s = t.shape();
+  int64_t n = s[axis], inner = 1, outer = 1;
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  s[axis] = e - b;
+  Tensor r = Tensor::empty({s, t.dtype()});
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t k = 0; k < inner; ++k)
+        set_from_double(r, (o * (e - b) + i - b) * inner + k, get_as_double(t, (o * n + i) * inner + k));
+  return r;
+}
+
+Tensor concat(const Tensor& a, const Tensor& b, int axis) {
+  Shape s = a.shape();
+  s[axis] += b.shape()[axis];
+  Tensor r = Tensor::empty({s, a.dtype()});
+  int64_t inner = 1, outer = 1;
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  int64_t na = a.shape()[axis], nb = b.shape()[axis];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < na + nb; ++i)
+      for (int64_t k = 0; k < inner; ++k) {
+        double v =
+            i < na ? get_as_double(a, (o * na + i) * inner + k) : get_as_double(b, (o * nb + i - na) * inner + k);
+        set_from_double(r, (o * (na + nb) + i) * inner + k, v);
+      }
+  return r;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.desc(), want.desc()) << what;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = get_as_double(got, i), w = get_as_double(want, i);
+    ASSERT_NEAR(g, w, tol * std::max(1.0, std::abs(w))) << what << " element " << i;
+  }
+}
+
+// Runs `op` whole and on two shards per split signature; reassembles outputs (and in-place updated inputs)
+// and compares. S inputs are halved along their axis, B inputs copied, P inputs cut into two random addends.
+void check_splits(const std::string& op, const Attrs& attrs_in, const std::vector<Tensor>& inputs, bool training,
+                  const std::set<std::string>& skip = {}) {
+  const OpDef& d = Registry::get().at(op);
+  Attrs attrs = attrs_in;
+  complete_attrs(d, attrs);
+  std::vector<Tensor> whole_in;
+  std::vector<TensorDesc> in_descs, out_descs;
+  for (const auto& t : inputs) {
+    whole_in.push_back(t.clone());
+    in_descs.push_back(t.desc());
+  }
+  auto whole = run_op(op, attrs, whole_in, training);
+  for (const auto& t : whole) out_descs.push_back(t.desc());
+  ASSERT_NE(d.splits, nullptr) << op;
+  Rng rng(5, 5);
+  int checked = 0;
+  for (const auto& sig : d.splits(attrs, in_descs, out_descs)) {
+    if (sig.name == "replicated" || skip.count(sig.name)) continue;
+    SCOPED_TRACE(op + " split " + sig.name);
+    bool fits = true;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (sig.inputs[k].kind == Sbp::Kind::Split) fits &= inputs[k].shape()[sig.inputs[k].axis] >= 2;
+    if (!fits) continue;  // an axis of size 1 cannot be cut in two
+    std::vector<Tensor> s0, s1;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Tensor& t = inputs[k];
+      const Sbp& p = sig.inputs[k];
+      if (p.kind == Sbp::Kind::Split) {
+        int64_t n = t.shape()[p.axis];
+        s0.push_back(slice(t, p.axis, 0, n / 2));
+        s1.push_back(slice(t, p.axis, n / 2, n));
+      } else if (p.kind == Sbp::Kind::Broadcast) {
+        s0.push_back(t.clone());
+        s1.push_back(t.clone());
+      } else {
+        Tensor r = random_like(t.desc(), rng), rest = Tensor::empty(t.desc());
+        for (int64_t i = 0; i < t.numel(); ++i) set_from_double(rest, i, get_as_double(t, i) - get_as_double(r, i));
+        s0.push_back(r);
+        s1.push_back(rest);
+      }
+    }
+    auto o0 = run_op(op, attrs, s0, training), o1 = run_op(op, attrs, s1, training);
+    auto combine = [&](const Sbp& p, const Tensor& a, const Tensor& b, const Tensor& want, const std::string& what) {
+      if (p.kind == Sbp::Kind::Split) {
+        expect_close(concat(a, b, p.axis), want, 1e-10, what);
+      } else if (p.kind == Sbp::Kind::Broadcast) {
+        expect_close(a, want, 1e-10, what + " (device 0)");
+        expect_close(b, want, 1e-10, what + " (device 1)");
+      } else {
+        Tensor sum = Tensor::empty(a.desc());
+        for (int64_t i = 0; i < a.numel(); ++i) set_from_double(sum, i, get_as_double(a, i) + get_as_double(b, i));
+        expect_close(sum, want, 1e-10, what);
+      }
+    };
+    for (size_t j = 0; j < whole.size(); ++j)
+      combine(sig.outputs[j], o0[j], o1[j], whole[j], "output " + std::to_string(j));
+    if (training)
+      for (int k : d.mutated_inputs)
+        combine(sig.inputs[static_cast<size_t>(k)], s0[static_cast<size_t>(k)], s1[static_cast<size_t>(k)],
+                whole_in[static_cast<size_t>(k)], "updated input " + std::to_string(k));
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << op << ": no signature was checked";
+}
+
+// A gradient op's call built from a forward instance.
+struct GradCall {
+  std::string op;
+  Attrs attrs;
+  std::vector<Tensor> inputs;
+};
+std::vector<GradCall> grad_calls(const Instance& inst, bool training, Rng& rng) {
+  auto out = run_forward(inst, training);
+  Tensor dy = random_like(out[0].desc(), rng);
+  const auto& in = inst.inputs;
+  const auto& a = inst.attrs;
+  const std::string& op = inst.def->name;
+  if (op == "conv2d") {
+    std::vector<GradCall> v{{"conv2d_grad_input", a, {dy, in[0], in[1]}}, {"conv2d_grad_weight", a, {dy, in[0]}}};
+    if (in.size() > 2) v.push_back({"conv2d_grad_bias", {}, {dy}});
+    return v;
+  }
+  if (op == "max_pool2d") return {{"max_pool2d_grad", a, {dy, out[1], in[0]}}};
+  if (op == "avg_pool2d") return {{"avg_pool2d_grad", a, {dy, in[0]}}};
+  if (op == "global_avg_pool") return {{"global_avg_pool_grad", {}, {dy, in[0]}}};
+  if (op == "batch_norm") return {{"batch_norm_grad", {}, {dy, in[0], in[1], out[1], out[2]}}};
+  return {};
+}
+
+const std::vector<std::string> kOps{"conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "batch_norm"};
+
+}  // namespace
+
+TEST(ConvFamily, SplitSignaturesAreTrue) {
+  Rng rng(3, 3);
+  for (const auto& name : kOps) {
+    const OpDef& d = Registry::get().at(name);
+    for (const auto& s : d.samples()) {
+      SCOPED_TRACE(name + "/" + s.name);
+      Instance inst = instantiate(d, s, DType::f64, rng);
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(training ? "training" : "eval");
+        // batch_norm's data split uses per-device statistics in training (documented): exact only in eval.
+        std::set<std::string> skip;
+        if (name == "batch_norm" && training) skip.insert("data");
+        check_splits(name, inst.attrs, inst.inputs, training, skip);
+        // batch_norm_grad's data split is the backward of that per-device forward: exact only in eval too.
+        for (const auto& g : grad_calls(inst, training, rng)) check_splits(g.op, g.attrs, g.inputs, training, skip);
+      }
+    }
+  }
+}
+
+namespace {
+
+const Sample& sample_named(const OpDef& d, const std::string& name) {
+  static std::vector<Sample> keep;
+  keep = d.samples();
+  for (const auto& s : keep)
+    if (s.name == name) return s;
+  throw std::runtime_error("no sample " + name);
+}
+
+// x [B, C, H, W] at (b, c, h, w), or `pad` outside.
+double pixel(const Tensor& x, int64_t b, int64_t c, int64_t h, int64_t w, double pad) {
+  const Shape& s = x.shape();
+  if (h < 0 || h >= s[2] || w < 0 || w >= s[3]) return pad;
+  return get_as_double(x, ((b * s[1] + c) * s[2] + h) * s[3] + w);
+}
+
+// conv2d's samples plus strides beyond the kernel and padding beyond it.
+std::vector<Sample> conv_cases() {
+  auto cases = Registry::get().at("conv2d").samples();
+  cases.push_back({"stride_over_kernel",
+                   {{"out", int64_t{3}},
+                    {"kernel", std::vector<int64_t>{3, 2}},
+                    {"stride", std::vector<int64_t>{4, 3}},
+                    {"padding", std::vector<int64_t>{1, 2}}},
+                   {{TensorDesc{Shape{2, 2, 9, 8}}}}});
+  cases.push_back({"big_pad",
+                   {{"out", int64_t{2}}, {"kernel", int64_t{2}}, {"padding", int64_t{3}}},
+                   {{TensorDesc{Shape{1, 3, 2, 3}}}}});
+  return cases;
+}
+
+}  // namespace
+
+// The im2col + GEMM convolution against the textbook sum.
+TEST(ConvFamily, Conv2dMatchesDirectSum) {
+  Rng rng(4, 4);
+  const OpDef& d = Registry::get().at("conv2d");
+  for (const auto& s : conv_cases()) {
+    SCOPED_TRACE(s.name);
+    Instance inst = instantiate(d, s, DType::f64, rng);
+    Tensor y = run_forward(inst)[0];
+    const Tensor &x = inst.inputs[0], &w = inst.inputs[1];
+    const auto &st = inst.attrs.ints("stride"), &pd = inst.attrs.ints("padding");
+    const Shape& ws = w.shape();
+    const Shape& ys = y.shape();
+    for (int64_t b = 0; b < ys[0]; ++b)
+      for (int64_t o = 0; o < ys[1]; ++o)
+        for (int64_t oh = 0; oh < ys[2]; ++oh)
+          for (int64_t ow = 0; ow < ys[3]; ++ow) {
+            double acc = inst.inputs.size() > 2 ? get_as_double(inst.inputs[2], o) : 0.0;
+            for (int64_t c = 0; c < ws[1]; ++c)
+              for (int64_t i = 0; i < ws[2]; ++i)
+                for (int64_t j = 0; j < ws[3]; ++j)
+                  acc += get_as_double(w, ((o * ws[1] + c) * ws[2] + i) * ws[3] + j) *
+                         pixel(x, b, c, oh * st[0] - pd[0] + i, ow * st[1] - pd[1] + j, 0.0);
+            ASSERT_NEAR(get_as_double(y, ((b * ys[1] + o) * ys[2] + oh) * ys[3] + ow), acc, 1e-12);
+          }
+  }
+}
+
+// Pools against loops over each window: max with -inf padding and its argmax, average dividing by kh kw.
+TEST(ConvFamily, PoolsMatchWindowLoops) {
+  Rng rng(6, 6);
+  for (const std::string op : {"max_pool2d", "avg_pool2d"}) {
+    const OpDef& d = Registry::get().at(op);
+    for (const auto& s : d.samples()) {
+      SCOPED_TRACE(op + "/" + s.name);
+      Instance inst = instantiate(d, s, DType::f64, rng);
+      auto out = run_forward(inst);
+      const Tensor& x = inst.inputs[0];
+      const auto &k = inst.attrs.ints("kernel"), &st = inst.attrs.ints("stride"), &pd = inst.attrs.ints("padding");
+      const Shape& ys = out[0].shape();
+      for (int64_t p = 0; p < ys[0] * ys[1]; ++p)
+        for (int64_t oh = 0; oh < ys[2]; ++oh)
+          for (int64_t ow = 0; ow < ys[3]; ++ow) {
+            double best = -INFINITY, sum = 0;
+            int64_t arg = -1;
+            for (int64_t i = 0; i < k[0]; ++i)
+              for (int64_t j = 0; j < k[1]; ++j) {
+                int64_t h = oh * st[0] - pd[0] + i, w = ow * st[1] - pd[1] + j;
+                double v = pixel(x, p / ys[1], p % ys[1], h, w, -INFINITY);
+                if (v > best) best = v, arg = h * x.shape()[3] + w;
+                if (std::isfinite(v)) sum += v;
+              }
+            int64_t o = (p * ys[2] + oh) * ys[3] + ow;
+            if (op == "max_pool2d") {
+              ASSERT_EQ(get_as_double(out[0], o), best);
+              ASSERT_EQ(get_as_double(out[1], o), static_cast<double>(arg));
+            } else {
+              ASSERT_NEAR(get_as_double(out[0], o), sum / static_cast<double>(k[0] * k[1]), 1e-14);
+            }
+          }
+    }
+  }
+}
+
+TEST(ConvFamily, PoolStrideDefaultsToKernel) {
+  const OpDef& d = Registry::get().at("max_pool2d");
+  Attrs a{{"kernel", std::vector<int64_t>{3, 2}}};
+  complete_attrs(d, a);
+  EXPECT_EQ(a.ints("stride"), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(a.ints("padding"), (std::vector<int64_t>{0, 0}));
+  auto out = d.infer(a, std::vector<TensorDesc>{{Shape{2, 4, 9, 9}}});
+  EXPECT_EQ(out[0].shape, (Shape{2, 4, 3, 4}));
+  EXPECT_EQ(out[1].dtype, DType::i64);
+}
+
+TEST(ConvFamily, MaxPoolFirstMaximumWinsAndNanPropagates) {
+  Tensor x = Tensor::empty({Shape{1, 1, 2, 2}, DType::f32});
+  for (int i = 0; i < 4; ++i) set_from_double(x, i, 1.0);
+  auto out = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {x}, true);
+  EXPECT_EQ(get_as_double(out[1], 0), 0.0);  // ties: the first maximum, as PyTorch's CPU kernel
+  set_from_double(x, 2, NAN);
+  out = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {x}, true);
+  EXPECT_TRUE(std::isnan(get_as_double(out[0], 0)));
+  EXPECT_EQ(get_as_double(out[1], 0), 2.0);
+}
+
+TEST(ConvFamily, Conv2dParamsFollowPyTorch) {
+  const OpDef& d = Registry::get().at("conv2d");
+  Attrs a{{"out", int64_t{8}}, {"kernel", std::vector<int64_t>{3, 5}}};
+  complete_attrs(d, a);
+  std::vector<TensorDesc> x{{Shape{2, 3, 10, 10}}};
+  auto ps = d.params(a, x);
+  ASSERT_EQ(ps.size(), 2u);
+  EXPECT_EQ(ps[0].name, "weight");
+  EXPECT_EQ(ps[0].desc.shape, (Shape{8, 3, 3, 5}));
+  EXPECT_EQ(ps[1].name, "bias");
+  EXPECT_EQ(ps[1].desc.shape, (Shape{8}));
+  const double bound = 1.0 / std::sqrt(45.0);
+  for (const auto& p : ps) {
+    EXPECT_EQ(p.init.kind, InitSpec::Kind::Uniform);
+    EXPECT_DOUBLE_EQ(p.init.a, -bound);
+    EXPECT_DOUBLE_EQ(p.init.b, bound);
+  }
+  a.set("bias", false);
+  EXPECT_EQ(d.params(a, x).size(), 1u);
+}
+
+TEST(ConvFamily, BatchNormParamsAndBuffersHavePyTorchNames) {
+  const OpDef& d = Registry::get().at("batch_norm");
+  Attrs a;
+  complete_attrs(d, a);
+  auto ps = d.params(a, std::vector<TensorDesc>{{Shape{4, 16, 5, 5}}});
+  std::vector<std::string> names;
+  for (const auto& p : ps) names.push_back(p.name + (p.buffer ? "*" : ""));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"weight", "bias", "running_mean*", "running_var*", "num_batches_tracked*"}));
+  EXPECT_EQ(ps[4].desc, (TensorDesc{Shape{}, DType::i64}));
+  EXPECT_EQ(ps[3].init.kind, InitSpec::Kind::Ones);
+  EXPECT_EQ(d.mutated_inputs, (std::vector<int>{3, 4, 5}));
+}
+
+// Training: batch statistics (biased variance) normalise; the buffers move by momentum towards the batch
+// mean and the UNBIASED variance; num_batches_tracked counts. Eval: running statistics, nothing changes.
+TEST(ConvFamily, BatchNormRunningStatistics) {
+  const OpDef& d = Registry::get().at("batch_norm");
+  Rng rng(8, 8);
+  Instance inst = instantiate(d, sample_named(d, "4d"), DType::f64, rng);
+  const double eps = inst.attrs.f("eps"), mom = inst.attrs.f("momentum");
+  const Shape& s = inst.inputs[0].shape();
+  const int64_t B = s[0], C = s[1], S = s[2] * s[3], n = B * S;
+  std::vector<Tensor> in;
+  for (const auto& t : inst.inputs) in.push_back(t.clone());
+  auto out = run_op("batch_norm", inst.attrs, in, true);
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, sq = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t e = 0; e < S; ++e) sum += get_as_double(inst.inputs[0], (b * C + c) * S + e);
+    double m = sum / n;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t e = 0; e < S; ++e) sq += std::pow(get_as_double(inst.inputs[0], (b * C + c) * S + e) - m, 2);
+    EXPECT_NEAR(get_as_double(out[1], c), m, 1e-12);
+    EXPECT_NEAR(get_as_double(out[2], c), 1 / std::sqrt(sq / n + eps), 1e-12);
+    EXPECT_NEAR(get_as_double(in[3], c), (1 - mom) * get_as_double(inst.inputs[3], c) + mom * m, 1e-12);
+    EXPECT_NEAR(get_as_double(in[4], c), (1 - mom) * get_as_double(inst.inputs[4], c) + mom * sq / (n - 1), 1e-12);
+    double x0 = get_as_double(inst.inputs[0], c * S);
+    EXPECT_NEAR(
+        get_as_double(out[0], c * S),
+        (x0 - m) / std::sqrt(sq / n + eps) * get_as_double(inst.inputs[1], c) + get_as_double(inst.inputs[2], c),
+        1e-12);
+  }
+  EXPECT_EQ(get_as_double(in[5], 0), get_as_double(inst.inputs[5], 0) + 1);
+
+  std::vector<Tensor> ev;
+  for (const auto& t : inst.inputs) ev.push_back(t.clone());
+  out = run_op("batch_norm", inst.attrs, ev, false);
+  for (size_t k = 3; k < 6; ++k) expect_close(ev[k], inst.inputs[k], 0, "buffer " + std::to_string(k));
+  for (int64_t c = 0; c < C; ++c) {
+    double x0 = get_as_double(inst.inputs[0], c * S);
+    double want = (x0 - get_as_double(inst.inputs[3], c)) / std::sqrt(get_as_double(inst.inputs[4], c) + eps) *
+                      get_as_double(inst.inputs[1], c) +
+                  get_as_double(inst.inputs[2], c);
+    EXPECT_NEAR(get_as_double(out[0], c * S), want, 1e-12);
+  }
+}
+
+// In eval the statistics are constants: dx = weight * invstd * dy. Finite differences in eval mode.
+TEST(ConvFamily, BatchNormEvalGradient) {
+  const OpDef& d = Registry::get().at("batch_norm");
+  Rng rng(9, 9);
+  Instance inst = instantiate(d, sample_named(d, "3d_eps_momentum"), DType::f64, rng);
+  auto fwd = run_op("batch_norm", inst.attrs, inst.inputs, false);
+  Tensor dy = random_like(fwd[0].desc(), rng);
+  Eager e;
+  e.ctx.training = false;
+  auto g = e.emit("batch_norm_grad", {},
+                  {e.add(dy), e.add(inst.inputs[0]), e.add(inst.inputs[1]), e.add(fwd[1]), e.add(fwd[2])});
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t i = 0; i < inst.inputs[k].numel(); ++i) {
+      auto objective = [&](double delta) {
+        std::vector<Tensor> in;
+        for (const auto& t : inst.inputs) in.push_back(t.clone());
+        set_from_double(in[k], i, get_as_double(in[k], i) + delta);
+        Tensor y = run_op("batch_norm", inst.attrs, in, false)[0];
+        double acc = 0;
+        for (int64_t j = 0; j < y.numel(); ++j) acc += get_as_double(y, j) * get_as_double(dy, j);
+        return acc;
+      };
+      double numeric = (objective(1e-6) - objective(-1e-6)) / 2e-6;
+      ASSERT_NEAR(get_as_double(e.val(g[static_cast<size_t>(k)]), i), numeric, 1e-7)
+          << "input " << k << " element " << i;
+    }
+  }
+}
+
+TEST(ConvFamily, ErrorsNamePerSampleShapes) {
+  auto message = [](const std::string& op, Attrs a, std::vector<TensorDesc> in) -> std::pair<std::string, std::string> {
+    const OpDef& d = Registry::get().at(op);
+    try {
+      complete_attrs(d, a);
+      d.infer(a, in);
+    } catch (const OpError& e) {
+      return {e.what(), e.hint()};
+    }
+    return {"", ""};
+  };
+  Attrs conv{{"out", int64_t{8}}, {"kernel", int64_t{3}}};
+  auto [m1, h1] = message("conv2d", conv, {{Shape{4, 784}}});
+  EXPECT_EQ(m1, "conv2d needs [C, H, W] samples, got [784]");
+  EXPECT_EQ(h1, "add a reshape: {op: reshape, shape: [1, 28, 28]}");
+  EXPECT_EQ(message("conv2d", conv, {{Shape{4, 3072}}}).second, "add a reshape: {op: reshape, shape: [3, 32, 32]}");
+  EXPECT_EQ(message("max_pool2d", {{"kernel", int64_t{2}}}, {{Shape{4, 28, 28}}}).second,
+            "add a reshape: {op: reshape, shape: [1, 28, 28]}");
+  // A weight that does not fit the input (a checkpoint of another model): channels are named.
+  auto [m2, h2] = message("conv2d", conv, {{Shape{4, 3, 28, 28}}, {Shape{8, 1, 3, 3}}, {Shape{8}}});
+  EXPECT_EQ(m2, "input has 3 channels but weight expects 1 (per-sample input [3, 28, 28], weight [8, 1, 3, 3])");
+  EXPECT_NE(h2.find("[out, C, kh, kw]"), std::string::npos);
+  EXPECT_NE(message("conv2d", conv, {{Shape{4, 3, 28, 28}}, {Shape{8, 3, 5, 5}}, {Shape{8}}})
+                .first.find("does not fit kernel [3, 3]"),
+            std::string::npos);
+  TensorDesc c16{Shape{16}}, c32{Shape{32}}, nbt{Shape{}, DType::i64};
+  auto [m3, h3] = message("batch_norm", {}, {{Shape{4, 16, 8, 8}}, c16, c16, c32, c16, nbt});
+  EXPECT_EQ(m3, "input has 16 channels but running_mean is [32] (per-sample input [16, 8, 8])");
+}
+
+// Kernels split work by channels or planes only: results are bit-identical for any thread count.
+TEST(ConvFamily, ResultsDoNotDependOnThreads) {
+  Rng rng(10, 10);
+  // Large enough that parallel_for cuts channels and planes into several chunks.
+  Tensor x = random_like({Shape{2, 64, 40, 40}, DType::f32}, rng);
+  Tensor w = random_like({Shape{8, 64, 3, 3}, DType::f32}, rng);
+  Tensor dy = random_like({Shape{2, 8, 40, 40}, DType::f32}, rng);
+  Tensor x8 = random_like({Shape{2, 8, 40, 40}, DType::f32}, rng);
+  Attrs a{{"out", int64_t{8}}, {"kernel", int64_t{3}}, {"padding", int64_t{1}}, {"bias", false}};
+  auto run_all = [&] {
+    std::vector<Tensor> r = run_op("conv2d_grad_input", a, {dy, x, w}, true);
+    r.push_back(run_op("avg_pool2d_grad", {{"kernel", int64_t{3}}, {"stride", int64_t{1}}, {"padding", int64_t{1}}},
+                       {dy, x8}, true)[0]);
+    return r;
+  };
+  int saved = num_threads();
+  set_num_threads(1);
+  auto one = run_all();
+  set_num_threads(std::max(2, saved));
+  auto many = run_all();
+  set_num_threads(saved);
+  for (size_t k = 0; k < one.size(); ++k) expect_close(many[k], one[k], 0, "result " + std::to_string(k));
+}
+
+// conv2d is bilinear in (x, weight): <conv(x, w), dy> = <x, grad_input(dy)> = <w, grad_weight(dy, x)> over
+// every element (checks col2im everywhere, where the finite differences probe at most 64 elements).
+TEST(ConvFamily, Conv2dGradientsAreAdjoints) {
+  Rng rng(11, 11);
+  const OpDef& d = Registry::get().at("conv2d");
+  auto dot = [](const Tensor& a, const Tensor& b) {
+    double s = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) s += get_as_double(a, i) * get_as_double(b, i);
+    return s;
+  };
+  for (const auto& s : conv_cases()) {
+    SCOPED_TRACE(s.name);
+    Instance inst = instantiate(d, s, DType::f64, rng);
+    Attrs a = inst.attrs;
+    a.set("bias", false);
+    const Tensor &x = inst.inputs[0], &w = inst.inputs[1];
+    Tensor y = run_op("conv2d", a, {x, w}, true)[0];
+    Tensor dy = random_like(y.desc(), rng);
+    double lhs = dot(y, dy);
+    EXPECT_NEAR(dot(x, run_op("conv2d_grad_input", a, {dy, x, w}, true)[0]), lhs, 1e-12 * std::max(1.0, std::abs(lhs)));
+    EXPECT_NEAR(dot(w, run_op("conv2d_grad_weight", a, {dy, x}, true)[0]), lhs, 1e-12 * std::max(1.0, std::abs(lhs)));
+  }
+}
