@@ -21,6 +21,13 @@ namespace braid::io {
 
 // ---- YNode ------------------------------------------------------------------------------------------------
 
+YNode::YNode() = default;
+YNode::YNode(const YNode&) = default;
+YNode::YNode(YNode&&) noexcept = default;
+YNode& YNode::operator=(const YNode&) = default;
+YNode& YNode::operator=(YNode&&) noexcept = default;
+YNode::~YNode() = default;
+
 const YNode* YNode::get(const std::string& key) const {
   for (const auto& [k, v] : map)
     if (k.scalar == key) return &v;

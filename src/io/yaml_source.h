@@ -21,6 +21,15 @@ struct YNode {
   std::vector<YNode> seq;
   std::vector<std::pair<YNode, YNode>> map;  // in file order; keys are scalars
 
+  // Defined (defaulted) in yaml_source.cpp: with clang and libstdc++, implicit special members here would
+  // instantiate std::pair<YNode, YNode> while YNode is still incomplete, which does not compile.
+  YNode();
+  YNode(const YNode&);
+  YNode(YNode&&) noexcept;
+  YNode& operator=(const YNode&);
+  YNode& operator=(YNode&&) noexcept;
+  ~YNode();
+
   bool is_null() const { return kind == Kind::Null; }
   bool is_scalar() const { return kind == Kind::Scalar; }
   bool is_seq() const { return kind == Kind::Seq; }
