@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "io/run_config.h"
-#include "io_test_util.h"
+#include "yaml_test_util.h"
 
 using namespace braid;
 using namespace braid::io;
