@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -179,7 +180,12 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   Optimizer opt(cfg.optimizer, store);
   Evaluator evaluator{cfg, store, eval_data.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
-  if (!cfg.log.metrics.empty()) metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics);
+  if (!cfg.log.metrics.empty()) {
+    std::error_code ec;
+    auto parent = std::filesystem::path(cfg.log.metrics).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics);
+  }
   io::Progress progress(opts.out, opts.progress && io::Progress::is_tty(opts.out), total_steps,
                         std::max<int64_t>(1, cfg.log.every_steps));
 

@@ -245,6 +245,37 @@ def make_data(path, inputs, n, seed=1234):
     return out
 
 
+def read_idx(path):
+    """An IDX file (gzip or not) as a numpy array of its element type."""
+    import gzip
+    import struct
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def real_idx_data(run, run_path, inputs, n):
+    """The first n samples of the run's own idx training data (images scaled to [0, 1], labels), bound to
+    the model inputs in order, or None when the run does not use idx files that exist here. Real images
+    keep the comparison away from the chaotic regime of training on noise with random labels."""
+    train = ((run.get("data") or {}).get("train")) or {}
+    if train.get("format") != "idx":
+        return None
+    base = os.path.dirname(os.path.abspath(run_path))
+    paths = [os.path.join(base, str(train.get(k, ""))) for k in ("images", "labels")]
+    if not all(os.path.isfile(p) for p in paths) or len(inputs) != 2:
+        return None
+    images = read_idx(paths[0])[:n].astype(np.float32) / 255.0
+    labels = read_idx(paths[1])[:n]
+    img_in, lab_in = inputs
+    return {img_in["name"]: images.reshape([n] + list(img_in["shape"][1:])).astype(_NP_DTYPES[img_in["dtype"]]),
+            lab_in["name"]: labels.astype(_NP_DTYPES[lab_in["dtype"]])}
+
+
 def read_group(f, group):
     """name -> numpy array for every dataset under /group (names relative to it; nested groups joined by '.')."""
     out = {}
@@ -284,7 +315,7 @@ def read_metrics(path):
 class TorchModel:
     """The layers of `braid check --json` that the loss depends on, evaluated with the ops/*.py references."""
 
-    def __init__(self, graph, init_path, ops_dir):
+    def __init__(self, graph, init_path, ops_dir, dtype=torch.float32):
         self.loss_name = graph["outputs"][0]
         by_name = {l["name"]: l for l in graph["layers"]}
         input_names = {i["name"] for i in graph["inputs"]}
@@ -321,9 +352,11 @@ class TorchModel:
         for l in self.layers:
             for name in l["params"]:
                 if name in params:
-                    self.params[name] = torch.from_numpy(np.ascontiguousarray(params[name])).requires_grad_(True)
+                    t = torch.from_numpy(np.ascontiguousarray(params[name]))
+                    self.params[name] = (t.to(dtype) if t.is_floating_point() else t).requires_grad_(True)
                 elif name in buffers:
-                    self.buffers[name] = torch.from_numpy(np.ascontiguousarray(buffers[name]))
+                    t = torch.from_numpy(np.ascontiguousarray(buffers[name]))
+                    self.buffers[name] = t.to(dtype) if t.is_floating_point() else t
                 else:
                     raise Failure(f"{init_path} has neither /params/{name} nor /buffers/{name} "
                                   f"(parameter of layer '{l['name']}')")
@@ -354,9 +387,9 @@ def relerr(a, ref):
     return abs(a - ref) / abs(ref) if ref != 0 else (0.0 if a == ref else math.inf)
 
 
-def to_torch(a):
+def to_torch(a, dtype=torch.float32):
     t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to(torch.int64) if not t.is_floating_point() else t
+    return t.to(torch.int64) if not t.is_floating_point() else t.to(dtype)
 
 
 # ---- main --------------------------------------------------------------------------------------------------
@@ -415,7 +448,14 @@ def main(argv):
 
     # 3. Data: steps * batch samples, read in order.
     data_path = os.path.join(work, "data.h5")
-    data = make_data(data_path, graph["inputs"], steps * batch)
+    data = real_idx_data(run, run_path, graph["inputs"], steps * batch)
+    if data is None:
+        data = make_data(data_path, graph["inputs"], steps * batch)
+    else:
+        print(f"data: the first {steps * batch} samples of the run's own training set")
+        with h5py.File(data_path, "w") as f:
+            for name, a in data.items():
+                f.create_dataset(name, data=a)
 
     # 4. braid's run: the same model and optimizer on that data.
     metrics_path = os.path.join(work, "metrics.jsonl")
@@ -444,32 +484,41 @@ def main(argv):
     run_braid([args.braid, "train", new_run_path, "--save-init", init_path, "--no-progress"], "braid train")
     braid_metrics = read_metrics(metrics_path)
 
-    # 5. torch: the same start, batches and updates.
-    net = TorchModel(graph, init_path, args.ops_dir)
-    params = net.param_list()
+    # 5. torch: the same start, batches and updates, in float32 (the reference) and float64 (the exact run,
+    #    to measure how far float32 rounding alone carries a run: past a few steps, training with batch norm
+    #    amplifies 1e-7 rounding differences, and PyTorch's own fp32 run departs from its fp64 run).
+    def train_torch(dtype):
+        net = TorchModel(graph, init_path, args.ops_dir, dtype)
+        params = net.param_list()
+        opt = settings.make(params)
+        losses, norms_ = [], []
+        for s in range(steps):
+            for g in opt.param_groups:
+                g["lr"] = settings.lr_at(s, steps)
+            b = {name: to_torch(a[s * batch:(s + 1) * batch], dtype) for name, a in data.items()}
+            opt.zero_grad(set_to_none=True)
+            loss = net.loss(b)
+            loss.backward()
+            if settings.clip is not None:
+                norms_.append(float(torch.nn.utils.clip_grad_norm_(params, settings.clip)))
+            opt.step()
+            losses.append(float(loss.detach()))
+        return net, params, losses, norms_
+
+    net, params, torch_losses, norms = train_torch(torch.float32)
     print(f"torch: {len(net.layers)} layers, {len(params)} parameter tensors "
           f"({sum(p.numel() for p in params)} values), {len(net.buffers)} buffers")
-    opt = settings.make(params)
-    torch_losses, lrs, norms = [], [], []
-    for s in range(steps):
-        lr = settings.lr_at(s, steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        b = {name: to_torch(a[s * batch:(s + 1) * batch]) for name, a in data.items()}
-        opt.zero_grad(set_to_none=True)
-        loss = net.loss(b)
-        loss.backward()
-        if settings.clip is not None:
-            norms.append(float(torch.nn.utils.clip_grad_norm_(params, settings.clip)))
-        opt.step()
-        torch_losses.append(float(loss.detach()))
-        lrs.append(lr)
+    _, _, exact_losses, _ = train_torch(torch.float64)
+    lrs = [settings.lr_at(s, steps) for s in range(steps)]
 
     # 6. Compare: the loss of every step; also the gradient norm where braid logs it (clip_grad_norm set),
     # which checks all gradients at once. braid's lr is only reported when it differs (its losses would too).
     passed = failed = 0
     clipped = 0
-    print(f"{'step':>4}  {'braid loss':>14}  {'torch loss':>14}  {'rel err':>9}  {'lr':>11}"
+    noise_floor_used = 0
+    print("columns: braid's loss, PyTorch fp32's, their relative difference, braid vs the exact (fp64) run, "
+          "PyTorch fp32 vs the exact run")
+    print(f"{'step':>4}  {'braid loss':>14}  {'torch loss':>14}  {'rel err':>9}  {'vs fp64':>9}  {'torch fp32':>9}  {'lr':>11}"
           + (f"  {'grad norm':>10}  {'rel err':>9}" if norms else ""))
     for s in range(steps):
         t = torch_losses[s]
@@ -479,8 +528,15 @@ def main(argv):
             failed += 1
             continue
         bl = float(rec["loss"])
-        ok = math.isfinite(bl) and abs(bl - t) <= args.rtol * abs(t)
-        line = f"{s + 1:>4}  {bl:>14.8g}  {t:>14.8g}  {relerr(bl, t):>9.2e}  {lrs[s]:>11.5g}"
+        e = exact_losses[s]
+        # Within rtol of PyTorch's fp32 run; or, where PyTorch's own fp32 run is already further than rtol
+        # from the exact (fp64) run, no further from the exact run than twice PyTorch's own distance.
+        torch_noise = relerr(t, e)
+        ok = math.isfinite(bl) and (abs(bl - t) <= args.rtol * abs(t) or
+                                    (torch_noise > args.rtol / 2 and relerr(bl, e) <= 2 * torch_noise))
+        noise_floor_used += ok and abs(bl - t) > args.rtol * abs(t)
+        line = (f"{s + 1:>4}  {bl:>14.8g}  {t:>14.8g}  {relerr(bl, t):>9.2e}  {relerr(bl, e):>9.2e}  "
+                f"{torch_noise:>9.2e}  {lrs[s]:>11.5g}")
         if norms:
             clipped += norms[s] > settings.clip
             if "grad_norm" in rec:
@@ -497,6 +553,9 @@ def main(argv):
         failed += not ok
     if norms:
         print(f"clip_grad_norm {settings.clip:g} was active at {clipped} of {steps} steps")
+    if noise_floor_used:
+        print(f"{noise_floor_used} step(s) passed on the float32 noise floor: PyTorch's own fp32 run was more than "
+              f"{args.rtol / 2:g} from the exact run there, and braid was within twice that distance of it")
     print(f"{passed} passed, {failed} failed (rtol {args.rtol:g})")
     return 1 if failed else 0
 
