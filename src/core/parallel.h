@@ -1,13 +1,32 @@
 // Intra-op parallelism: parallel_for over [0, n) in contiguous chunks on OpenMP threads.
-// Chunks are fixed by n and grain (never by timing), so results that depend on chunking are reproducible.
+// Chunks are fixed by n, grain and the thread count (never by timing), so results that depend on chunking
+// are reproducible. A template (no std::function), so a call allocates nothing.
 #pragma once
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
-#include <functional>
 
 namespace braid {
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n); runs inline when n <= grain.
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, const F& fn) {
+  if (n <= 0) return;
+  const int threads = omp_get_max_threads();
+  if (n <= grain || threads <= 1 || omp_in_parallel()) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  const int64_t per = (n + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(chunks))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * per, e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+  }
+}
+
 int num_threads();
 void set_num_threads(int n);
 

@@ -201,7 +201,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   int64_t window_samples = 0;
   int64_t last_epoch = sampler.epoch();
   for (int64_t step = 0; step < total_steps; ++step) {
-    std::vector<int64_t> batch_idx = sampler.next();
+    std::span<const int64_t> batch_idx = sampler.next_view();
     double loss = 0;
     for (int64_t m = 0; m < num_micro; ++m) {
       std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, indices.begin());
