@@ -199,6 +199,18 @@ TEST(Yaml, DeepNestingIsRefusedBeforeYamlCppRecurses) {
   EXPECT_TRUE(d4.empty()) << iotest::dump(d4);
 }
 
+TEST(Yaml, AliasesCannotStackPastTheDepthLimit) {
+  // Each line nests the previous anchor 50 levels deeper: few nodes, but a tree far deeper than the text.
+  std::string text = "a0: &a0 x\n";
+  for (int i = 1; i < 3000; ++i)
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " " + std::string(50, '[') + "*a" +
+            std::to_string(i - 1) + std::string(50, ']') + "\n";
+  Diagnostics d;
+  YNode n = parse(text, d);
+  EXPECT_TRUE(n.is_null());
+  EXPECT_DIAG(d, 3, 59, "alias '*a1' nests deeper than 64 levels");
+}
+
 TEST(Yaml, ModerateNestingIsFine) {
   Diagnostics d;
   YNode n = parse(std::string(60, '[') + std::string(60, ']'), d);
