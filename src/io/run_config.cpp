@@ -544,7 +544,8 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
   Reader r(path, diags);
   std::vector<VarOverride> vars;
   if (const YNode* v = root.get("vars")) {
-    if (!v->is_map()) diags.error(v->loc, "expected a mapping of var: value for 'vars', got " + v->kind_name());
+    if (!v->is_map() && !v->is_null())
+      diags.error(v->loc, "expected a mapping of var: value for 'vars', got " + v->kind_name());
     for (const auto& [k, val] : v->map) vars.push_back(VarOverride{k.scalar, val, k.loc});
   }
   if (const YNode* m = root.get("model")) {

@@ -525,6 +525,12 @@ class Builder : public YAML::EventHandler {
       f.merges.push_back(std::move(value));
       return;
     }
+    if (value.is_null() && value.loc.line != key.loc.line && key.scalar.find('\n') == std::string::npos) {
+      // yaml-cpp places an empty value at the next token, often on a later line: point just past `key:`.
+      value.loc = key.loc;
+      for (unsigned char c : key.scalar) value.loc.col += (c & 0xC0) != 0x80;
+      value.loc.col += key.quoted ? 3 : 1;
+    }
     auto [it, inserted] = f.seen.emplace(key.scalar, key.loc);
     if (!inserted) {
       diags_.error(key.loc, "duplicate key '" + key.scalar + "'",

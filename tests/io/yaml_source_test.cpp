@@ -46,6 +46,14 @@ TEST(Yaml, NullsAndKinds) {
   EXPECT_EQ(n.get("zz"), nullptr);
 }
 
+TEST(Yaml, EmptyValueIsPlacedAfterItsKey) {
+  Diagnostics d;
+  YNode n = parse("a:\n  dtype:\n  \"q\":\nb: 1\n", d);
+  ASSERT_TRUE(d.empty()) << iotest::dump(d);
+  EXPECT_EQ(n.get("a")->get("dtype")->loc.str(), "t.yaml:2:9");
+  EXPECT_EQ(n.get("a")->get("q")->loc.str(), "t.yaml:3:7");
+}
+
 TEST(Yaml, DuplicateKeyReportedAtSecondOccurrence) {
   Diagnostics d;
   YNode n = parse("a: 1\nb: 2\na: 3\nm: {x: 1, x: 2}\n", d);
