@@ -432,6 +432,7 @@ void read_sections(Reader& r, const YNode& root, RunConfig& rc) {
     rc.log.every_steps = r.integer(l, "every_steps", "log.every_steps", 1).value_or(10);
     rc.log.metrics = r.path(l, "metrics", "log.metrics", false).value_or("");
   }
+  if (rc.log.metrics.empty() && !rc.checkpoint.dir.empty()) rc.log.metrics = rc.checkpoint.dir + "/metrics.jsonl";
   if (const YNode* e = r.section(root, "eval", "'eval'", {"every_steps", "batches"})) {
     rc.eval.every_steps = r.integer(e, "every_steps", "eval.every_steps", 0).value_or(0);
     rc.eval.batches = r.integer(e, "batches", "eval.batches", 0).value_or(0);
