@@ -199,7 +199,6 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   auto window_start = Clock::now();
   auto train_start = window_start;
   int64_t window_samples = 0;
-  int64_t last_epoch = sampler.epoch();
   for (int64_t step = 0; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
     double loss = 0;
@@ -226,8 +225,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
     double sps = secs > 0 ? static_cast<double>(window_samples) / secs : 0;
     progress.update(io::ProgressStats{step + 1, loss, lr, sps});
-    bool epoch_end = sampler.epoch() != last_epoch || (sampler.position() == 0 && step > 0);
-    last_epoch = sampler.epoch();
+    // The epoch ends when the sampler has no full batch left in it.
+    bool epoch_end = sampler.position() >= sampler.batches_per_epoch() * batch;
     bool eval_now = eval_data && ((cfg.eval.every_steps > 0 && (step + 1) % cfg.eval.every_steps == 0) ||
                                   (cfg.eval.every_steps == 0 && cfg.train.epochs && epoch_end && step + 1 < total_steps));
     std::vector<std::pair<std::string, double>> ev;

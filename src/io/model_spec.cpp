@@ -68,9 +68,18 @@ void parse_vars(const YNode* vars, const std::vector<VarOverride>& overrides, Mo
   }
 }
 
-void parse_inputs(const YNode* inputs, const SourceLoc& root_loc, ModelSpec& spec, Diagnostics& diags) {
+// True when a misspelt top-level key already stands for `key` (its did-you-mean is reported instead).
+bool misspelt(const YNode& root, const std::string& key) {
+  for (const auto& k : root.keys())
+    if (std::find(kModelKeys.begin(), kModelKeys.end(), k) == kModelKeys.end() && did_you_mean(k, kModelKeys) == key)
+      return true;
+  return false;
+}
+
+void parse_inputs(const YNode* inputs, const YNode& root, ModelSpec& spec, Diagnostics& diags) {
   if (!inputs) {
-    diags.error(root_loc, "missing required key 'inputs'", "e.g. inputs: {x: {shape: [784]}}");
+    if (!misspelt(root, "inputs"))
+      diags.error(root.loc, "missing required key 'inputs'", "e.g. inputs: {x: {shape: [784]}}");
     return;
   }
   if (!inputs->is_map()) {
@@ -137,10 +146,11 @@ std::vector<RawBlock> parse_blocks(const YNode* blocks, const ModelSpec& spec, c
   return out;
 }
 
-void parse_outputs(const YNode* outputs, const SourceLoc& root_loc, const TopNames& names, ModelSpec& spec,
+void parse_outputs(const YNode* outputs, const YNode& root, const TopNames& names, ModelSpec& spec,
                    Diagnostics& diags) {
   if (!outputs) {
-    diags.error(root_loc, "missing required key 'outputs'", "e.g. outputs: [loss]; the first is the training loss");
+    if (!misspelt(root, "outputs"))
+      diags.error(root.loc, "missing required key 'outputs'", "e.g. outputs: [loss]; the first is the training loss");
     return;
   }
   if (!outputs->is_seq()) {
@@ -155,6 +165,7 @@ void parse_outputs(const YNode* outputs, const SourceLoc& root_loc, const TopNam
     auto s = eval_string(o, "an output", diags);
     if (!s) continue;
     std::string v = names.resolve(*s);
+    if (v.empty() && names.local.empty() && names.flat.empty()) continue;  // no layers: reported already
     if (v.empty()) {
       diags.error(o.loc, "output " + quote(*s) + " names no layer or input", did_you_mean_hint(*s, names.candidates()));
       continue;
@@ -193,6 +204,7 @@ void parse_metrics(const YNode* metrics, const TopNames& names, ModelSpec& spec,
         has_from = true;
         std::vector<const YNode*> items;
         if (av.is_scalar()) items.push_back(&av);
+        else if (av.is_seq() && av.seq.empty()) diags.error(av.loc, "'from' of " + what + " is an empty list");
         else if (av.is_seq()) for (const auto& x : av.seq) items.push_back(&x);
         else diags.error(av.loc, "expected a name or a list of names for 'from' of " + what + ", got " + av.kind_name());
         for (const YNode* x : items) {
@@ -242,14 +254,14 @@ ModelSpec parse_model(const std::string& text, const std::string& path, const st
   // 2. vars, in order, with overrides
   parse_vars(root.get("vars"), overrides, spec, diags);
   // 3. inputs
-  parse_inputs(root.get("inputs"), root.loc, spec, diags);
+  parse_inputs(root.get("inputs"), root, spec, diags);
   // 4. blocks and layers, parsed
   std::vector<RawBlock> blocks = parse_blocks(root.get("blocks"), spec, limits, diags);
   std::vector<RawLayer> layers;
   const YNode* layers_node = root.get("layers");
   SourceLoc layers_loc = root.loc;
   if (!layers_node) {
-    diags.error(root.loc, "missing required key 'layers'");
+    if (!misspelt(root, "layers")) diags.error(root.loc, "missing required key 'layers'");
   } else {
     layers_loc = *root.key_loc("layers");
     layers = detail::parse_layer_list(*layers_node, "'layers'", false, spec.vars, limits, diags);
@@ -261,7 +273,7 @@ ModelSpec parse_model(const std::string& text, const std::string& path, const st
   TopNames names;
   detail::expand_model(blocks, layers, layers_loc, spec, limits, diags, names);
   // 6. outputs and metrics, which name top-level values
-  parse_outputs(root.get("outputs"), root.loc, names, spec, diags);
+  parse_outputs(root.get("outputs"), root, names, spec, diags);
   parse_metrics(root.get("metrics"), names, spec, diags);
   return spec;
 }

@@ -432,6 +432,7 @@ void read_sections(Reader& r, const YNode& root, RunConfig& rc) {
     rc.log.every_steps = r.integer(l, "every_steps", "log.every_steps", 1).value_or(10);
     rc.log.metrics = r.path(l, "metrics", "log.metrics", false).value_or("");
   }
+  if (rc.log.metrics.empty() && !rc.checkpoint.dir.empty()) rc.log.metrics = rc.checkpoint.dir + "/metrics.jsonl";
   if (const YNode* e = r.section(root, "eval", "'eval'", {"every_steps", "batches"})) {
     rc.eval.every_steps = r.integer(e, "every_steps", "eval.every_steps", 0).value_or(0);
     rc.eval.batches = r.integer(e, "batches", "eval.batches", 0).value_or(0);
@@ -544,7 +545,8 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
   Reader r(path, diags);
   std::vector<VarOverride> vars;
   if (const YNode* v = root.get("vars")) {
-    if (!v->is_map()) diags.error(v->loc, "expected a mapping of var: value for 'vars', got " + v->kind_name());
+    if (!v->is_map() && !v->is_null())
+      diags.error(v->loc, "expected a mapping of var: value for 'vars', got " + v->kind_name());
     for (const auto& [k, val] : v->map) vars.push_back(VarOverride{k.scalar, val, k.loc});
   }
   if (const YNode* m = root.get("model")) {

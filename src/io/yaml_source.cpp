@@ -350,8 +350,8 @@ size_t count_nodes(const YNode& n) {
 
 class Builder : public YAML::EventHandler {
  public:
-  Builder(const LineTable& lt, const std::string& text, Diagnostics& diags, const YamlLimits& limits)
-      : lt_(lt), text_(text), diags_(diags), limits_(limits) {}
+  Builder(const LineTable& lt, Diagnostics& diags, const YamlLimits& limits)
+      : lt_(lt), diags_(diags), limits_(limits) {}
 
   YNode root;
   bool has_root = false;
@@ -369,7 +369,7 @@ class Builder : public YAML::EventHandler {
     YNode n;
     n.loc = lt_.at(mark.line, mark.column);
     size_t start = take(1, n.loc);
-    add(std::move(n), anchor, start);
+    add(std::move(n), anchor, start, 1);
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
@@ -380,7 +380,7 @@ class Builder : public YAML::EventHandler {
     n.quoted = tag != "?";
     n.loc = lt_.at(mark.line, mark.column);
     size_t start = take(1, n.loc);
-    add(std::move(n), anchor, start);
+    add(std::move(n), anchor, start, 1);
   }
 
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
@@ -391,10 +391,16 @@ class Builder : public YAML::EventHandler {
                    "an alias may only name a node that is complete at the point of use");
       throw Abort{};
     }
+    // An alias may not nest its node deeper than the text itself may go (copies are recursive).
+    if (static_cast<int>(stack_.size()) + it->second.height > limits_.max_depth) {
+      diags_.error(loc, "alias '*" + anchor_name(anchor) + "' nests deeper than " + std::to_string(limits_.max_depth) +
+                            " levels");
+      throw Abort{};
+    }
     size_t start = take(it->second.size, loc);
     YNode copy = it->second.node;
     copy.loc = loc;
-    add(std::move(copy), 0, start);
+    add(std::move(copy), 0, start, it->second.height);
   }
 
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
@@ -418,10 +424,12 @@ class Builder : public YAML::EventHandler {
     YNode key;
     std::unordered_map<std::string, SourceLoc> seen;
     std::vector<YNode> merges;  // values of `<<` keys, applied at the end of the mapping
+    int child_height = 0;       // height of the tallest child so far
   };
   struct Anchored {
     YNode node;
     size_t size = 0;
+    int height = 1;  // levels of the subtree, itself included
   };
 
   std::string anchor_name(YAML::anchor_t a) const {
@@ -459,7 +467,7 @@ class Builder : public YAML::EventHandler {
     Frame f = std::move(stack_.back());
     stack_.pop_back();
     if (f.node.is_map()) apply_merges(f);
-    add(std::move(f.node), f.anchor, f.start);
+    add(std::move(f.node), f.anchor, f.start, f.child_height + 1);
   }
 
   void apply_merges(Frame& f) {
@@ -482,12 +490,13 @@ class Builder : public YAML::EventHandler {
     }
   }
 
-  void add(YNode n, YAML::anchor_t anchor, size_t start) {
+  // Adds a finished node of `height` levels to its parent; `start` is the node count before it.
+  void add(YNode n, YAML::anchor_t anchor, size_t start, int height) {
     if (anchor) {
       anchor_names_.emplace(anchor, pending_anchor_name_);
       size_t size = count_ - start;
       take(size, n.loc);  // the stored copy counts too, so nested anchors cannot multiply memory
-      anchors_[anchor] = Anchored{n, size};
+      anchors_[anchor] = Anchored{n, size, height};
     }
     if (stack_.empty()) {
       root = std::move(n);
@@ -495,6 +504,7 @@ class Builder : public YAML::EventHandler {
       return;
     }
     Frame& top = stack_.back();
+    top.child_height = std::max(top.child_height, height);
     if (top.node.is_seq()) {
       top.node.seq.push_back(std::move(n));
     } else if (!top.have_key) {
@@ -515,6 +525,12 @@ class Builder : public YAML::EventHandler {
       f.merges.push_back(std::move(value));
       return;
     }
+    if (value.is_null() && value.loc.line != key.loc.line && key.scalar.find('\n') == std::string::npos) {
+      // yaml-cpp places an empty value at the next token, often on a later line: point just past `key:`.
+      value.loc = key.loc;
+      for (unsigned char c : key.scalar) value.loc.col += (c & 0xC0) != 0x80;
+      value.loc.col += key.quoted ? 3 : 1;
+    }
     auto [it, inserted] = f.seen.emplace(key.scalar, key.loc);
     if (!inserted) {
       diags_.error(key.loc, "duplicate key '" + key.scalar + "'",
@@ -526,7 +542,6 @@ class Builder : public YAML::EventHandler {
   }
 
   const LineTable& lt_;
-  const std::string& text_;
   Diagnostics& diags_;
   const YamlLimits& limits_;
   std::vector<Frame> stack_;
@@ -563,7 +578,7 @@ YNode parse_yaml(const std::string& raw, const std::string& file, Diagnostics& d
     if (!StructureScan(text, lt, diags, limits.max_depth).run()) return {};
 
     std::istringstream in(text);
-    Builder builder(lt, text, diags, limits);
+    Builder builder(lt, diags, limits);
     try {
       YAML::Parser parser(in);
       while (parser.HandleNextDocument(builder)) {

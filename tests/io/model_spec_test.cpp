@@ -350,8 +350,10 @@ TEST(Model, TopLevelShape) {
   Diagnostics d = parse_bad("name: m\nlayer: []\n");
   EXPECT_DIAG(d, 2, 1, "did you mean 'layers'?");
   EXPECT_DIAG(d, 1, 1, "missing required key 'inputs'");
-  EXPECT_DIAG(d, 1, 1, "missing required key 'layers'");
   EXPECT_DIAG(d, 1, 1, "missing required key 'outputs'");
+  EXPECT_EQ(d.size(), 3u) << iotest::dump(d);  // not also "missing 'layers'": the misspelling says it
+  Diagnostics d2 = parse_bad("inputs: {x: {shape: [1]}}\nlayres: [{name: out, op: relu}]\noutputs: [out]\n");
+  EXPECT_EQ(d2.size(), 1u) << iotest::dump(d2);
   EXPECT_DIAG(parse_bad(""), 1, 1, "empty file");
 }
 

@@ -98,6 +98,7 @@ TEST_F(Run, MinimalRunFileAndDefaults) {
   EXPECT_EQ(rc.parallel.plan, "auto");
   EXPECT_EQ(rc.parallel.schedule, "1f1b");
   EXPECT_EQ(rc.checkpoint.dir, "");
+  EXPECT_EQ(rc.log.metrics, "");
   EXPECT_EQ(rc.checkpoint.keep, 3);
   EXPECT_EQ(rc.log.every_steps, 10);
   EXPECT_EQ(rc.eval.every_steps, 0);
@@ -179,6 +180,7 @@ TEST_F(Run, SetOverridesApplyBeforeReading) {
   EXPECT_EQ(rc.model.vars.at("hidden").i, 64);
   EXPECT_EQ(rc.train.micro_batch, 8);
   EXPECT_EQ(rc.checkpoint.dir, "/tmp/ck");
+  EXPECT_EQ(rc.log.metrics, "/tmp/ck/metrics.jsonl");  // the default follows the checkpoint folder
   EXPECT_EQ(rc.devices, "cuda:0,1");
   ASSERT_TRUE(rc.data.eval.has_value());
   EXPECT_EQ(rc.data.eval->format, "synthetic");

@@ -46,6 +46,14 @@ TEST(Yaml, NullsAndKinds) {
   EXPECT_EQ(n.get("zz"), nullptr);
 }
 
+TEST(Yaml, EmptyValueIsPlacedAfterItsKey) {
+  Diagnostics d;
+  YNode n = parse("a:\n  dtype:\n  \"q\":\nb: 1\n", d);
+  ASSERT_TRUE(d.empty()) << iotest::dump(d);
+  EXPECT_EQ(n.get("a")->get("dtype")->loc.str(), "t.yaml:2:9");
+  EXPECT_EQ(n.get("a")->get("q")->loc.str(), "t.yaml:3:7");
+}
+
 TEST(Yaml, DuplicateKeyReportedAtSecondOccurrence) {
   Diagnostics d;
   YNode n = parse("a: 1\nb: 2\na: 3\nm: {x: 1, x: 2}\n", d);
@@ -197,6 +205,18 @@ TEST(Yaml, DeepNestingIsRefusedBeforeYamlCppRecurses) {
   std::string deep_text = "a: \"" + std::string(100, '[') + "\"\nb: x[[[[\n# " + std::string(100, '{') + "\n";
   parse(deep_text, d4);
   EXPECT_TRUE(d4.empty()) << iotest::dump(d4);
+}
+
+TEST(Yaml, AliasesCannotStackPastTheDepthLimit) {
+  // Each line nests the previous anchor 50 levels deeper: few nodes, but a tree far deeper than the text.
+  std::string text = "a0: &a0 x\n";
+  for (int i = 1; i < 3000; ++i)
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " " + std::string(50, '[') + "*a" +
+            std::to_string(i - 1) + std::string(50, ']') + "\n";
+  Diagnostics d;
+  YNode n = parse(text, d);
+  EXPECT_TRUE(n.is_null());
+  EXPECT_DIAG(d, 3, 59, "alias '*a1' nests deeper than 64 levels");
 }
 
 TEST(Yaml, ModerateNestingIsFine) {

@@ -1,4 +1,5 @@
-// Helpers shared by the io tests: temporary folders and files, and lookups of diagnostics by place.
+// Helpers shared by the io tests: temporary folders and files (removed afterwards), and lookups of
+// diagnostics by exact line:col and message fragment.
 #pragma once
 // (YAML-side helpers; the data-side helpers are in io_test_util.h)
 #include <gtest/gtest.h>
