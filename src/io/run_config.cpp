@@ -110,6 +110,13 @@ void apply_set(YNode& root, const SetOverride& o, Diagnostics& diags) {
     if (last) *child = o.value;
     cur = child;
   }
+  // train.steps and train.epochs are alternatives: overriding one replaces the other written in the file.
+  if (o.keys.size() == 2 && o.keys[0] == "train" && (o.keys[1] == "steps" || o.keys[1] == "epochs")) {
+    YNode* train = root.get_mut("train");
+    std::string other = o.keys[1] == "steps" ? "epochs" : "steps";
+    if (train && train->is_map())
+      std::erase_if(train->map, [&](const auto& kv) { return kv.first.is_scalar() && kv.first.scalar == other; });
+  }
 }
 
 // ---- helpers for sections -----------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ r = run(["check", os.path.join(src, "models", "tiny_gpt.yaml"), "--set", "vars.n
 case("check --set vars", r.returncode == 0 and "h.2.res2" in r.stdout, r.stderr)
 r = run(["check", os.path.join(src, "models", "tiny_gpt.yaml"), "--set", "vars.n_layr=3"])
 case("check --set unknown var", r.returncode == 2 and "n_layer" in r.stderr, r.stderr)
+r = run(["check", os.path.join(src, "configs", "fashion_mlp.yaml"), "--set", "train.steps=10"])
+case("--set train.steps replaces the file's epochs", r.returncode == 0, r.stderr)
 r = run(["ops"])
 case("ops", r.returncode == 0 and "attention" in r.stdout and "conv2d" in r.stdout, r.stderr)
 

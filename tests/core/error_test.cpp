@@ -33,3 +33,8 @@ TEST(Tensor, EmptyIsZeroAndReshapes) {
   EXPECT_EQ(t.reshaped(Shape{3, 2}).shape(), (Shape{3, 2}));
   EXPECT_THROW(t.data<double>(), InternalError);
 }
+
+TEST(Error, DidYouMeanCountsASwapAsOneEdit) {
+  EXPECT_EQ(did_you_mean("dtpye", {"dtype", "shape"}), "dtype");
+  EXPECT_EQ(did_you_mean("f23", {"f32", "f64", "i32"}), "f32");
+}
