@@ -154,6 +154,16 @@ Cost default_cost(std::span<const TensorDesc> inputs, std::span<const TensorDesc
   return c;
 }
 
+OpDef internal_op(std::string name, std::string doc, int num_inputs) {
+  OpDef d;
+  d.name = std::move(name);
+  d.doc = std::move(doc);
+  d.internal = true;
+  d.differentiable = false;
+  d.min_inputs = d.max_inputs = num_inputs;
+  return d;
+}
+
 static const char* kind_name(AttrKind k) {
   switch (k) {
     case AttrKind::Int: return "an integer";

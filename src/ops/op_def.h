@@ -211,6 +211,9 @@ struct OpDef {
 // Generic helpers shared by op definitions.
 std::vector<SplitSignature> all_broadcast(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs);
 Cost default_cost(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs, double flops_per_out = 1);
+// An internal op (gradient or helper): not usable in model files, not differentiable, `num_inputs` inputs.
+// Callers fill in inference, kernel, splits, cost and attributes.
+OpDef internal_op(std::string name, std::string doc, int num_inputs);
 // Fills defaults and checks kinds/choices/ranges of `attrs` against `def`; throws OpError on a mistake.
 void complete_attrs(const OpDef& def, Attrs& attrs);
 

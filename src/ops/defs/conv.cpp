@@ -387,12 +387,7 @@ std::vector<AttrSpec> conv_attr_specs() {
 }
 
 OpDef grad_def(const std::string& name, std::string doc, int n_in, InferFn infer, CpuKernel k, SplitFn splits) {
-  OpDef d;
-  d.name = name;
-  d.doc = std::move(doc);
-  d.internal = true;
-  d.differentiable = false;
-  d.min_inputs = d.max_inputs = n_in;
+  OpDef d = internal_op(name, std::move(doc), n_in);
   d.attrs = conv_attr_specs();
   d.infer = infer;
   d.cpu = k;

@@ -295,12 +295,7 @@ OpDef unary_def(const std::string& name, CpuKernel k, GradFn g, std::string doc)
 }
 
 OpDef grad_def(const std::string& name, CpuKernel k, std::vector<AttrSpec> attrs = {}) {
-  OpDef d;
-  d.name = name;
-  d.doc = "gradient of " + name.substr(0, name.size() - 5);
-  d.internal = true;
-  d.differentiable = false;
-  d.min_inputs = d.max_inputs = 3;
+  OpDef d = internal_op(name, "gradient of " + name.substr(0, name.size() - 5), 3);
   d.attrs = std::move(attrs);
   d.infer = infer_second;
   d.splits = same_splits;

@@ -270,13 +270,8 @@ std::vector<SplitSignature> position_dw_splits(const Attrs& a, std::span<const T
 }
 
 OpDef internal_def(const std::string& name, std::string doc, std::vector<AttrSpec> attrs, int inputs) {
-  OpDef d;
-  d.name = name;
-  d.doc = std::move(doc);
+  OpDef d = internal_op(name, std::move(doc), inputs);
   d.attrs = std::move(attrs);
-  d.internal = true;
-  d.differentiable = false;
-  d.min_inputs = d.max_inputs = inputs;
   d.cost = scatter_cost;
   return d;
 }

@@ -311,12 +311,7 @@ std::vector<AttrSpec> pool_attr_specs() {
 }
 
 OpDef internal_def(const std::string& name, std::string doc, int n_in, InferFn infer, CpuKernel k) {
-  OpDef d;
-  d.name = name;
-  d.doc = std::move(doc);
-  d.internal = true;
-  d.differentiable = false;
-  d.min_inputs = d.max_inputs = n_in;
+  OpDef d = internal_op(name, std::move(doc), n_in);
   d.infer = infer;
   d.cpu = k;
   d.splits = pool_splits;
