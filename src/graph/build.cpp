@@ -145,7 +145,16 @@ struct Builder {
       auto outs = g.add_node(*op, attrs, all_inputs, n, l.name, l.name, l.loc, false);
       return outs[0];
     } catch (const ops::OpError& e) {
-      diags.error(l.loc, who + ": " + e.what(), e.hint());
+      // Shapes inside ops carry the batch axis; users think per sample, so say what each input is.
+      std::string inputs_text;
+      for (size_t k = 0; k < l.from.size(); ++k) {
+        const auto& d = data[k];
+        std::vector<int64_t> per(d.shape.dims().begin() + (d.shape.rank() > 0 ? 1 : 0), d.shape.dims().end());
+        inputs_text += (k ? ", " : "") + std::string("'") + l.from[k] + "' " + Shape(per).str();
+      }
+      std::string hint = e.hint();
+      hint += (hint.empty() ? "" : "; ") + std::string("input(s) per sample: ") + inputs_text;
+      diags.error(l.loc, who + ": " + e.what(), hint);
       return kNoValue;
     }
   }
