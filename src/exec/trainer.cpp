@@ -12,7 +12,7 @@
 #include <map>
 #include <memory>
 
-#include "exec/executor.h"
+#include "exec/runner.h"
 #include "exec/optimizer.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
@@ -28,58 +28,6 @@ namespace braid::exec {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
-  auto bounds = graph::integer_input_bounds(g);
-  std::vector<io::DatasetInput> out;
-  for (const auto& in : m.inputs)
-    out.push_back({in.name, TensorDesc{Shape(in.shape), in.dtype}, bounds.count(in.name) ? bounds[in.name] : 0});
-  return out;
-}
-
-// A graph with its executor, for one batch size.
-struct Runner {
-  graph::Graph g;
-  std::unique_ptr<Executor> exec;
-  std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
-};
-
-std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed) {
-  auto r = std::make_unique<Runner>();
-  graph::BuildOptions bo;
-  bo.with_backward = training;
-  bo.with_metrics = !training;
-  r->g = graph::build_graph(m, batch, bo);
-  graph::verify(r->g);
-  store.create(r->g, seed);
-  std::vector<ValueId> keep;
-  for (const auto& [n, v] : r->g.outputs) keep.push_back(v);
-  for (const auto& [n, v] : r->g.metrics) keep.push_back(v);
-  for (const auto& p : r->g.params())
-    if (p.grad.valid()) keep.push_back(p.grad);
-  r->exec = std::make_unique<Executor>(r->g, store, keep);
-  for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
-  return r;
-}
-
-double scalar(const Tensor& t) { return get_as_double(t, 0); }
-
-// Adds scale * src into dst (same desc).
-void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
-  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
-    T* d = dst.data<T>();
-    const T* s = src.data<T>();
-    const T k = T(scale);
-    const int64_t n = dst.numel();
-    if (first && scale == 1.0)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
-    else if (first)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
-    else
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
-  });
-}
 
 struct Evaluator {
   const io::RunConfig& cfg;
@@ -199,17 +147,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t first_step = state.step;
   for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
-    double loss = 0;
-    for (int64_t m = 0; m < num_micro; ++m) {
-      std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, indices.begin());
-      train_data->read(indices, train_runner->inputs);
-      train_runner->exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
-      loss += scalar(train_runner->exec->value(g.loss())) / static_cast<double>(num_micro);
-      for (const auto& p : g.params()) {
-        if (!p.grad.valid()) continue;
-        accumulate(store.find(p.name)->grad, train_runner->exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
-      }
-    }
+    double loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
