@@ -162,12 +162,21 @@ int train(const TrainArgs& a, FILE* out) {
     throw UserError(SourceLoc{a.path, 1, 1}, "this is a model file; braid train needs a run file",
                     "write a run file with `model: " + a.path + "` and data, train and optimizer sections");
   exec::TrainOptions o;
+  o.resume = a.resume;
   o.init_from = a.init_from;
+  o.init_partial = a.init_partial;
+  o.stop_after = a.stop_after;
+  if (!a.resume.empty() && !a.init_from.empty())
+    throw UserError(SourceLoc{"<command line>", 0, 0}, "--resume and --init-from exclude each other",
+                    "--resume continues a run exactly; --init-from starts a new run from a checkpoint's weights");
+  if (a.init_partial && a.init_from.empty())
+    throw UserError(SourceLoc{"<command line>", 0, 0}, "--init-partial needs --init-from");
   o.save_init = a.save_init;
   o.save_final = a.save_final;
   o.progress = !a.no_progress;
   o.out = out;
-  exec::train(cfg, o);
+  exec::TrainResult r = exec::train(cfg, o);
+  if (r.stop_signal) return 128 + r.stop_signal;  // interrupted (after saving), as shells report it
   return 0;
 }
 

@@ -20,7 +20,9 @@ int check(const CheckArgs& a, FILE* out);
 struct TrainArgs {
   std::string path;
   std::vector<std::string> sets;
-  std::string init_from, save_init, save_final;
+  std::string resume, init_from, save_init, save_final;
+  bool init_partial = false;
+  int64_t stop_after = 0;
   bool no_progress = false;
 };
 int train(const TrainArgs& a, FILE* out);

@@ -24,9 +24,12 @@ int main(int argc, char** argv) {
   auto* t = app.add_subcommand("train", "train the model of a run file");
   t->add_option("run", train.path, "run file")->required();
   t->add_option("--set", train.sets, "override a value: key=value (dotted keys, e.g. optimizer.lr=1e-3)");
-  t->add_option("--init-from", train.init_from, "start from the weights in this HDF5 file (/params/<name>)");
-  t->add_option("--save-init", train.save_init, "write the initial weights to this HDF5 file");
-  t->add_option("--save-final", train.save_final, "write the final weights to this HDF5 file");
+  t->add_option("--resume", train.resume, "continue exactly from a checkpoint: 'latest' (in checkpoint.dir) or a path");
+  t->add_option("--init-from", train.init_from, "start a new run from the weights of this checkpoint");
+  t->add_flag("--init-partial", train.init_partial, "with --init-from: load the tensors that match, list the others");
+  t->add_option("--stop-after", train.stop_after, "stop after this step as if interrupted (saves a checkpoint)");
+  t->add_option("--save-init", train.save_init, "write the initial weights to this file (a step-0 checkpoint)");
+  t->add_option("--save-final", train.save_final, "write the final weights to this file (a checkpoint without optimizer state)");
   t->add_flag("--no-progress", train.no_progress, "plain log lines even on a terminal");
 
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");

@@ -12,12 +12,14 @@
 #include <map>
 #include <memory>
 
-#include "exec/executor.h"
+#include "exec/runner.h"
 #include "exec/optimizer.h"
+#include "exec/signals.h"
+#include "exec/train_state.h"
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "io/dataset.h"
-#include "io/h5file.h"
+#include "io/checkpoint.h"
 #include "io/metrics.h"
 #include "io/progress.h"
 #include "ops/cpu/kernel_util.h"
@@ -26,58 +28,6 @@ namespace braid::exec {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
-  auto bounds = graph::integer_input_bounds(g);
-  std::vector<io::DatasetInput> out;
-  for (const auto& in : m.inputs)
-    out.push_back({in.name, TensorDesc{Shape(in.shape), in.dtype}, bounds.count(in.name) ? bounds[in.name] : 0});
-  return out;
-}
-
-// A graph with its executor, for one batch size.
-struct Runner {
-  graph::Graph g;
-  std::unique_ptr<Executor> exec;
-  std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
-};
-
-std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed) {
-  auto r = std::make_unique<Runner>();
-  graph::BuildOptions bo;
-  bo.with_backward = training;
-  bo.with_metrics = !training;
-  r->g = graph::build_graph(m, batch, bo);
-  graph::verify(r->g);
-  store.create(r->g, seed);
-  std::vector<ValueId> keep;
-  for (const auto& [n, v] : r->g.outputs) keep.push_back(v);
-  for (const auto& [n, v] : r->g.metrics) keep.push_back(v);
-  for (const auto& p : r->g.params())
-    if (p.grad.valid()) keep.push_back(p.grad);
-  r->exec = std::make_unique<Executor>(r->g, store, keep);
-  for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
-  return r;
-}
-
-double scalar(const Tensor& t) { return get_as_double(t, 0); }
-
-// Adds scale * src into dst (same desc).
-void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
-  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
-    T* d = dst.data<T>();
-    const T* s = src.data<T>();
-    const T k = T(scale);
-    const int64_t n = dst.numel();
-    if (first && scale == 1.0)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
-    else if (first)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
-    else
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
-  });
-}
 
 struct Evaluator {
   const io::RunConfig& cfg;
@@ -122,33 +72,6 @@ std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
   return s;
 }
 
-void write_params(const std::string& path, const ParamStore& store, const io::RunConfig& cfg) {
-  std::vector<std::pair<std::string, Tensor>> t;
-  for (const auto& e : store.entries()) t.emplace_back((e.spec.buffer ? "/buffers/" : "/params/") + e.name, e.value);
-  io::write_tensors(path, t, {{"model", cfg.model_path}, {"format", "braid-weights-1"}});
-}
-
-void load_params(const std::string& path, ParamStore& store) {
-  for (const char* group : {"/params", "/buffers"}) {
-    std::vector<std::pair<std::string, Tensor>> t;
-    try {
-      t = io::read_tensors(path, group);
-    } catch (const UserError&) {
-      if (std::string(group) == "/buffers") continue;  // weights-only files may lack buffers
-      throw;
-    }
-    for (const auto& [name, tensor] : t) {
-      ParamEntry* e = store.find(name);
-      if (!e) throw UserError(SourceLoc{path, 0, 0}, "tensor '" + name + "' is not a parameter of this model");
-      if (e->value.shape() != tensor.shape())
-        throw UserError(SourceLoc{path, 0, 0}, "tensor '" + name + "' has shape " + tensor.shape().str() +
-                                                  " but the model's parameter has " + e->value.shape().str());
-      Tensor src = tensor;
-      for (int64_t i = 0; i < e->value.numel(); ++i) set_from_double(e->value, i, get_as_double(src, i));
-    }
-  }
-}
-
 }  // namespace
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
@@ -162,8 +85,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   ParamStore store;
   auto train_runner = make_runner(cfg.model, micro, true, store, seed);
   const graph::Graph& g = train_runner->g;
-  if (!opts.init_from.empty()) load_params(opts.init_from, store);
-  if (!opts.save_init.empty()) write_params(opts.save_init, store, cfg);
+  if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, opts.out);
+  if (!opts.save_init.empty()) save_weights(opts.save_init, cfg, store);
   res.arena_bytes = train_runner->exec->plan().arena_bytes;
 
   // 2. Data.
@@ -178,16 +101,37 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
 
   Optimizer opt(cfg.optimizer, store);
+  StepState state;
+  state.micro_batches = num_micro;
+  if (!opts.resume.empty()) {
+    if (cfg.checkpoint.dir.empty() && opts.resume == "latest")
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "--resume latest needs checkpoint.dir in the run file");
+    std::string path = io::CheckpointDir::resolve(cfg.checkpoint.dir, opts.resume);
+    state = restore(io::read_checkpoint(path), path, cfg, store, opt, sampler);
+    state.micro_batches = num_micro;
+    std::fprintf(opts.out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),
+                 static_cast<long long>(state.step), static_cast<long long>(sampler.epoch()));
+    if (state.step >= total_steps)
+      std::fprintf(opts.out, "braid: the checkpoint is already at step %lld of %lld; nothing to train\n",
+                   static_cast<long long>(state.step), static_cast<long long>(total_steps));
+  }
+  std::unique_ptr<io::CheckpointDir> ckpt_dir;
+  if (!cfg.checkpoint.dir.empty()) ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
+  auto save_checkpoint = [&]() {
+    if (!ckpt_dir) return;
+    res.last_checkpoint = ckpt_dir->save(capture(cfg, store, opt, sampler, state));
+  };
   Evaluator evaluator{cfg, store, eval_data.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
   if (!cfg.log.metrics.empty()) {
     std::error_code ec;
     auto parent = std::filesystem::path(cfg.log.metrics).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics);
+    metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics, /*append=*/state.step > 0);
   }
   io::Progress progress(opts.out, opts.progress && io::Progress::is_tty(opts.out), total_steps,
-                        std::max<int64_t>(1, cfg.log.every_steps));
+                        std::max<int64_t>(1, cfg.log.every_steps), state.step);
+  StopSignals signals;
 
   std::fprintf(opts.out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
@@ -198,20 +142,12 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::vector<int64_t> indices(static_cast<size_t>(micro));
   auto window_start = Clock::now();
   auto train_start = window_start;
+  auto step_start = window_start;
   int64_t window_samples = 0;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  const int64_t first_step = state.step;
+  for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
-    double loss = 0;
-    for (int64_t m = 0; m < num_micro; ++m) {
-      std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, indices.begin());
-      train_data->read(indices, train_runner->inputs);
-      train_runner->exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
-      loss += scalar(train_runner->exec->value(g.loss())) / static_cast<double>(num_micro);
-      for (const auto& p : g.params()) {
-        if (!p.grad.valid()) continue;
-        accumulate(store.find(p.name)->grad, train_runner->exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
-      }
-    }
+    double loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
@@ -249,11 +185,27 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       window_start = Clock::now();
       window_samples = 0;
     }
+    // Checkpoints: every N steps, at the end, and when asked to stop.
+    state.step = step + 1;
+    state.wall_time_s += std::chrono::duration<double>(Clock::now() - step_start).count();
+    step_start = Clock::now();
+    bool stop = StopSignals::stop_requested() || (opts.stop_after > 0 && step + 1 >= opts.stop_after && step + 1 < total_steps);
+    bool due = cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0;
+    if (due || stop || step + 1 == total_steps) save_checkpoint();
+    if (stop) {
+      res.stopped_early = true;
+      res.stop_signal = StopSignals::signal_number();
+      progress.message("stopped after step " + std::to_string(step + 1) +
+                       (res.last_checkpoint.empty() ? " (no checkpoint.dir: nothing saved)"
+                                                    : "; checkpoint " + res.last_checkpoint));
+      break;
+    }
   }
   progress.finish();
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
-  res.steps = total_steps;
-  res.samples_per_s = total_secs > 0 ? static_cast<double>(total_steps * batch) / total_secs : 0;
+  res.steps = state.step;
+  res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;
+  if (res.stopped_early) return res;
 
   // 4. Final evaluation.
   if (eval_data) {
@@ -269,9 +221,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       metrics->write(rec);
     }
   }
-  if (!opts.save_final.empty()) write_params(opts.save_final, store, cfg);
-  std::fprintf(opts.out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(total_steps), total_secs,
-               res.samples_per_s);
+  if (!opts.save_final.empty()) save_weights(opts.save_final, cfg, store);
+  std::fprintf(opts.out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(state.step - first_step),
+               total_secs, res.samples_per_s);
   return res;
 }
 

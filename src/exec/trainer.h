@@ -12,7 +12,10 @@
 namespace braid::exec {
 
 struct TrainOptions {
-  std::string init_from;   // HDF5 file with /params/<name> tensors: start from these weights
+  std::string resume;      // "latest" (in checkpoint.dir) or a checkpoint path: continue exactly
+  std::string init_from;   // a checkpoint or weights file: start from its parameters and buffers
+  bool init_partial = false;  // with init_from: load the tensors that match, list the others
+  int64_t stop_after = 0;  // stop after this step (as if interrupted: save a checkpoint, return); 0 = never
   std::string save_init;   // write the initial weights (HDF5, /params/<name>) before the first step
   std::string save_final;  // write the final weights after the last step
   bool progress = true;    // terminal progress (a bar on a TTY, plain lines otherwise)
@@ -25,6 +28,9 @@ struct TrainResult {
   int64_t steps = 0;
   double samples_per_s = 0;
   size_t arena_bytes = 0;
+  int stop_signal = 0;             // SIGINT/SIGTERM that stopped the run early (0: none)
+  bool stopped_early = false;      // by a signal or stop_after
+  std::string last_checkpoint;     // path of the newest checkpoint written ("" if none)
 };
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts);

@@ -1,0 +1,77 @@
+// Runner construction and the forward+backward of one optimizer step; see runner.h.
+#include "exec/runner.h"
+
+#include "graph/build.h"
+#include "graph/verify.h"
+#include "ops/cpu/kernel_util.h"
+
+namespace braid::exec {
+namespace {
+
+// Adds scale * src into dst (same desc).
+void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
+  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    const T k = T(scale);
+    const int64_t n = dst.numel();
+    if (first && scale == 1.0)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    else if (first)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
+  });
+}
+
+
+}  // namespace
+
+std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
+  auto bounds = graph::integer_input_bounds(g);
+  std::vector<io::DatasetInput> out;
+  for (const auto& in : m.inputs)
+    out.push_back({in.name, TensorDesc{Shape(in.shape), in.dtype}, bounds.count(in.name) ? bounds[in.name] : 0});
+  return out;
+}
+
+std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
+                                    uint64_t seed) {
+  auto r = std::make_unique<Runner>();
+  graph::BuildOptions bo;
+  bo.with_backward = training;
+  bo.with_metrics = !training;
+  r->g = graph::build_graph(m, batch, bo);
+  graph::verify(r->g);
+  store.create(r->g, seed);
+  std::vector<ValueId> keep;
+  for (const auto& [n, v] : r->g.outputs) keep.push_back(v);
+  for (const auto& [n, v] : r->g.metrics) keep.push_back(v);
+  for (const auto& p : r->g.params())
+    if (p.grad.valid()) keep.push_back(p.grad);
+  r->exec = std::make_unique<Executor>(r->g, store, keep);
+  for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
+  return r;
+}
+
+double scalar(const Tensor& t) { return get_as_double(t, 0); }
+
+double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch) {
+  const int64_t num_micro = static_cast<int64_t>(batch_idx.size()) / micro;
+  scratch.resize(static_cast<size_t>(micro));
+  double loss = 0;
+  for (int64_t m = 0; m < num_micro; ++m) {
+    std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, scratch.begin());
+    data.read(scratch, r.inputs);
+    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
+    loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
+    for (const auto& p : r.g.params()) {
+      if (!p.grad.valid()) continue;
+      accumulate(store.find(p.name)->grad, r.exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
+    }
+  }
+  return loss;
+}
+
+}  // namespace braid::exec

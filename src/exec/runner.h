@@ -1,0 +1,34 @@
+// A graph with its executor for one batch size, and the forward+backward of one optimizer step over
+// micro-batches (gradients accumulated into the ParamStore, scaled 1/M). Shared by the trainer, the
+// evaluator and the benchmarks, so that what `braid bench` times is exactly what `braid train` runs.
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "exec/executor.h"
+#include "graph/ir.h"
+#include "io/dataset.h"
+#include "io/model_spec.h"
+
+namespace braid::exec {
+
+struct Runner {
+  graph::Graph g;
+  std::unique_ptr<Executor> exec;
+  std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
+};
+
+// Builds the graph (with backward when training, with metrics otherwise), creates missing parameters in
+// `store` (initialised from `seed`) and the executor.
+std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
+                                    uint64_t seed);
+// The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
+std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
+// Forward and backward over batch_idx.size() / micro micro-batches; returns the mean loss. `scratch` holds
+// `micro` indices (no allocation per step). The dropout stream of micro-batch m is step * M + m.
+double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch);
+double scalar(const Tensor& t);
+
+}  // namespace braid::exec
