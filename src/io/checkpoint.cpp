@@ -298,7 +298,7 @@ void precheck(const std::string& path, bool verify) {
   if (S_ISDIR(st.st_mode)) bad_file(path, "is a folder, not a checkpoint file");
   if (!S_ISREG(st.st_mode)) bad_file(path, "is not a regular file");
   if (st.st_size == 0) bad_file(path, "is empty (0 bytes), not a checkpoint");
-  char head[16] = {0};
+  char head[17] = {0};
   if (FILE* f = std::fopen(path.c_str(), "rb")) {
     size_t n = std::fread(head, 1, sizeof head - 1, f);
     (void)n;

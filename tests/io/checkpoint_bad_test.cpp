@@ -86,6 +86,9 @@ TEST(CheckpointBad, TruncatedFiles) {
     std::string e = read_error(p);
     EXPECT_TRUE(e.find("truncated") != std::string::npos || e.find("not an HDF5 file") != std::string::npos) << e;
   }
+  std::string p = dir.file("cut_header.h5");  // inside the header: the user block's size is still readable
+  write_file(p, bytes.substr(0, 40));
+  EXPECT_NE(read_error(p).find("is truncated (40 bytes, shorter than its 2048-byte header)"), std::string::npos);
 }
 
 TEST(CheckpointBad, BytesFlippedInsideATensorAreACorruptTensor) {
