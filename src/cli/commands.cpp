@@ -89,6 +89,13 @@ void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
     const auto& n = g.node(g.value(g.metrics[i].second).producer);
     s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(g.metrics[i].first) + ",\"op\":" + io::json_quote(n.op->name) + "}";
   }
+  // Every parameter and buffer with its PyTorch shape (what a checkpoint's /params and /buffers hold).
+  s += "],\"param_specs\":[";
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const auto& p = g.params()[i];
+    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(p.name) + ",\"shape\":" + attr_json(p.spec.desc.shape.dims()) +
+         ",\"dtype\":\"" + std::string(dtype_name(p.spec.desc.dtype)) + "\",\"buffer\":" + (p.spec.buffer ? "true" : "false") + "}";
+  }
   s += "]}\n";
   std::fputs(s.c_str(), out);
 }

@@ -27,6 +27,14 @@ struct TrainArgs {
 };
 int train(const TrainArgs& a, FILE* out);
 
+// `braid inspect`: a checkpoint's step, run and tensor table; with `diff`, how it differs from a run file.
+struct InspectArgs {
+  std::string path;               // checkpoint file, or checkpoint folder (its latest)
+  std::string diff;               // run or model file to compare with
+  std::vector<std::string> sets;  // --set overrides of the diff run
+};
+int inspect(const InspectArgs& a, FILE* out);
+
 // `braid ops`: every op usable in model files with its attributes and defaults.
 int list_ops(FILE* out);
 

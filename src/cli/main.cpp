@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
   t->add_option("--save-final", train.save_final, "write the final weights to this file (a checkpoint without optimizer state)");
   t->add_flag("--no-progress", train.no_progress, "plain log lines even on a terminal");
 
+  braid::cli::InspectArgs inspect;
+  auto* in = app.add_subcommand("inspect", "show a checkpoint's step, run and tensors; --diff compares it with a run");
+  in->add_option("checkpoint", inspect.path, "checkpoint file, or checkpoint folder (its latest)")->required();
+  in->add_option("--diff", inspect.diff, "run or model file to compare the checkpoint with");
+  in->add_option("--set", inspect.sets, "override a value of the --diff run: key=value");
+
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
   try {
@@ -43,6 +49,7 @@ int main(int argc, char** argv) {
   try {
     if (c->parsed()) return braid::cli::check(check, stdout);
     if (t->parsed()) return braid::cli::train(train, stdout);
+    if (in->parsed()) return braid::cli::inspect(inspect, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
   } catch (const braid::UserError& e) {
     std::fflush(stdout);

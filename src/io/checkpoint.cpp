@@ -1,0 +1,540 @@
+// Checkpoint files: the HDF5 layout of docs/checkpoints.md, written atomically in HDF5 1.10's format, with a
+// CRC-32 attribute on every tensor that the reader verifies after reading it, and a header in the user block
+// (checkpoint_header.h) that covers every other byte and is checked before HDF5 parses the file, so that a
+// damaged file ends in a UserError naming it (and the tensor) instead of a crash inside HDF5.
+// The folder logic (`latest`, keep) and `braid inspect` are in checkpoint_dir.cpp.
+#include "io/checkpoint.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/parallel.h"
+#include "io/checkpoint_header.h"
+#include "io/h5util.h"
+
+namespace braid::io {
+
+namespace {
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& msg, const std::string& hint = "") {
+  throw UserError(SourceLoc{}, "checkpoint '" + path + "': " + msg, hint);
+}
+
+// ---- checksums and hashes -----------------------------------------------------------------------------------
+
+// zlib's CRC-32, in pieces on the OpenMP threads for large buffers, joined with crc32_combine.
+uint32_t crc32_of(const void* data, size_t n) {
+  constexpr size_t kPiece = size_t{8} << 20;
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (n <= 2 * kPiece) return static_cast<uint32_t>(crc32_z(0, p, n));
+  const int64_t pieces = static_cast<int64_t>((n + kPiece - 1) / kPiece);
+  std::vector<uLong> crcs(static_cast<size_t>(pieces));
+  parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      size_t off = static_cast<size_t>(i) * kPiece;
+      crcs[static_cast<size_t>(i)] = crc32_z(0, p + off, std::min(kPiece, n - off));
+    }
+  });
+  uLong c = crcs[0];
+  for (int64_t i = 1; i < pieces; ++i) {
+    size_t off = static_cast<size_t>(i) * kPiece;
+    c = crc32_combine(c, crcs[static_cast<size_t>(i)], static_cast<z_off_t>(std::min(kPiece, n - off)));
+  }
+  return static_cast<uint32_t>(c);
+}
+
+std::string hex(uint64_t v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*" PRIx64, digits, v);
+  return buf;
+}
+
+std::string now_iso8601() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// ---- attributes -------------------------------------------------------------------------------------------
+
+void write_scalar_attr(hid_t obj, const std::string& path, const std::string& key, hid_t ftype, hid_t mtype,
+                       const void* value) {
+  const std::string what = "cannot write attribute '" + key + "'";
+  h5::Handle sp = h5::space(H5Screate(H5S_SCALAR), path, what);
+  h5::Handle a = h5::attr(H5Acreate2(obj, key.c_str(), ftype, sp.get(), H5P_DEFAULT, H5P_DEFAULT), path, what);
+  if (H5Awrite(a.get(), mtype, value) < 0) h5::fail(path, what);
+}
+void write_attr(hid_t obj, const std::string& path, const std::string& key, int64_t v) {
+  write_scalar_attr(obj, path, key, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+void write_attr(hid_t obj, const std::string& path, const std::string& key, uint64_t v) {
+  write_scalar_attr(obj, path, key, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v);
+}
+void write_attr(hid_t obj, const std::string& path, const std::string& key, double v) {
+  write_scalar_attr(obj, path, key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+void write_attr(hid_t obj, const std::string& path, const std::string& key, const std::string& v) {
+  h5::write_string_attr(obj, path, key, v);
+}
+
+// Reads numeric attribute `key` of `obj` (named `shown` in errors) converted to the memory type `mtype`.
+void read_number_attr(hid_t obj, const std::string& path, const std::string& shown, const std::string& key,
+                      hid_t mtype, void* out) {
+  htri_t exists = H5Aexists(obj, key.c_str());
+  if (exists < 0) h5::fail(path, "cannot read attribute '" + key + "' of '" + shown + "'");
+  if (exists == 0) bad_file(path, "'" + shown + "' has no attribute '" + key + "'");
+  const std::string what = "cannot read attribute '" + key + "' of '" + shown + "'";
+  h5::Handle a = h5::attr(H5Aopen(obj, key.c_str(), H5P_DEFAULT), path, what);
+  h5::Handle ftype = h5::type(H5Aget_type(a.get()), path, what);
+  h5::Handle sp = h5::space(H5Aget_space(a.get()), path, what);
+  H5T_class_t cls = H5Tget_class(ftype.get());
+  if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || H5Sget_simple_extent_type(sp.get()) != H5S_SCALAR)
+    bad_file(path, "attribute '" + key + "' of '" + shown + "' is not a number");
+  if (H5Aread(a.get(), mtype, out) < 0) h5::fail(path, what);
+}
+int64_t read_i64_attr(hid_t obj, const std::string& path, const std::string& shown, const std::string& key) {
+  int64_t v = 0;
+  read_number_attr(obj, path, shown, key, H5T_NATIVE_INT64, &v);
+  return v;
+}
+std::string read_str_attr(hid_t obj, const std::string& path, const std::string& shown, const std::string& key) {
+  std::string v;
+  if (!h5::read_string_attr(obj, path, key, &v))
+    bad_file(path, "'" + shown + "' has no string attribute '" + key + "'");
+  return v;
+}
+
+// ---- writing ----------------------------------------------------------------------------------------------
+
+struct ToWrite {
+  std::string name;  // absolute HDF5 path
+  const Tensor* t;
+  std::string checksum;
+};
+
+void check_name(const std::string& path, const std::string& what, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    bad_file(path, what + " name '" + name + "' cannot be stored (empty, '.', '..' or containing '/')");
+}
+
+// Every dataset of `c` with its HDF5 path, checked (names, dtypes, duplicates) and checksummed.
+std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, std::vector<Tensor>& rng_tensors) {
+  std::vector<ToWrite> out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& name, const Tensor& t) {
+    if (!seen.insert(name).second) bad_file(path, "tensor '" + name + "' is written twice");
+    if (!t.defined()) bad_file(path, "tensor '" + name + "' has no data");
+    if (h5::file_type(t.dtype()) < 0)
+      bad_file(path, "tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) +
+                         "; checkpoints store f32, f64, i32 and i64 tensors");
+    out.push_back(ToWrite{name, &t, ""});
+  };
+  for (const auto& [name, t] : c.params) {
+    check_name(path, "parameter", name);
+    add("/params/" + name, t);
+  }
+  for (const auto& [name, t] : c.buffers) {
+    check_name(path, "buffer", name);
+    add("/buffers/" + name, t);
+  }
+  for (const auto& e : c.optimizer) {
+    check_name(path, "optimizer parameter", e.param);
+    check_name(path, "optimizer state", e.state);
+    add("/optimizer/" + e.param + "/" + e.state, e.value);
+  }
+  rng_tensors.clear();
+  rng_tensors.reserve(c.rng.size());
+  for (const auto& r : c.rng) {
+    check_name(path, "random stream", r.name);
+    Tensor t = Tensor::empty(TensorDesc{Shape{2}, DType::i64});
+    std::memcpy(t.data<int64_t>(), &r.key, 8);
+    std::memcpy(t.data<int64_t>() + 1, &r.counter, 8);
+    rng_tensors.push_back(t);
+  }
+  for (size_t i = 0; i < c.rng.size(); ++i) add("/rng/" + c.rng[i].name, rng_tensors[i]);
+  for (auto& w : out) w.checksum = tensor_checksum(*w.t);
+  return out;
+}
+
+h5::Handle make_group(hid_t file, const std::string& path, const std::string& name) {
+  return h5::group(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
+                   "cannot create group '" + name + "'");
+}
+
+void write_plan(hid_t file, const std::string& path, const std::string& text) {
+  const std::string what = "cannot write dataset '/plan'";
+  h5::Handle ty = h5::type(H5Tcopy(H5T_C_S1), path, what);
+  if (H5Tset_size(ty.get(), H5T_VARIABLE) < 0 || H5Tset_cset(ty.get(), H5T_CSET_UTF8) < 0) h5::fail(path, what);
+  h5::Handle sp = h5::space(H5Screate(H5S_SCALAR), path, what);
+  h5::Handle ds = h5::dataset(H5Dcreate2(file, "/plan", ty.get(), sp.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              path, what);
+  const char* s = text.c_str();
+  if (H5Dwrite(ds.get(), ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) < 0) h5::fail(path, what);
+}
+
+// Chunks of about 4 MiB: few enough index entries for fast whole-tensor I/O, small enough for slices.
+constexpr size_t kChunkBytes = size_t{4} << 20;
+
+void write_meta(hid_t file, const std::string& path, const CheckpointMeta& m) {
+  h5::Handle g = make_group(file, path, "/meta");
+  write_attr(g.get(), path, "format_version", static_cast<int64_t>(m.format_version));
+  write_attr(g.get(), path, "braid_version", m.braid_version);
+  write_attr(g.get(), path, "step", m.step);
+  write_attr(g.get(), path, "epoch", m.epoch);
+  write_attr(g.get(), path, "samples_seen", m.samples_seen);
+  write_attr(g.get(), path, "wall_time_s", m.wall_time_s);
+  write_attr(g.get(), path, "created", m.created);
+  write_attr(g.get(), path, "run_path", m.run_path);
+  write_attr(g.get(), path, "model_path", m.model_path);
+  write_attr(g.get(), path, "run_text", m.run_text);
+  write_attr(g.get(), path, "model_text", m.model_text);
+  write_attr(g.get(), path, "run_hash", m.run_hash);
+  write_attr(g.get(), path, "model_hash", m.model_hash);
+}
+
+// Whether H5Dget_chunk_info* report chunk addresses relative to the HDF5 base address (after the user
+// block) rather than to the start of the file: HDF5 1.10.8 does (H5Dget_offset is absolute), later versions
+// may not. Found out once per process on a small real file in `dir` (file images in memory leave the user
+// block out, so they cannot tell).
+bool chunk_addresses_are_relative(const std::string& dir, const std::string& path) {
+  static int relative = -1;
+  if (relative >= 0) return relative == 1;
+  const std::string probe = h5::temp_name((std::filesystem::path(dir) / "braid-probe.h5").string());
+  const char data[9] = "braid:ab";
+  haddr_t addr = HADDR_UNDEF;
+  try {
+    h5::Handle fcpl = h5::plist(H5Pcreate(H5P_FILE_CREATE), path, "cannot probe HDF5");
+    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), path, "cannot probe HDF5");
+    const hsize_t n = 8;
+    if (H5Pset_userblock(fcpl.get(), 512) < 0 || H5Pset_chunk(dcpl.get(), 1, &n) < 0) h5::fail(path, "cannot probe HDF5");
+    h5::Handle f = h5::file(H5Fcreate(probe.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), path,
+                            "cannot create the probe file '" + probe + "'");
+    h5::Handle sp = h5::space(H5Screate_simple(1, &n, nullptr), path, "cannot probe HDF5");
+    h5::Handle ds = h5::dataset(H5Dcreate2(f.get(), "x", H5T_STD_U8LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                path, "cannot probe HDF5");
+    hsize_t origin = 0, size = 0;
+    unsigned mask = 0;
+    if (H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
+        H5Dget_chunk_info_by_coord(ds.get(), &origin, &mask, &addr, &size) < 0 || !ds.close() || !f.close())
+      h5::fail(path, "cannot probe HDF5");
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(probe, ec);
+    throw;
+  }
+  std::ifstream in(probe, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::error_code ec;
+  std::filesystem::remove(probe, ec);
+  size_t at = bytes.find(std::string(data, 8));
+  BRAID_ASSERT(at != std::string::npos && (at == addr || at == addr + 512), "HDF5 chunk address probe: data at ", at,
+               ", chunk address ", addr);
+  relative = at == addr ? 0 : 1;
+  return relative == 1;
+}
+
+// Where a written dataset's bytes lie in the file (every chunk, or the contiguous block), for the header.
+void collect_ranges(hid_t ds, const std::string& path, const std::string& name, uint64_t userblock,
+                    std::vector<ckpt_header::Range>& out) {
+  const std::string what = "cannot locate the data of dataset '" + name + "'";
+  h5::Handle dcpl = h5::plist(H5Dget_create_plist(ds), path, what);
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
+    haddr_t addr = H5Dget_offset(ds);  // absolute
+    if (addr != HADDR_UNDEF) out.push_back({addr, H5Dget_storage_size(ds)});
+    return;
+  }
+  const uint64_t shift = chunk_addresses_are_relative(std::filesystem::path(path).parent_path().string(), path) ? userblock : 0;
+  h5::Handle sp = h5::space(H5Dget_space(ds), path, what);
+  int rank = H5Sget_simple_extent_ndims(sp.get());
+  if (rank <= 0) h5::fail(path, what);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank)), chunk(static_cast<size_t>(rank)), at(static_cast<size_t>(rank), 0);
+  if (H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr) < 0 || H5Pget_chunk(dcpl.get(), rank, chunk.data()) < 0)
+    h5::fail(path, what);
+  while (true) {  // every chunk of the grid, row-major
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(ds, at.data(), &mask, &addr, &size) < 0) h5::fail(path, what);
+    if (addr != HADDR_UNDEF) out.push_back({addr + shift, size});
+    int a = rank - 1;
+    for (; a >= 0; --a) {
+      at[static_cast<size_t>(a)] += chunk[static_cast<size_t>(a)];
+      if (at[static_cast<size_t>(a)] < dims[static_cast<size_t>(a)]) break;
+      at[static_cast<size_t>(a)] = 0;
+    }
+    if (a < 0) return;
+  }
+}
+
+// An upper bound of the number of data ranges of `t` (its chunks).
+size_t max_ranges(const Tensor& t, size_t chunk_bytes) {
+  if (t.shape().rank() == 0 || t.numel() == 0) return 1;
+  std::vector<hsize_t> chunk = h5::chunk_dims(t.shape(), dtype_size(t.dtype()), chunk_bytes);
+  size_t n = 1;
+  for (int a = 0; a < t.shape().rank(); ++a)
+    n *= static_cast<size_t>((static_cast<hsize_t>(t.shape()[a]) + chunk[static_cast<size_t>(a)] - 1) / chunk[static_cast<size_t>(a)]);
+  return n;
+}
+
+// ---- reading ----------------------------------------------------------------------------------------------
+
+// Refuses, with a message naming the file, what HDF5 should not be asked to open: a missing, empty or
+// non-HDF5 file, and (when verifying) one whose header, size or HDF5 structure does not match what was written.
+void precheck(const std::string& path, bool verify) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) bad_file(path, "is a folder, not a checkpoint file");
+  if (!S_ISREG(st.st_mode)) bad_file(path, "is not a regular file");
+  if (st.st_size == 0) bad_file(path, "is empty (0 bytes), not a checkpoint");
+  char head[17] = {0};
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    size_t n = std::fread(head, 1, sizeof head - 1, f);
+    (void)n;
+    std::fclose(f);
+  }
+  bool ours = std::strncmp(head, "braid checkpoint", 16) == 0;
+  if (!ours || !verify) {
+    htri_t is_h5 = H5Fis_hdf5(path.c_str());  // looks for the signature only
+    if (is_h5 < 0) h5::fail(path, "cannot open for reading");
+    if (is_h5 == 0) bad_file(path, "is not an HDF5 file (no HDF5 signature), so not a braid checkpoint");
+  }
+  if (verify) ckpt_header::verify(path, kCheckpointFormat);
+}
+
+bool has_link(hid_t loc, const std::string& path, const std::string& name) {
+  htri_t r = H5Lexists(loc, name.c_str(), H5P_DEFAULT);
+  if (r < 0) h5::fail(path, "cannot look up '" + name + "'");
+  return r > 0;
+}
+
+h5::Handle open_group(hid_t file, const std::string& path, const std::string& name) {
+  if (!has_link(file, path, name))
+    bad_file(path, "has no group '" + name + "'", "the file is damaged or was not written by braid");
+  return h5::group(H5Gopen2(file, name.c_str(), H5P_DEFAULT), path, "cannot open group '" + name + "'");
+}
+
+Tensor read_checked(hid_t loc, const std::string& path, const std::string& rel, const std::string& shown,
+                    bool verify) {
+  h5::OpenDataset d = h5::open_dataset(loc, path, rel, shown);
+  Tensor t = h5::read_dataset(d, path, shown);
+  if (!verify) return t;
+  std::string stored;
+  if (!h5::read_string_attr(d.ds.get(), path, "checksum", &stored))
+    throw UserError(SourceLoc{}, "tensor '" + shown + "' in " + path + " has no checksum attribute",
+                    "files written by braid always have one; read with checksums off to load it anyway");
+  std::string actual = tensor_checksum(t);
+  if (stored != actual)
+    throw UserError(SourceLoc{}, "tensor '" + shown + "' in " + path + " is corrupt (checksum mismatch: stored " +
+                                     stored + ", data " + actual + ")",
+                    "the file was damaged after it was written; resume from an older checkpoint");
+  return t;
+}
+
+NamedTensors read_group(hid_t file, const std::string& path, const std::string& group, bool verify) {
+  h5::Handle g = open_group(file, path, group);
+  NamedTensors out;
+  for (const std::string& rel : h5::dataset_names(g.get(), path, group))
+    out.emplace_back(rel, read_checked(g.get(), path, rel, group + "/" + rel, verify));
+  return out;
+}
+
+CheckpointMeta read_meta(hid_t file, const std::string& path) {
+  if (!has_link(file, path, "/meta"))
+    bad_file(path, "is not a braid checkpoint (it has no /meta group)",
+             "braid checkpoints are written by `braid train` with checkpoint.dir set");
+  h5::Handle g = open_group(file, path, "/meta");
+  const hid_t m = g.get();
+  CheckpointMeta meta;
+  int64_t version = read_i64_attr(m, path, "/meta", "format_version");
+  if (version > kCheckpointFormat)
+    bad_file(path, "written by a newer braid (format " + std::to_string(version) + "; this braid reads format " +
+                       std::to_string(kCheckpointFormat) + " and older)",
+             "use a newer braid to read it");
+  if (version < 1) bad_file(path, "has an invalid format version " + std::to_string(version));
+  meta.format_version = static_cast<int>(version);
+  meta.braid_version = read_str_attr(m, path, "/meta", "braid_version");
+  meta.step = read_i64_attr(m, path, "/meta", "step");
+  meta.epoch = read_i64_attr(m, path, "/meta", "epoch");
+  meta.samples_seen = read_i64_attr(m, path, "/meta", "samples_seen");
+  read_number_attr(m, path, "/meta", "wall_time_s", H5T_NATIVE_DOUBLE, &meta.wall_time_s);
+  meta.created = read_str_attr(m, path, "/meta", "created");
+  meta.run_path = read_str_attr(m, path, "/meta", "run_path");
+  meta.model_path = read_str_attr(m, path, "/meta", "model_path");
+  meta.run_text = read_str_attr(m, path, "/meta", "run_text");
+  meta.model_text = read_str_attr(m, path, "/meta", "model_text");
+  meta.run_hash = read_str_attr(m, path, "/meta", "run_hash");
+  meta.model_hash = read_str_attr(m, path, "/meta", "model_hash");
+  return meta;
+}
+
+std::string read_plan(hid_t file, const std::string& path) {
+  if (!has_link(file, path, "/plan")) bad_file(path, "has no dataset '/plan'");
+  const std::string what = "cannot read dataset '/plan'";
+  h5::Handle ds = h5::dataset(H5Dopen2(file, "/plan", H5P_DEFAULT), path, what);
+  h5::Handle ftype = h5::type(H5Dget_type(ds.get()), path, what);
+  h5::Handle sp = h5::space(H5Dget_space(ds.get()), path, what);
+  if (H5Tget_class(ftype.get()) != H5T_STRING || H5Tis_variable_str(ftype.get()) <= 0 ||
+      H5Sget_simple_extent_type(sp.get()) != H5S_SCALAR)
+    bad_file(path, "dataset '/plan' is not a text (a scalar variable-length string)");
+  h5::Handle mtype = h5::type(H5Tcopy(H5T_C_S1), path, what);
+  if (H5Tset_size(mtype.get(), H5T_VARIABLE) < 0 || H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())) < 0)
+    h5::fail(path, what);
+  char* s = nullptr;
+  if (H5Dread(ds.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) < 0) h5::fail(path, what);
+  std::string out = s ? s : "";
+  H5free_memory(s);
+  return out;
+}
+
+// The optimizer's attributes, the data cursor and the plan.
+void read_small_state(hid_t file, const std::string& path, Checkpoint& c) {
+  {
+    h5::Handle g = open_group(file, path, "/optimizer");
+    c.optimizer_type = read_str_attr(g.get(), path, "/optimizer", "type");
+    c.optimizer_steps = read_i64_attr(g.get(), path, "/optimizer", "step");
+  }
+  {
+    h5::Handle d = open_group(file, path, "/data");
+    c.data.epoch = read_i64_attr(d.get(), path, "/data", "epoch");
+    c.data.position = read_i64_attr(d.get(), path, "/data", "position");
+    read_number_attr(d.get(), path, "/data", "seed", H5T_NATIVE_UINT64, &c.data.seed);
+  }
+  c.plan_text = read_plan(file, path);
+}
+
+// Optimizer state tensors and random streams.
+void read_state_tensors(hid_t file, const std::string& path, bool verify, Checkpoint& c) {
+  {
+    h5::Handle g = open_group(file, path, "/optimizer");
+    for (const std::string& rel : h5::dataset_names(g.get(), path, "/optimizer")) {
+      size_t slash = rel.find('/');
+      if (slash == std::string::npos || rel.find('/', slash + 1) != std::string::npos)
+        bad_file(path, "dataset '/optimizer/" + rel + "' is not of the form /optimizer/<parameter>/<state>");
+      c.optimizer.push_back(OptimizerEntry{rel.substr(0, slash), rel.substr(slash + 1),
+                                           read_checked(g.get(), path, rel, "/optimizer/" + rel, verify)});
+    }
+  }
+  for (auto& [name, t] : read_group(file, path, "/rng", verify)) {
+    if (t.dtype() != DType::i64 || t.shape() != Shape{2})
+      bad_file(path, "random stream '/rng/" + name + "' is " + t.desc().str() + "; expected i64[2] (key, counter)");
+    RngStream r;
+    r.name = name;
+    std::memcpy(&r.key, t.data<int64_t>(), 8);
+    std::memcpy(&r.counter, t.data<int64_t>() + 1, 8);
+    c.rng.push_back(r);
+  }
+}
+
+}  // namespace
+
+std::string text_hash(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64, offset basis
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ULL;  // FNV prime
+  }
+  return hex(h, 16);
+}
+
+std::string tensor_checksum(const Tensor& t) { return "crc32:" + hex(crc32_of(t.raw(), t.bytes()), 8); }
+
+void write_checkpoint(const std::string& path, const Checkpoint& in) {
+  Checkpoint c = in;  // shares the tensors' memory; only the meta is completed
+  if (c.meta.created.empty()) c.meta.created = now_iso8601();
+  if (c.meta.run_hash.empty()) c.meta.run_hash = text_hash(c.meta.run_text);
+  if (c.meta.model_hash.empty()) c.meta.model_hash = text_hash(c.meta.model_text);
+  std::vector<Tensor> rng_tensors;
+  std::vector<ToWrite> datasets = datasets_of(path, c, rng_tensors);  // checks and checksums, outside the lock
+  size_t ranges_bound = 0;
+  for (const auto& w : datasets) ranges_bound += max_ranges(*w.t, kChunkBytes);
+  std::vector<ckpt_header::Range> ranges;
+  h5::AtomicWrite how;
+  how.format = h5::FileFormat::V110;
+  how.userblock = ckpt_header::reserve_bytes(ranges_bound);
+  how.after_close = [&](const std::string& tmp) {
+    ckpt_header::write(tmp, path, c.meta.format_version, ranges, how.userblock);
+  };
+  auto guard = h5::lock();
+  h5::write_atomically(path, how, [&](hid_t file) {
+    write_attr(file, path, "format", std::string("braid-checkpoint"));
+    write_meta(file, path, c.meta);
+    for (const char* g : {"/params", "/buffers", "/rng"}) make_group(file, path, g);
+    {
+      h5::Handle opt = make_group(file, path, "/optimizer");
+      write_attr(opt.get(), path, "type", c.optimizer_type);
+      write_attr(opt.get(), path, "step", c.optimizer_steps);
+    }
+    for (const auto& w : datasets) {
+      h5::Handle ds = h5::write_dataset(file, path, w.name, *w.t, kChunkBytes);
+      write_attr(ds.get(), path, "checksum", w.checksum);
+      collect_ranges(ds.get(), path, w.name, how.userblock, ranges);
+      if (!ds.close()) h5::fail(path, "cannot write dataset '" + w.name + "'");
+    }
+    {
+      h5::Handle data = make_group(file, path, "/data");
+      write_attr(data.get(), path, "epoch", c.data.epoch);
+      write_attr(data.get(), path, "position", c.data.position);
+      write_attr(data.get(), path, "seed", c.data.seed);
+    }
+    write_plan(file, path, c.plan_text);
+  });
+}
+
+Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
+  auto guard = h5::lock();
+  precheck(path, o.verify_checksums);
+  h5::Handle file = h5::open_read_only(path);
+  Checkpoint c;
+  c.meta = read_meta(file.get(), path);
+  read_small_state(file.get(), path, c);
+  c.params = read_group(file.get(), path, "/params", o.verify_checksums);
+  c.buffers = read_group(file.get(), path, "/buffers", o.verify_checksums);
+  if (!o.weights_only) read_state_tensors(file.get(), path, o.verify_checksums, c);
+  return c;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
+  auto guard = h5::lock();
+  precheck(path, true);
+  h5::Handle file = h5::open_read_only(path);
+  Checkpoint c;
+  c.meta = read_meta(file.get(), path);
+  read_small_state(file.get(), path, c);
+  return c.meta;
+}
+
+std::vector<std::string> compare_to_model(const Checkpoint& c,
+                                          const std::vector<std::pair<std::string, TensorDesc>>& expected) {
+  std::map<std::string, TensorDesc> have;
+  for (const auto* group : {&c.params, &c.buffers})
+    for (const auto& [name, t] : *group) have.emplace(name, t.desc());
+  std::vector<std::string> out;
+  std::set<std::string> wanted;
+  for (const auto& [name, desc] : expected) {
+    wanted.insert(name);
+    auto it = have.find(name);
+    if (it == have.end())
+      out.push_back("tensor '" + name + "' (" + desc.str() + ") of the model is not in the checkpoint");
+    else if (it->second != desc)
+      out.push_back("tensor '" + name + "': the checkpoint has " + it->second.str() + ", the model " + desc.str());
+  }
+  for (const auto* group : {&c.params, &c.buffers})
+    for (const auto& [name, t] : *group)
+      if (!wanted.count(name))
+        out.push_back("tensor '" + name + "' (" + t.desc().str() + ") of the checkpoint is not in the model");
+  return out;
+}
+
+}  // namespace braid::io

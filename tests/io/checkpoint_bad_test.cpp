@@ -1,0 +1,347 @@
+// Bad checkpoints at the io level: missing, empty, non-HDF5 and truncated files, bytes flipped inside a
+// tensor's data (found through HDF5's chunk index) and anywhere in the file, missing groups and checksums,
+// a newer format version, a `latest` pointing nowhere or holding garbage, a read-only folder and a full disk
+// (a tmpfs). Each ends in a UserError naming the file (and the tensor where one is at fault), never a crash
+// or a silently different checkpoint; failed saves leave the previous checkpoint and `latest` intact.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "checkpoint_test_util.h"
+#include "io/h5file.h"
+#include "io_test_util.h"
+
+using namespace braid;
+using namespace braid::io;
+using namespace braid::io::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The UserError of reading `path`, which must name it.
+std::string read_error(const std::string& path, const ReadOptions& o = {}) {
+  std::string e = user_error([&] { read_checkpoint(path, o); });
+  EXPECT_NE(e.find(path), std::string::npos) << "the message does not name the file: " << e;
+  return e;
+}
+
+void xor_byte(const std::string& path, int64_t offset, unsigned char mask) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << path;
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(static_cast<unsigned char>(c) ^ mask);
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Removes an HDF5 link or attribute with the raw C API (a damaged or hand-made file).
+void h5_delete(const std::string& path, const std::string& link, const std::string& attr = "") {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  if (attr.empty()) EXPECT_GE(H5Ldelete(f, link.c_str(), H5P_DEFAULT), 0);
+  else EXPECT_GE(H5Adelete_by_name(f, link.c_str(), attr.c_str(), H5P_DEFAULT), 0);
+  H5Fclose(f);
+}
+
+}  // namespace
+
+TEST(CheckpointBad, MissingEmptyAndNonHdf5Files) {
+  TempDir dir;
+  EXPECT_NE(read_error(dir.file("none.h5")).find("cannot open: No such file"), std::string::npos);
+  write_file(dir.file("empty.h5"), "");
+  EXPECT_NE(read_error(dir.file("empty.h5")).find("is empty (0 bytes)"), std::string::npos);
+  write_file(dir.file("text.h5"), "model: tiny\nthis is not a checkpoint\n");
+  EXPECT_NE(read_error(dir.file("text.h5")).find("is not an HDF5 file"), std::string::npos);
+  std::string noise(4096, '\0');
+  std::mt19937 rng(1);
+  for (auto& ch : noise) ch = static_cast<char>(rng());
+  write_file(dir.file("noise.h5"), noise);
+  EXPECT_NE(read_error(dir.file("noise.h5")).find("is not an HDF5 file"), std::string::npos);
+  EXPECT_NE(read_error(dir.path()).find("is a folder"), std::string::npos);
+}
+
+TEST(CheckpointBad, TruncatedFiles) {
+  TempDir dir;
+  std::string good = dir.file("good.h5");
+  write_checkpoint(good, sample_checkpoint());
+  const std::string bytes = read_bytes(good);
+  for (size_t len : {size_t{8}, size_t{100}, size_t{2000}, bytes.size() / 2, bytes.size() - 1}) {
+    SCOPED_TRACE(len);
+    std::string p = dir.file("cut" + std::to_string(len) + ".h5");
+    write_file(p, bytes.substr(0, len));
+    std::string e = read_error(p);
+    EXPECT_TRUE(e.find("truncated") != std::string::npos || e.find("not an HDF5 file") != std::string::npos) << e;
+  }
+  std::string p = dir.file("cut_header.h5");  // inside the header: the user block's size is still readable
+  write_file(p, bytes.substr(0, 40));
+  EXPECT_NE(read_error(p).find("is truncated (40 bytes, shorter than its 2048-byte header)"), std::string::npos);
+}
+
+TEST(CheckpointBad, BytesFlippedInsideATensorAreACorruptTensor) {
+  TempDir dir;
+  std::string p = dir.file("ck.h5");
+  Checkpoint c = sample_checkpoint();
+  write_checkpoint(p, c);
+  // A chunked parameter, an optimizer state, and a scalar buffer (contiguous).
+  const std::vector<std::pair<std::string, Tensor>> targets = {
+      {"/params/big.weight", c.params[3].second},
+      {"/optimizer/h.0.attn.in_proj_weight/exp_avg_sq", c.optimizer[5].value},
+      {"/buffers/bn1.num_batches_tracked", c.buffers[1].second}};
+  for (const auto& [name, t] : targets) {
+    SCOPED_TRACE(name);
+    std::string q = dir.file("flip.h5");
+    fs::copy_file(p, q, fs::copy_options::overwrite_existing);
+    int64_t off = data_offset(q, t);
+    ASSERT_GT(off, 0);
+    xor_byte(q, off + std::min<int64_t>(5, static_cast<int64_t>(t.bytes()) - 1), 0x10);  // one bit
+    std::string e = read_error(q);
+    EXPECT_NE(e.find("tensor '" + name + "' in " + q + " is corrupt (checksum mismatch"), std::string::npos) << e;
+    // Unverified, it reads (this is what the checksum protects against).
+    EXPECT_NO_THROW(read_checkpoint(q, ReadOptions{.verify_checksums = false}));
+  }
+}
+
+TEST(CheckpointBad, RunTextFlippedIsCorruptMetadata) {
+  TempDir dir;
+  std::string p = dir.file("ck.h5");
+  Checkpoint c = sample_checkpoint();
+  write_checkpoint(p, c);
+  std::string bytes = read_bytes(p);
+  size_t at = bytes.find("train: {batch: 32}");
+  ASSERT_NE(at, std::string::npos);
+  xor_byte(p, static_cast<int64_t>(at) + 16, 0x01);  // "batch: 32" -> "batch: 33": same length, other text
+  std::string e = read_error(p);
+  EXPECT_NE(e.find("is corrupt: its HDF5 structure (everything but tensor data) fails its checksum"), std::string::npos)
+      << e;
+  e = user_error([&] { read_checkpoint_meta(p); });
+  EXPECT_NE(e.find("is corrupt"), std::string::npos) << e;
+  // Unverified, HDF5 reads the changed text: the header is what catches it.
+  EXPECT_NE(read_checkpoint(p, ReadOptions{.verify_checksums = false}).meta.run_text.find("batch: 33"), std::string::npos);
+}
+
+// Every byte position is hit by one flipped byte in turn (a sample of them): reading either fails with a
+// UserError naming the file or returns exactly what was written (the byte was unused). Never a crash, never a
+// silently different checkpoint.
+TEST(CheckpointBad, FlippedBytesAnywhereNeverGoUnnoticed) {
+  TempDir dir;
+  std::string p = dir.file("ck.h5");
+  Checkpoint c = sample_checkpoint(42, 2);
+  write_checkpoint(p, c);
+  Checkpoint ref = read_checkpoint(p);
+  const std::string bytes = read_bytes(p);
+  std::mt19937_64 rng(12345);
+  int errors = 0, unchanged = 0;
+  const int trials = 600;
+  std::string q = dir.file("fuzz.h5");
+  for (int k = 0; k < trials; ++k) {
+    int64_t off = static_cast<int64_t>(rng() % bytes.size());
+    unsigned char mask = static_cast<unsigned char>(1u << (rng() % 8));
+    SCOPED_TRACE("byte " + std::to_string(off) + " of " + std::to_string(bytes.size()) + " xor " + std::to_string(mask));
+    write_file(q, bytes);
+    xor_byte(q, off, mask);
+    try {
+      Checkpoint r = read_checkpoint(q);
+      ++unchanged;
+      expect_same_checkpoint(ref, r);
+      EXPECT_EQ(ref.meta.created, r.meta.created);
+      EXPECT_EQ(ref.meta.run_hash, r.meta.run_hash);
+      EXPECT_EQ(ref.meta.model_hash, r.meta.model_hash);
+    } catch (const UserError& e) {
+      ++errors;
+      EXPECT_NE(e.format().find(q), std::string::npos) << e.format();
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  std::printf("%d flips: %d refused with a UserError, %d in unused bytes (identical checkpoint read)\n", trials,
+              errors, unchanged);
+  EXPECT_GT(errors, trials / 2);
+}
+
+// Files changed after writing (here through HDF5 itself, as a tool might): verified, the header refuses
+// them; unverified (ReadOptions::verify_checksums off, for hand-made files), the reader names what is missing.
+TEST(CheckpointBad, MissingGroupsMetaAndChecksums) {
+  TempDir dir;
+  std::string p = dir.file("ck.h5");
+  write_checkpoint(p, sample_checkpoint());
+  const ReadOptions unverified{.verify_checksums = false};
+  auto changed = [&](const std::string& name, const std::string& link, const std::string& attr, const std::string& expected) {
+    SCOPED_TRACE(name);
+    std::string q = dir.file(name);
+    fs::copy_file(p, q, fs::copy_options::overwrite_existing);
+    h5_delete(q, link, attr);
+    std::string e = read_error(q);
+    EXPECT_TRUE(e.find("is corrupt") != std::string::npos || e.find("more than were written") != std::string::npos ||
+                e.find("is truncated") != std::string::npos)
+        << e;
+    if (expected.empty()) EXPECT_NO_THROW(read_checkpoint(q, unverified));
+    else EXPECT_NE(read_error(q, unverified).find(expected), std::string::npos);
+  };
+  for (const std::string group : {"/params", "/buffers", "/optimizer", "/rng", "/data"})
+    changed("no" + group.substr(1) + ".h5", group, "", "has no group '" + group + "'");
+  changed("nometa.h5", "/meta", "", "is not a braid checkpoint (it has no /meta group)");
+  changed("nostep.h5", "/meta", "step", "'/meta' has no attribute 'step'");
+  changed("nochecksum.h5", "/params/fc.weight", "checksum", "");  // unverified, a missing checksum is not looked for
+  // A weights file (`braid train --save-init`) is not a checkpoint.
+  write_tensors(dir.file("w.h5"), {{"/params/fc.weight", ramp(Shape{2, 2}, DType::f32)}});
+  EXPECT_NE(read_error(dir.file("w.h5")).find("is not a braid checkpoint"), std::string::npos);
+  EXPECT_NE(read_error(dir.file("w.h5"), unverified).find("is not a braid checkpoint (it has no /meta group)"),
+            std::string::npos);
+}
+
+TEST(CheckpointBad, NewerFormatIsRefused) {
+  TempDir dir;
+  Checkpoint c = sample_checkpoint();
+  c.meta.format_version = kCheckpointFormat + 1;
+  write_checkpoint(dir.file("new.h5"), c);
+  std::string e = read_error(dir.file("new.h5"));
+  EXPECT_NE(e.find("written by a newer braid (format 2; this braid reads format 1 and older)"), std::string::npos) << e;
+  c.meta.format_version = 0;
+  write_checkpoint(dir.file("zero.h5"), c);
+  EXPECT_NE(read_error(dir.file("zero.h5")).find("invalid format version 0"), std::string::npos);
+}
+
+TEST(CheckpointBad, UnstorableContentIsRefusedBeforeWriting) {
+  TempDir dir;
+  std::string p = dir.file("ck.h5");
+  auto expect_refused = [&](const Checkpoint& c, const std::string& what) {
+    std::string e = user_error([&] { write_checkpoint(p, c); });
+    EXPECT_NE(e.find(p), std::string::npos) << e;
+    EXPECT_NE(e.find(what), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(p));
+    EXPECT_TRUE(names_in(dir.path()).empty());
+  };
+  Checkpoint c;
+  c.params = {{"fc.weight", Tensor::empty({Shape{2}, DType::bf16})}};
+  expect_refused(c, "tensor '/params/fc.weight' is bf16");
+  c.params = {{"a/b", ramp(Shape{2}, DType::f32)}};
+  expect_refused(c, "parameter name 'a/b' cannot be stored");
+  c.params = {{"w", ramp(Shape{2}, DType::f32)}, {"w", ramp(Shape{2}, DType::f32)}};
+  expect_refused(c, "tensor '/params/w' is written twice");
+  std::string e = user_error([&] { write_checkpoint(dir.file("no/such/folder/ck.h5"), sample_checkpoint()); });
+  EXPECT_NE(e.find(dir.file("no/such/folder/ck.h5")), std::string::npos) << e;
+}
+
+TEST(CheckpointBad, LatestPointingNowhereOrHoldingGarbage) {
+  TempDir dir;
+  CheckpointDir cd(dir.path(), 3);
+  cd.save(sample_checkpoint(1, 2));
+  const std::string latest = dir.file("latest");
+  struct Case {
+    std::string content, expected;
+  };
+  std::vector<Case> cases = {
+      {"step_00000009.h5\n", "names 'step_00000009.h5', which does not exist in '" + dir.path() + "'"},
+      {std::string("\x89HDF\r\n\x1a\n\0\0", 10), "does not name a checkpoint file (it holds '\\x89HDF\\x0d"},
+      {"", "does not name a checkpoint file (it holds '')"},
+      {"../other/step_00000001.h5\n", "does not name a checkpoint file"},
+      {"/etc/passwd\n", "does not name a checkpoint file"},
+      {"step_00000001.h5\nstep_00000002.h5\n", "does not name a checkpoint file"},
+      {std::string(5000, 'x'), "does not name a checkpoint file"},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.content.substr(0, 40));
+    write_file(latest, k.content);
+    std::string e = user_error([&] { cd.latest(); });
+    EXPECT_EQ(e.rfind(latest + ": error: ", 0), 0u) << e;  // names the file
+    EXPECT_NE(e.find(k.expected), std::string::npos) << e;
+    e = user_error([&] { CheckpointDir::resolve(dir.path(), "latest"); });
+    EXPECT_NE(e.find(latest), std::string::npos) << e;
+  }
+  fs::remove(latest);
+  fs::create_directory(latest);  // not a file
+  EXPECT_NE(user_error([&] { cd.latest(); }).find("is not a regular file"), std::string::npos);
+  fs::remove(latest);
+  // A save repairs it: `latest` is rewritten whatever it held.
+  write_file(latest, "garbage");
+  cd.save(sample_checkpoint(2, 2));
+  EXPECT_EQ(cd.latest(), dir.file("step_00000002.h5"));
+}
+
+// A crash between the checkpoint file and `latest` (or in the middle of either) leaves `latest` naming the
+// previous complete checkpoint.
+TEST(CheckpointBad, CrashBeforeLatestMovesKeepsThePreviousCheckpoint) {
+  TempDir dir;
+  CheckpointDir cd(dir.path(), 3);
+  std::string first = cd.save(sample_checkpoint(1, 2));
+  write_file(dir.file(".step_00000002.h5.tmp-1-0"), read_bytes(first).substr(0, 3000));  // partial write
+  write_file(dir.file(".latest.tmp-1-0"), "step_0000");                                 // partial pointer
+  EXPECT_EQ(cd.latest(), first);
+  EXPECT_EQ(read_checkpoint(cd.latest()).meta.step, 1);
+  EXPECT_EQ(CheckpointDir::resolve(dir.path(), "latest"), first);
+}
+
+TEST(CheckpointBad, ReadOnlyFolderLeavesPreviousCheckpointIntact) {
+  TempDir dir;
+  std::string d = dir.file("ckpts");
+  CheckpointDir cd(d, 3);
+  std::string first = cd.save(sample_checkpoint(1, 2));
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(d, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                         fs::perms::others_read | fs::perms::others_exec);
+  // As root, permissions do not stop writes: act as `nobody` (effective uid only, restored after).
+  struct Euid {
+    bool changed = false;
+    ~Euid() {
+      if (changed) {
+        EXPECT_EQ(::seteuid(0), 0);
+      }
+    }
+  } euid;
+  if (::geteuid() == 0) {
+    if (::seteuid(65534) != 0) GTEST_SKIP() << "running as root and cannot drop to uid 65534: " << std::strerror(errno);
+    euid.changed = true;
+  }
+  if (::faccessat(AT_FDCWD, d.c_str(), W_OK, AT_EACCESS) == 0) GTEST_SKIP() << "the read-only folder is writable anyway (capabilities?)";
+  std::string e = user_error([&] { cd.save(sample_checkpoint(2, 2)); });
+  EXPECT_NE(e.find(d + "/step_00000002.h5"), std::string::npos) << e;
+  EXPECT_NE(e.find("Permission denied"), std::string::npos) << e;
+  EXPECT_EQ(cd.latest(), first);
+  if (euid.changed) {
+    EXPECT_EQ(::seteuid(0), 0);
+    euid.changed = false;
+  }
+  EXPECT_EQ(names_in(d), (std::vector<std::string>{"latest", "step_00000001.h5"}));
+  expect_same_checkpoint(sample_checkpoint(1, 2), read_checkpoint(first));
+}
+
+TEST(CheckpointBad, FullDiskLeavesPreviousCheckpointIntact) {
+  TempDir dir;
+  std::string d = dir.file("small");
+  fs::create_directory(d);
+  if (::mount("tmpfs", d.c_str(), "tmpfs", 0, "size=256k") != 0)
+    GTEST_SKIP() << "cannot mount a 256 KiB tmpfs (needs root with CAP_SYS_ADMIN): " << std::strerror(errno);
+  struct Unmount {
+    std::string d;
+    ~Unmount() { ::umount2(d.c_str(), MNT_DETACH); }
+  } unmount{d};
+  CheckpointDir cd(d, 3);
+  std::string first = cd.save(sample_checkpoint(1, 2));  // a few tens of KiB
+  for (int64_t rows : {300, 40}) {                         // 3.5 MiB: fails while writing data; ~470 KiB: near the end
+    SCOPED_TRACE(rows);
+    const size_t fds = names_in("/proc/self/fd").size();
+    std::string e = user_error([&] { cd.save(sample_checkpoint(2, rows)); });
+    EXPECT_NE(e.find(d + "/step_00000002.h5"), std::string::npos) << e;
+    EXPECT_EQ(names_in("/proc/self/fd").size(), fds);  // the temporary is closed, so its space is free again
+    EXPECT_EQ(cd.latest(), first);
+    EXPECT_EQ(names_in(d), (std::vector<std::string>{"latest", "step_00000001.h5"}));  // no temporary left
+    expect_same_checkpoint(sample_checkpoint(1, 2), read_checkpoint(first));
+  }
+  // With room again, the next save works.
+  std::string second = cd.save(sample_checkpoint(3, 2));
+  EXPECT_EQ(cd.latest(), second);
+}
