@@ -1,0 +1,326 @@
+// Chrome traces: lock-free lanes, the Trace Event Format writer, atomic file writes.
+#include "io/trace.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+#include "io/json.h"
+
+namespace braid::io {
+
+namespace fs = std::filesystem;
+
+std::string_view trace_kind_name(TraceKind kind) {
+  switch (kind) {
+    case TraceKind::Forward: return "forward";
+    case TraceKind::Backward: return "backward";
+    case TraceKind::Send: return "send";
+    case TraceKind::Recv: return "recv";
+    case TraceKind::Collective: return "collective";
+    case TraceKind::Optimizer: return "optimizer";
+    case TraceKind::Data: return "data";
+    case TraceKind::Eval: return "eval";
+    case TraceKind::Checkpoint: return "checkpoint";
+  }
+  BRAID_ASSERT(false, "unknown TraceKind ", static_cast<int>(kind));
+}
+
+TraceName& TraceName::append(std::string_view s) {
+  size_t room = kCapacity - size_;
+  size_t n = std::min(room, s.size());
+  std::memcpy(buf_.data() + size_, s.data(), n);
+  size_ = static_cast<uint8_t>(size_ + n);
+  if (n < s.size()) buf_[kCapacity - 1] = '~';  // cut: say so
+  return *this;
+}
+
+namespace {
+
+// The short word a name starts with; collectives have none (`what` names the operation).
+std::string_view kind_word(TraceKind kind) {
+  switch (kind) {
+    case TraceKind::Forward: return "F";
+    case TraceKind::Backward: return "B";
+    case TraceKind::Collective: return "";
+    default: return trace_kind_name(kind);
+  }
+}
+
+// 12.5e6 -> "12.5 MB": three significant digits, decimal units, the unit chosen after rounding.
+void append_bytes(TraceName& name, double bytes) {
+  static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (u < 4 && bytes >= 999.5) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.3g %s", bytes, kUnits[u]);
+  name.append(buf);
+}
+
+}  // namespace
+
+TraceName trace_name(const TraceLabel& label) {
+  TraceName name;
+  bool empty = true;
+  auto word = [&](std::string_view w) {
+    if (w.empty()) return;
+    if (!empty) name.append(" ");
+    name.append(w);
+    empty = false;
+  };
+  word(kind_word(label.kind));
+  word(label.what);
+  if (!label.first_layer.empty()) {
+    word(label.first_layer);
+    if (!label.last_layer.empty() && label.last_layer != label.first_layer) name.append("-").append(label.last_layer);
+  }
+  char buf[32];
+  if (label.micro_batch >= 0) {
+    std::snprintf(buf, sizeof buf, "mb%d", label.micro_batch);
+    word(buf);
+  }
+  if (label.peer >= 0) {
+    std::snprintf(buf, sizeof buf, "%s dev%d", label.kind == TraceKind::Recv ? "<-" : "->", label.peer);
+    word(buf);
+  }
+  if (label.bytes >= 0) {
+    if (!empty) name.append(" ");
+    append_bytes(name, label.bytes);
+  }
+  return name;
+}
+
+// ---- lanes ----
+
+TraceLane::TraceLane(int id, std::string name, size_t capacity)
+    : id_(id), name_(std::move(name)), events_(capacity) {}
+
+int64_t TraceLane::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+double TraceLane::now_us() const { return static_cast<double>(now_ns()) / 1000.0; }
+
+void TraceLane::begin(TraceKind kind, TraceName name, int micro_batch, std::initializer_list<TraceArg> args) {
+  BRAID_ASSERT(depth_ < kMaxDepth, "trace lane '", name_, "': more than ", kMaxDepth, " nested events");
+  BRAID_ASSERT(args.size() <= kMaxTraceArgs, "trace event '", name.view(), "': more than ", kMaxTraceArgs, " args");
+  TraceEvent& e = open_[static_cast<size_t>(depth_++)];
+  e.kind = kind;
+  e.name = name;
+  e.micro_batch = micro_batch;
+  e.num_args = static_cast<uint8_t>(args.size());
+  std::copy(args.begin(), args.end(), e.args.begin());
+  e.start_ns = now_ns();
+}
+
+void TraceLane::begin(const TraceLabel& label, std::initializer_list<TraceArg> args) {
+  begin(label.kind, trace_name(label), label.micro_batch, args);
+}
+
+void TraceLane::end() {
+  int64_t t = now_ns();
+  BRAID_ASSERT(depth_ > 0, "trace lane '", name_, "': end() without begin()");
+  TraceEvent& e = open_[static_cast<size_t>(--depth_)];
+  e.end_ns = t;
+  publish(e);
+}
+
+void TraceLane::complete(TraceKind kind, TraceName name, int micro_batch, double start_us, double end_us,
+                         std::initializer_list<TraceArg> args) {
+  BRAID_ASSERT(args.size() <= kMaxTraceArgs, "trace event '", name.view(), "': more than ", kMaxTraceArgs, " args");
+  BRAID_ASSERT(end_us >= start_us, "trace event '", name.view(), "' ends before it starts");
+  TraceEvent e;
+  e.kind = kind;
+  e.name = name;
+  e.micro_batch = micro_batch;
+  e.num_args = static_cast<uint8_t>(args.size());
+  std::copy(args.begin(), args.end(), e.args.begin());
+  e.start_ns = std::llround(start_us * 1000.0);
+  e.end_ns = std::llround(end_us * 1000.0);
+  publish(e);
+}
+
+void TraceLane::publish(const TraceEvent& e) {
+  // One writer per lane: plain loads of our own counters; release so readers see the slot filled.
+  size_t n = count_.load(std::memory_order_relaxed);
+  if (n == events_.size()) {
+    int64_t d = dropped_.load(std::memory_order_relaxed);
+    if (d == 0) first_drop_ns_.store(e.end_ns, std::memory_order_relaxed);
+    dropped_.store(d + 1, std::memory_order_release);
+    return;
+  }
+  events_[n] = e;
+  count_.store(n + 1, std::memory_order_release);
+}
+
+std::vector<TraceEvent> TraceLane::events() const {
+  size_t n = size();
+  return std::vector<TraceEvent>(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+std::vector<TraceLaneSpec> device_lanes(int devices, std::string_view device_kind) {
+  std::vector<TraceLaneSpec> lanes;
+  for (int d = 0; d < devices; ++d)
+    lanes.push_back({d, "device " + std::to_string(d) + " (" + std::string(device_kind) + ")"});
+  return lanes;
+}
+
+// ---- the recorder and its file ----
+
+TraceRecorder::TraceRecorder(std::vector<TraceLaneSpec> lanes, TraceOptions options)
+    : options_(std::move(options)) {
+  if (options_.process_name.empty()) options_.process_name = "braid rank " + std::to_string(options_.rank);
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      BRAID_ASSERT(lanes[j].id != lanes[i].id, "trace: two lanes with id ", lanes[i].id);
+    lanes_.push_back(std::make_unique<TraceLane>(lanes[i].id, std::move(lanes[i].name), options_.lane_capacity));
+  }
+  // After the buffers are allocated and zeroed, so that time 0 is when recording can begin.
+  origin_ = std::chrono::steady_clock::now();
+  for (auto& l : lanes_) l->origin_ = origin_;
+}
+
+TraceLane& TraceRecorder::lane(int id) {
+  for (auto& l : lanes_)
+    if (l->id() == id) return *l;
+  BRAID_ASSERT(false, "trace: no lane with id ", id);
+}
+
+double TraceRecorder::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+int64_t TraceRecorder::dropped() const {
+  int64_t n = 0;
+  for (const auto& l : lanes_) n += l->dropped();
+  return n;
+}
+
+namespace {
+
+double us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+std::string metadata(std::string_view what, int pid, int tid, std::string_view arg, const std::string& name,
+                     int sort_index) {
+  JsonWriter w;
+  w.begin_object().field("ph", "M").field("name", what).field("pid", pid).field("tid", tid).key("args").begin_object();
+  if (arg == "name") w.field("name", name);
+  else w.field("sort_index", sort_index);
+  w.end_object().end_object();
+  return w.str();
+}
+
+std::string complete_event(const TraceEvent& e, int pid, int tid) {
+  JsonWriter w;
+  w.begin_object().field("ph", "X").field("name", e.name.view()).field("cat", trace_kind_name(e.kind));
+  w.field("pid", pid).field("tid", tid).field("ts", us(e.start_ns)).field("dur", us(e.end_ns - e.start_ns));
+  w.key("args").begin_object();
+  if (e.micro_batch >= 0) w.field("mb", e.micro_batch);
+  for (size_t i = 0; i < e.num_args; ++i) w.field(e.args[i].key, e.args[i].value);
+  w.end_object().end_object();
+  return w.str();
+}
+
+// The trace file around a list of event texts.
+std::string trace_file(const std::vector<std::string>& events, const std::string& other_data) {
+  std::string out = "{\"traceEvents\":[\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    out += events[i];
+    out += i + 1 < events.size() ? ",\n" : "\n";
+  }
+  out += "],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" + other_data + "}\n";
+  return out;
+}
+
+[[noreturn]] void write_failed(const std::string& path, const std::string& what, int err) {
+  std::string hint;
+  fs::path dir = fs::path(path).parent_path();
+  std::error_code ec;
+  if (err == ENOENT && !dir.empty() && !fs::is_directory(dir, ec))
+    hint = "the folder '" + dir.string() + "' does not exist";
+  throw UserError(SourceLoc{path, 0, 0}, "cannot write the trace: " + what + ": " + std::strerror(err), hint);
+}
+
+// Temporary file beside `path`, written, fsynced and renamed over it; on any failure the temporary file
+// is removed and `path` is as it was.
+void write_atomically(const std::string& path, const std::string& text) {
+  static std::atomic<uint64_t> counter{0};
+  fs::path p(path);
+  std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(counter.fetch_add(1))))
+                        .string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) write_failed(path, "cannot create the temporary file '" + tmp + "'", errno);
+  auto fail = [&](const std::string& what) {
+    int err = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    write_failed(path, what, err);
+  };
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write the temporary file '" + tmp + "'");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("cannot sync '" + tmp + "'");
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) fail("cannot close '" + tmp + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename '" + tmp + "' over it");
+  std::string folder = p.parent_path().empty() ? "." : p.parent_path().string();
+  int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // the rename is done; a folder that cannot be synced is not worth failing the run
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+std::string TraceRecorder::json() const {
+  const int pid = options_.rank;
+  std::vector<std::string> events;
+  // 1. Metadata: the process, then one named, ordered lane per device.
+  events.push_back(metadata("process_name", pid, 0, "name", options_.process_name, 0));
+  events.push_back(metadata("process_sort_index", pid, 0, "sort_index", "", pid));
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    events.push_back(metadata("thread_name", pid, lanes_[i]->id(), "name", lanes_[i]->name(), 0));
+    events.push_back(metadata("thread_sort_index", pid, lanes_[i]->id(), "sort_index", "", static_cast<int>(i)));
+  }
+  // 2. Each lane's events, parents before children (start ascending, end descending).
+  for (const auto& lane : lanes_) {
+    std::vector<TraceEvent> evs = lane->events();
+    std::stable_sort(evs.begin(), evs.end(), [](const TraceEvent& a, const TraceEvent& b) {
+      return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+    });
+    for (const TraceEvent& e : evs) events.push_back(complete_event(e, pid, lane->id()));
+    // 3. Where a lane filled up, a marker: the lane's record is incomplete from here on.
+    if (int64_t d = lane->dropped(); d > 0) {
+      JsonWriter w;
+      w.begin_object().field("ph", "i").field("s", "t").field("cat", "trace");
+      w.field("name", "trace lane full: " + std::to_string(d) + " events dropped");
+      w.field("pid", pid).field("tid", lane->id()).field("ts", us(lane->first_drop_ns()));
+      w.key("args").begin_object().field("dropped", d).end_object().end_object();
+      events.push_back(w.str());
+    }
+  }
+  JsonWriter other;
+  other.begin_object().field("producer", "braid").field("rank", pid).field("dropped_events", dropped()).end_object();
+  return trace_file(events, other.str());
+}
+
+void TraceRecorder::write(const std::string& path) const { write_atomically(path, json()); }
+
+}  // namespace braid::io
