@@ -1,19 +1,25 @@
-// Chrome traces: lock-free lanes, the Trace Event Format writer, atomic file writes.
+// Chrome traces: lock-free lanes, the Trace Event Format writer, atomic file writes and the merge of
+// per-process files. The merge reads files with a small JSON skimmer that finds the top-level members
+// and the span of each value without building a tree (json.h deliberately has no parser).
 #include "io/trace.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
 #include "io/json.h"
+#include "io/paths.h"
 
 namespace braid::io {
 
@@ -322,5 +328,175 @@ std::string TraceRecorder::json() const {
 }
 
 void TraceRecorder::write(const std::string& path) const { write_atomically(path, json()); }
+
+// ---- merging per-process files ----
+
+namespace {
+
+// Finds the spans of JSON values without building them. Validates structure (brackets, strings, commas,
+// colons) but not the spelling of numbers and literals, which the merge copies through unread.
+class Skimmer {
+ public:
+  Skimmer(std::string_view text, const std::string& path) : s_(text), path_(path) {}
+
+  std::string_view value(int depth = 0) {
+    if (depth > 512) fail("nested too deeply");
+    ws();
+    if (i_ >= s_.size()) fail("unexpected end of file");
+    size_t b = i_;
+    char c = s_[i_];
+    if (c == '{' || c == '[') {
+      char close = c == '{' ? '}' : ']';
+      ++i_;
+      ws();
+      if (peek() == close) {
+        ++i_;
+      } else {
+        for (;;) {
+          if (c == '{') {
+            ws();
+            if (peek() != '"') fail("expected a key");
+            string();
+            ws();
+            expect(':');
+          }
+          value(depth + 1);
+          ws();
+          if (peek() == ',') {
+            ++i_;
+            continue;
+          }
+          expect(close);
+          break;
+        }
+      }
+    } else if (c == '"') {
+      string();
+    } else {
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '+' || s_[i_] == '-' ||
+                                 s_[i_] == '.')) ++i_;
+      if (i_ == b) fail(std::string("unexpected character '") + c + "'");
+    }
+    return s_.substr(b, i_ - b);
+  }
+
+  // The members of an object span as (key with its quotes, value span).
+  std::vector<std::pair<std::string_view, std::string_view>> members() {
+    std::vector<std::pair<std::string_view, std::string_view>> out;
+    ws();
+    expect('{');
+    ws();
+    if (peek() == '}') return out;
+    for (;;) {
+      ws();
+      std::string_view key = string();
+      ws();
+      expect(':');
+      out.emplace_back(key, value(1));
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      expect('}');
+      return out;
+    }
+  }
+
+  void end() {
+    ws();
+    if (i_ != s_.size()) fail("trailing text after the JSON value");
+  }
+
+ private:
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  std::string_view string() {
+    size_t b = i_;
+    expect('"');
+    while (i_ < s_.size() && s_[i_] != '"') i_ += s_[i_] == '\\' ? 2 : 1;
+    if (i_ >= s_.size()) fail("unterminated string");
+    ++i_;
+    return s_.substr(b, i_ - b);
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UserError(SourceLoc{path_, 0, 0}, "not a trace file: " + what + " at byte " + std::to_string(i_),
+                    "merge takes Trace Event Format JSON files, as written by --trace");
+  }
+
+  std::string_view s_;
+  const std::string& path_;
+  size_t i_ = 0;
+};
+
+// The text between an array's brackets, trimmed; "" for an empty array.
+std::string_view array_body(std::string_view arr) {
+  std::string_view body = arr.substr(1, arr.size() - 2);
+  size_t b = body.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  size_t e = body.find_last_not_of(" \t\r\n");
+  return body.substr(b, e - b + 1);
+}
+
+std::optional<int64_t> as_int(std::string_view v) {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size()) return std::nullopt;
+  return x;
+}
+
+}  // namespace
+
+void merge_into(const std::vector<std::string>& files, const std::string& out) {
+  std::vector<std::string> texts;  // owns what the spans below point into
+  texts.reserve(files.size());
+  std::vector<std::string> events;
+  std::vector<std::pair<int64_t, std::string>> ranks;  // rank, file
+  int64_t dropped = 0;
+  for (const std::string& file : files) {
+    texts.push_back(read_file(file));
+    Skimmer top(texts.back(), file);
+    std::string_view value = top.value();
+    top.end();
+    std::string_view arr;
+    if (value.front() == '[') {  // the bare-array form of the format
+      arr = value;
+    } else if (value.front() == '{') {
+      Skimmer obj(value, file);
+      for (auto [key, v] : obj.members()) {
+        if (key == "\"traceEvents\"" && v.front() == '[') arr = v;
+        if (key != "\"otherData\"" || v.front() != '{') continue;
+        Skimmer other(v, file);
+        for (auto [k, x] : other.members()) {
+          if (k == "\"dropped_events\"") dropped += as_int(x).value_or(0);
+          if (k != "\"rank\"") continue;
+          std::optional<int64_t> r = as_int(x);
+          if (!r) continue;
+          for (const auto& [seen, where] : ranks)
+            if (seen == *r)
+              throw UserError(SourceLoc{file, 0, 0}, "trace of rank " + std::to_string(*r) + ", which '" + where +
+                                                         "' already holds",
+                              "each process records with its own rank (TraceOptions::rank)");
+          ranks.emplace_back(*r, file);
+        }
+      }
+    }
+    if (arr.empty())
+      throw UserError(SourceLoc{file, 0, 0}, "not a trace file: no \"traceEvents\" array",
+                      "merge takes Trace Event Format JSON files, as written by --trace");
+    if (std::string_view body = array_body(arr); !body.empty()) events.emplace_back(body);
+  }
+  JsonWriter other;
+  other.begin_object().field("producer", "braid").key("ranks").begin_array();
+  for (const auto& r : ranks) other.value(r.first);
+  other.end_array().field("dropped_events", dropped).end_object();
+  write_atomically(out, trace_file(events, other.str()));
+}
 
 }  // namespace braid::io

@@ -2,7 +2,8 @@
 // named by kind, layer range, micro-batch and peer. Recording is lock-free and allocation-free: each lane
 // has one writer thread and a buffer reserved up front; a full lane drops events and counts them. A
 // lane publishes an event when it ends, so write() may run while workers record (open events are left out).
-// Timestamps come from one steady-clock origin per recorder.
+// Timestamps come from one steady-clock origin per recorder. Does not align clocks across processes:
+// merge_into() only concatenates, so ranks that merge start their recorders after a common barrier.
 #pragma once
 #include <array>
 #include <atomic>
@@ -188,5 +189,10 @@ class TraceRecorder {
   std::chrono::steady_clock::time_point origin_;
   std::vector<std::unique_ptr<TraceLane>> lanes_;
 };
+
+// Concatenates the events of per-process trace files (each one of write()'s files, or any Trace Event
+// Format file) into one file, written atomically. Timestamps are kept as they are. Throws UserError naming
+// the file that cannot be read, is not a trace, or repeats a rank another file already has.
+void merge_into(const std::vector<std::string>& files, const std::string& out);
 
 }  // namespace braid::io

@@ -1,6 +1,6 @@
 // Chrome traces: event names, lanes recorded from concurrent threads (right lane, proper nesting), the file
 // (Python's json module parses it; metadata present), drops when a lane is full, atomic writes that leave
-// an existing file intact on failure.
+// an existing file intact on failure, merging per-process files.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -309,4 +309,68 @@ TEST(TraceRecorder, RenameOntoAFolderFailsCleanly) {
   EXPECT_NE(msg.find("cannot rename"), std::string::npos) << msg;
   EXPECT_EQ(read_bytes(dir.file("trace.json/keep")), "x");
   EXPECT_FALSE(has_temp_files(dir.path()));
+}
+
+TEST(TraceMerge, KeepsBothProcesses) {
+  TempDir dir;
+  for (int rank = 0; rank < 2; ++rank) {
+    TraceRecorder rec(device_lanes(2, "cpu"), TraceOptions{.rank = rank});
+    std::string layer = "r" + std::to_string(rank);
+    for (int d = 0; d < 2; ++d)
+      TraceScope s(&rec.lane(d), {.kind = TraceKind::Forward, .first_layer = layer, .micro_batch = d});
+    rec.write(dir.file("rank" + std::to_string(rank) + ".json"));
+  }
+  std::string out = dir.file("merged.json");
+  merge_into({dir.file("rank0.json"), dir.file("rank1.json")}, out);
+  std::string text = read_bytes(out);
+  std::vector<FileEvent> evs = complete_events(text);
+  ASSERT_EQ(evs.size(), 4u);
+  for (const FileEvent& e : evs) EXPECT_EQ(e.name.substr(0, 4), "F r" + std::to_string(e.pid)) << e.name;
+  EXPECT_EQ(count(text, "\"name\":\"process_name\""), 2u);
+  EXPECT_EQ(count(text, "\"name\":\"thread_name\""), 4u);
+  EXPECT_NE(text.find("\"otherData\":{\"producer\":\"braid\",\"ranks\":[0,1],\"dropped_events\":0}"),
+            std::string::npos)
+      << text;
+  if (!have_python()) GTEST_SKIP() << BRAID_PYTHON << " not found: the merged JSON was not checked by Python";
+  const std::string script = R"py(
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"]
+assert {e["pid"] for e in ev} == {0, 1}, ev
+names = {(e["pid"], e["args"]["name"]) for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+assert names == {(0, "braid rank 0"), (1, "braid rank 1")}, names
+assert len([e for e in ev if e["ph"] == "X"]) == 4
+)py";
+  EXPECT_EQ(python_check(dir, script, out), 0) << text;
+}
+
+TEST(TraceMerge, RejectsRepeatedRanksAndNonTraces) {
+  TempDir dir;
+  TraceRecorder rec(device_lanes(1, "cpu"));
+  rec.write(dir.file("a.json"));
+  rec.write(dir.file("b.json"));
+  std::string msg = user_error([&] { merge_into({dir.file("a.json"), dir.file("b.json")}, dir.file("m.json")); });
+  EXPECT_NE(msg.find(dir.file("b.json") + ": error: trace of rank 0, which '" + dir.file("a.json") + "' already holds"),
+            std::string::npos)
+      << msg;
+  write_file(dir.file("bad.json"), "{\"traceEvents\": [{\"ph\": \"X\"}");
+  msg = user_error([&] { merge_into({dir.file("bad.json")}, dir.file("m.json")); });
+  EXPECT_NE(msg.find(dir.file("bad.json") + ": error: not a trace file"), std::string::npos) << msg;
+  write_file(dir.file("other.json"), "{\"events\": []}");
+  msg = user_error([&] { merge_into({dir.file("other.json")}, dir.file("m.json")); });
+  EXPECT_NE(msg.find("no \"traceEvents\" array"), std::string::npos) << msg;
+  msg = user_error([&] { merge_into({dir.file("missing.json")}, dir.file("m.json")); });
+  EXPECT_NE(msg.find(dir.file("missing.json")), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("m.json")));
+}
+
+TEST(TraceMerge, AcceptsTheBareArrayFormAndEmptyTraces) {
+  TempDir dir;
+  write_file(dir.file("bare.json"), R"([{"ph":"X","name":"k","pid":7,"tid":0,"ts":1,"dur":2}])");
+  TraceRecorder rec({}, TraceOptions{.rank = 1});
+  rec.write(dir.file("empty.json"));
+  merge_into({dir.file("bare.json"), dir.file("empty.json")}, dir.file("m.json"));
+  std::string text = read_bytes(dir.file("m.json"));
+  EXPECT_NE(text.find(R"({"ph":"X","name":"k","pid":7)"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"ranks\":[1]"), std::string::npos) << text;
 }
