@@ -329,6 +329,41 @@ std::string TraceRecorder::json() const {
 
 void TraceRecorder::write(const std::string& path) const { write_atomically(path, json()); }
 
+TraceActivity TraceRecorder::activity(std::initializer_list<TraceKind> kinds) const {
+  TraceActivity out;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(lanes_.size());
+  int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    for (const TraceEvent& e : lanes_[i]->events()) {
+      if (std::find(kinds.begin(), kinds.end(), e.kind) == kinds.end()) continue;
+      spans[i].emplace_back(e.start_ns, e.end_ns);
+      t0 = std::min(t0, e.start_ns);
+      t1 = std::max(t1, e.end_ns);
+    }
+  }
+  out.window_us = t1 > t0 ? us(t1 - t0) : 0;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    // The union of the lane's intervals: nested and overlapping events count once.
+    auto& s = spans[i];
+    std::sort(s.begin(), s.end());
+    int64_t busy = 0, cur_start = 0, cur_end = INT64_MIN;
+    for (auto [a, b] : s) {
+      if (a > cur_end) {
+        if (cur_end != INT64_MIN) busy += cur_end - cur_start;
+        cur_start = a;
+        cur_end = b;
+      } else {
+        cur_end = std::max(cur_end, b);
+      }
+    }
+    if (cur_end != INT64_MIN) busy += cur_end - cur_start;
+    LaneActivity la{lanes_[i]->id(), us(busy), 0};
+    la.idle_fraction = out.window_us > 0 ? 1.0 - la.busy_us / out.window_us : 0;
+    out.lanes.push_back(la);
+  }
+  return out;
+}
+
 // ---- merging per-process files ----
 
 namespace {

@@ -85,7 +85,7 @@ struct TraceEvent {
 };
 
 // One device's (or worker thread's) events. Exactly one thread records into a lane at a time; readers
-// (json(), write()) may run concurrently and see every event ended before they look.
+// (write(), activity()) may run concurrently and see every event ended before they look.
 class alignas(64) TraceLane {
  public:
   static constexpr int kMaxDepth = 16;  // begin() nesting
@@ -165,6 +165,17 @@ struct TraceOptions {
   size_t lane_capacity = size_t{1} << 16;  // events per lane, 192 bytes each (12 MiB), reserved up front
 };
 
+// Per lane over a window: time covered by events of the chosen kinds (nesting counted once) and the rest.
+struct LaneActivity {
+  int id = 0;
+  double busy_us = 0;
+  double idle_fraction = 0;  // 1 - busy / window
+};
+struct TraceActivity {
+  double window_us = 0;  // from the first start to the last end of a chosen event, over all lanes
+  std::vector<LaneActivity> lanes;
+};
+
 class TraceRecorder {
  public:
   // Lanes are created here, in the order they are shown; the clock origin is the end of construction.
@@ -183,6 +194,9 @@ class TraceRecorder {
   // json() written atomically (temporary file in the same folder, fsync, rename): a failed write leaves
   // an existing file intact. Throws UserError naming the path.
   void write(const std::string& path) const;
+
+  // Idle time per lane, for comparing with a schedule's bubble fraction. Default kinds: forward, backward.
+  TraceActivity activity(std::initializer_list<TraceKind> kinds = {TraceKind::Forward, TraceKind::Backward}) const;
 
  private:
   TraceOptions options_;

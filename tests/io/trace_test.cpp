@@ -1,6 +1,6 @@
 // Chrome traces: event names, lanes recorded from concurrent threads (right lane, proper nesting), the file
 // (Python's json module parses it; metadata present), drops when a lane is full, atomic writes that leave
-// an existing file intact on failure, merging per-process files.
+// an existing file intact on failure, merging per-process files, and idle time per lane.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -373,4 +373,25 @@ TEST(TraceMerge, AcceptsTheBareArrayFormAndEmptyTraces) {
   std::string text = read_bytes(dir.file("m.json"));
   EXPECT_NE(text.find(R"({"ph":"X","name":"k","pid":7)"), std::string::npos) << text;
   EXPECT_NE(text.find("\"ranks\":[1]"), std::string::npos) << text;
+}
+
+TEST(TraceActivity, IdleFractionPerLane) {
+  TraceRecorder rec(device_lanes(2, "cpu"));
+  TraceLane& a = rec.lane(0);
+  TraceLane& b = rec.lane(1);
+  a.complete(TraceKind::Forward, "F", 0, 0, 10);
+  a.complete(TraceKind::Backward, "B", 0, 20, 30);
+  a.complete(TraceKind::Forward, "F inner", 0, 22, 25);  // nested: counted once
+  a.complete(TraceKind::Send, "send", 0, 30, 50);         // not a compute kind
+  b.complete(TraceKind::Forward, "F", 0, 10, 40);
+  TraceActivity act = rec.activity();
+  EXPECT_DOUBLE_EQ(act.window_us, 40);
+  ASSERT_EQ(act.lanes.size(), 2u);
+  EXPECT_DOUBLE_EQ(act.lanes[0].busy_us, 20);
+  EXPECT_DOUBLE_EQ(act.lanes[0].idle_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(act.lanes[1].busy_us, 30);
+  EXPECT_DOUBLE_EQ(act.lanes[1].idle_fraction, 0.25);
+  TraceActivity all = rec.activity({TraceKind::Forward, TraceKind::Backward, TraceKind::Send});
+  EXPECT_DOUBLE_EQ(all.window_us, 50);
+  EXPECT_DOUBLE_EQ(all.lanes[0].busy_us, 40);
 }
