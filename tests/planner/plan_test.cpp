@@ -1,6 +1,7 @@
 // The Plan and its file form: the single-device plan validates for every shipped model, to_yaml is a fixed
-// point of parse_plan (byte for byte), the shipped example plans are valid and written in canonical form,
-// pins record exactly what a file wrote and where, and every reading mistake of a file is reported in one pass.
+// point of parse_plan (byte for byte), the shipped example plans are valid and written in canonical form
+// (the ones in docs/plan_file.md included), pins record exactly what a file wrote and where, and every
+// reading mistake of a file is reported in one pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,6 +225,26 @@ TEST(PlanYaml, ExamplePlansAreValidAndCanonical) {
     EXPECT_TRUE(d.empty()) << dump(d);
     EXPECT_EQ(to_yaml(p), slurp(f));
   }
+}
+
+// Every ```yaml block of docs/plan_file.md that is a whole plan file (it opens with to_yaml's first line) is
+// one of tests/plans/*.yaml, so the documented examples are the ones checked above.
+TEST(PlanYaml, DocumentedExamplesAreTheCheckedOnes) {
+  std::string doc = slurp(source_dir() + "/docs/plan_file.md");
+  std::vector<std::string> files;
+  for (const auto& f : example_plans()) files.push_back(slurp(f));
+  int blocks = 0;
+  for (size_t a = doc.find("```yaml\n"); a != std::string::npos; a = doc.find("```yaml\n", a)) {
+    a += 8;
+    size_t b = doc.find("```", a);
+    ASSERT_NE(b, std::string::npos);
+    std::string block = doc.substr(a, b - a);
+    a = b + 3;
+    if (block.rfind("# braid plan file", 0) != 0) continue;
+    ++blocks;
+    EXPECT_NE(std::find(files.begin(), files.end(), block), files.end()) << "not in tests/plans:\n" << block;
+  }
+  EXPECT_GE(blocks, 1) << "docs/plan_file.md shows no whole plan file";
 }
 
 TEST(PlanYaml, PinsRecordWhatWasWrittenAndWhere) {
