@@ -1,7 +1,9 @@
-// Device strings and the single-device plan.
+// Device strings, pins, the single-device plan and default layer entries. The YAML form lives in
+// plan_yaml.cpp, validation in plan_validate.cpp.
 #include "planner/plan.h"
 
 #include <cstdlib>
+#include <set>
 
 namespace braid::planner {
 
@@ -61,11 +63,61 @@ bool parse_devices(const std::string& text, DeviceSpec* out, std::string* err) {
   return true;
 }
 
+SourceLoc Pins::loc(const std::string& key, const SourceLoc& fallback) const {
+  auto it = at.find(key);
+  return it == at.end() ? fallback : it->second;
+}
+
+static LayerPlan default_layer(const std::string& name) {
+  LayerPlan l;
+  l.layer = name;
+  l.signature = "replicated";
+  return l;
+}
+
 Plan single_device_plan(int64_t batch, int64_t micro_batch) {
   Plan p;
-  p.micro_batch = micro_batch > 0 ? micro_batch : batch;
-  p.micro_batches = batch / p.micro_batch;
+  p.summary.micro_batch = micro_batch > 0 ? micro_batch : batch;
+  p.summary.micro_batches = p.summary.micro_batch > 0 ? batch / p.summary.micro_batch : 1;
   return p;
+}
+
+Plan single_device_plan(const graph::Graph& g, int64_t batch, int64_t micro_batch) {
+  Plan p = single_device_plan(batch, micro_batch);
+  auto fwd = forward_layers(g);
+  if (fwd.empty()) return p;
+  StagePlan s;
+  s.devices = {0};
+  s.mesh = {1, 1};
+  s.first_layer = fwd.front()->layer;
+  s.last_layer = fwd.back()->layer;
+  p.stages.push_back(s);
+  for (const graph::Node* n : fwd) p.layers.push_back(default_layer(n->layer));
+  return p;
+}
+
+std::vector<const graph::Node*> forward_layers(const graph::Graph& g) {
+  std::vector<const graph::Node*> out;
+  for (const auto& n : g.nodes())
+    if (!n.backward) out.push_back(&n);
+  return out;
+}
+
+void add_default_layers(Plan& plan, const graph::Graph& g) {
+  std::map<std::string, LayerPlan> given;
+  std::vector<LayerPlan> unknown;
+  std::set<std::string> names;
+  for (const graph::Node* n : forward_layers(g)) names.insert(n->layer);
+  for (auto& l : plan.layers) {
+    if (!names.count(l.layer) || given.count(l.layer)) unknown.push_back(std::move(l));
+    else given.emplace(l.layer, std::move(l));
+  }
+  plan.layers.clear();
+  for (const graph::Node* n : forward_layers(g)) {
+    auto it = given.find(n->layer);
+    plan.layers.push_back(it != given.end() ? std::move(it->second) : default_layer(n->layer));
+  }
+  for (auto& l : unknown) plan.layers.push_back(std::move(l));
 }
 
 }  // namespace braid::planner
