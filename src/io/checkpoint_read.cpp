@@ -15,6 +15,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -234,16 +235,27 @@ void read_pieces(const std::string& path, std::vector<Item>& items, std::vector<
     if (!items[i].t.defined()) direct.push_back(i);  // read below
   std::mutex mu;
   std::string error;
+  std::exception_ptr thrown;  // from a worker (out of memory): rethrown on the calling thread
   auto on_threads = [&](size_t n, const auto& fn) {
     const size_t threads = std::min<size_t>(std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8), n);
     std::atomic<size_t> next{0};
     auto work = [&] {
-      for (size_t k; (k = next.fetch_add(1)) < n;) fn(k);
+      try {
+        for (size_t k; (k = next.fetch_add(1)) < n;) fn(k);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(mu);
+        if (!thrown) thrown = std::current_exception();
+        next = n;
+      }
     };
     std::vector<std::thread> pool;
     for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
     work();
     for (auto& t : pool) t.join();
+    if (thrown) {
+      ::close(fd);
+      std::rethrow_exception(thrown);
+    }
   };
   // Allocation on the threads too: the first touch of fresh memory costs as much as the copy.
   on_threads(direct.size(), [&](size_t k) { items[direct[k]].t = Tensor::empty(items[direct[k]].desc); });
