@@ -1,11 +1,10 @@
-// Checkpoint files: the HDF5 layout of docs/checkpoints.md, written atomically in HDF5 1.10's format, with a
-// CRC-32 attribute on every tensor that the reader verifies after reading it, and a header in the user block
-// (checkpoint_header.h) that covers every other byte and is checked before HDF5 parses the file, so that a
-// damaged file ends in a UserError naming it (and the tensor) instead of a crash inside HDF5.
-// The folder logic (`latest`, keep) and `braid inspect` are in checkpoint_dir.cpp.
+// Writing checkpoints: the HDF5 layout of docs/checkpoints.md, written atomically in HDF5 1.10's format, a
+// CRC-32 attribute on every tensor, and a header in the user block (checkpoint_header.h) that covers every
+// other byte, so that a reader can check a file before HDF5 parses it. Also the helpers the reader shares
+// (checkpoint_internal.h). Reading is in checkpoint_read.cpp; folders, `latest` and inspect in checkpoint_dir.cpp.
 #include "io/checkpoint.h"
 
-#include <sys/stat.h>
+#include <fcntl.h>
 #include <zlib.h>
 
 #include <cinttypes>
@@ -15,33 +14,36 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/parallel.h"
 #include "io/checkpoint_header.h"
+#include "io/checkpoint_internal.h"
+#include "io/crc32.h"
 #include "io/h5util.h"
 
 namespace braid::io {
 
-namespace {
+namespace ckpt {
 
-[[noreturn]] void bad_file(const std::string& path, const std::string& msg, const std::string& hint = "") {
+void bad_file(const std::string& path, const std::string& msg, const std::string& hint) {
   throw UserError(SourceLoc{}, "checkpoint '" + path + "': " + msg, hint);
 }
 
 // ---- checksums and hashes -----------------------------------------------------------------------------------
 
-// zlib's CRC-32, in pieces on the OpenMP threads for large buffers, joined with crc32_combine.
+// CRC-32 (io/crc32.h), in pieces on the OpenMP threads for large buffers, joined with zlib's crc32_combine.
 uint32_t crc32_of(const void* data, size_t n) {
-  constexpr size_t kPiece = size_t{8} << 20;
+  constexpr size_t kPiece = size_t{32} << 20;
   const auto* p = static_cast<const unsigned char*>(data);
-  if (n <= 2 * kPiece) return static_cast<uint32_t>(crc32_z(0, p, n));
+  if (n <= 2 * kPiece) return crc32(0, p, n);
   const int64_t pieces = static_cast<int64_t>((n + kPiece - 1) / kPiece);
   std::vector<uLong> crcs(static_cast<size_t>(pieces));
   parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       size_t off = static_cast<size_t>(i) * kPiece;
-      crcs[static_cast<size_t>(i)] = crc32_z(0, p + off, std::min(kPiece, n - off));
+      crcs[static_cast<size_t>(i)] = crc32(0, p + off, std::min(kPiece, n - off));
     }
   });
   uLong c = crcs[0];
@@ -57,6 +59,8 @@ std::string hex(uint64_t v, int digits) {
   std::snprintf(buf, sizeof buf, "%0*" PRIx64, digits, v);
   return buf;
 }
+
+std::string checksum_text(uint32_t crc) { return "crc32:" + hex(crc, 8); }
 
 std::string now_iso8601() {
   std::time_t t = std::time(nullptr);
@@ -116,12 +120,62 @@ std::string read_str_attr(hid_t obj, const std::string& path, const std::string&
   return v;
 }
 
+// Whether H5Dget_chunk_info* report chunk addresses relative to the HDF5 base address (after the user
+// block) rather than to the start of the file: HDF5 1.10.8 does (H5Dget_offset is absolute), later versions
+// may not. Found out once per process on a small real file in the first of `dirs` that takes one (file
+// images in memory leave the user block out, so they cannot tell); nullopt when none does.
+std::optional<bool> chunk_addresses_are_relative(const std::vector<std::string>& dirs) {
+  static int relative = -1;
+  if (relative >= 0) return relative == 1;
+  for (const std::string& dir : dirs) {
+    const std::string probe = h5::temp_name((std::filesystem::path(dir.empty() ? "." : dir) / "braid-probe.h5").string());
+    const char data[9] = "braid:ab";
+    haddr_t addr = HADDR_UNDEF;
+    try {
+      const std::string what = "cannot probe HDF5's chunk addresses";
+      h5::Handle fcpl = h5::plist(H5Pcreate(H5P_FILE_CREATE), probe, what);
+      h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), probe, what);
+      const hsize_t n = 8;
+      if (H5Pset_userblock(fcpl.get(), 512) < 0 || H5Pset_chunk(dcpl.get(), 1, &n) < 0) h5::fail(probe, what);
+      h5::Handle f = h5::file(H5Fcreate(probe.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), probe, what);
+      h5::Handle sp = h5::space(H5Screate_simple(1, &n, nullptr), probe, what);
+      h5::Handle ds = h5::dataset(
+          H5Dcreate2(f.get(), "x", H5T_STD_U8LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), probe, what);
+      hsize_t origin = 0, size = 0;
+      unsigned mask = 0;
+      if (H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
+          H5Dget_chunk_info_by_coord(ds.get(), &origin, &mask, &addr, &size) < 0 || !ds.close() || !f.close())
+        h5::fail(probe, what);
+    } catch (const UserError&) {
+      std::error_code ec;
+      std::filesystem::remove(probe, ec);
+      continue;
+    }
+    std::ifstream in(probe, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::error_code ec;
+    std::filesystem::remove(probe, ec);
+    size_t at = bytes.find(std::string(data, 8));
+    BRAID_ASSERT(at != std::string::npos && (at == addr || at == addr + 512), "HDF5 chunk address probe: data at ",
+                 at, ", chunk address ", addr);
+    relative = at == addr ? 0 : 1;
+    return relative == 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ckpt
+
 // ---- writing ----------------------------------------------------------------------------------------------
+
+namespace {
+
+using namespace ckpt;
+
 
 struct ToWrite {
   std::string name;  // absolute HDF5 path
   const Tensor* t;
-  std::string checksum;
 };
 
 void check_name(const std::string& path, const std::string& what, const std::string& name) {
@@ -129,7 +183,7 @@ void check_name(const std::string& path, const std::string& what, const std::str
     bad_file(path, what + " name '" + name + "' cannot be stored (empty, '.', '..' or containing '/')");
 }
 
-// Every dataset of `c` with its HDF5 path, checked (names, dtypes, duplicates) and checksummed.
+// Every dataset of `c` with its HDF5 path, checked (names, dtypes, duplicates).
 std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, std::vector<Tensor>& rng_tensors) {
   std::vector<ToWrite> out;
   std::set<std::string> seen;
@@ -139,7 +193,7 @@ std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, s
     if (h5::file_type(t.dtype()) < 0)
       bad_file(path, "tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) +
                          "; checkpoints store f32, f64, i32 and i64 tensors");
-    out.push_back(ToWrite{name, &t, ""});
+    out.push_back(ToWrite{name, &t});
   };
   for (const auto& [name, t] : c.params) {
     check_name(path, "parameter", name);
@@ -164,7 +218,6 @@ std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, s
     rng_tensors.push_back(t);
   }
   for (size_t i = 0; i < c.rng.size(); ++i) add("/rng/" + c.rng[i].name, rng_tensors[i]);
-  for (auto& w : out) w.checksum = tensor_checksum(*w.t);
   return out;
 }
 
@@ -204,47 +257,6 @@ void write_meta(hid_t file, const std::string& path, const CheckpointMeta& m) {
   write_attr(g.get(), path, "model_hash", m.model_hash);
 }
 
-// Whether H5Dget_chunk_info* report chunk addresses relative to the HDF5 base address (after the user
-// block) rather than to the start of the file: HDF5 1.10.8 does (H5Dget_offset is absolute), later versions
-// may not. Found out once per process on a small real file in `dir` (file images in memory leave the user
-// block out, so they cannot tell).
-bool chunk_addresses_are_relative(const std::string& dir, const std::string& path) {
-  static int relative = -1;
-  if (relative >= 0) return relative == 1;
-  const std::string probe = h5::temp_name((std::filesystem::path(dir) / "braid-probe.h5").string());
-  const char data[9] = "braid:ab";
-  haddr_t addr = HADDR_UNDEF;
-  try {
-    h5::Handle fcpl = h5::plist(H5Pcreate(H5P_FILE_CREATE), path, "cannot probe HDF5");
-    h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), path, "cannot probe HDF5");
-    const hsize_t n = 8;
-    if (H5Pset_userblock(fcpl.get(), 512) < 0 || H5Pset_chunk(dcpl.get(), 1, &n) < 0) h5::fail(path, "cannot probe HDF5");
-    h5::Handle f = h5::file(H5Fcreate(probe.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), path,
-                            "cannot create the probe file '" + probe + "'");
-    h5::Handle sp = h5::space(H5Screate_simple(1, &n, nullptr), path, "cannot probe HDF5");
-    h5::Handle ds = h5::dataset(H5Dcreate2(f.get(), "x", H5T_STD_U8LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                                path, "cannot probe HDF5");
-    hsize_t origin = 0, size = 0;
-    unsigned mask = 0;
-    if (H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
-        H5Dget_chunk_info_by_coord(ds.get(), &origin, &mask, &addr, &size) < 0 || !ds.close() || !f.close())
-      h5::fail(path, "cannot probe HDF5");
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(probe, ec);
-    throw;
-  }
-  std::ifstream in(probe, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  std::error_code ec;
-  std::filesystem::remove(probe, ec);
-  size_t at = bytes.find(std::string(data, 8));
-  BRAID_ASSERT(at != std::string::npos && (at == addr || at == addr + 512), "HDF5 chunk address probe: data at ", at,
-               ", chunk address ", addr);
-  relative = at == addr ? 0 : 1;
-  return relative == 1;
-}
-
 // Where a written dataset's bytes lie in the file (every chunk, or the contiguous block), for the header.
 void collect_ranges(hid_t ds, const std::string& path, const std::string& name, uint64_t userblock,
                     std::vector<ckpt_header::Range>& out) {
@@ -255,7 +267,9 @@ void collect_ranges(hid_t ds, const std::string& path, const std::string& name, 
     if (addr != HADDR_UNDEF) out.push_back({addr, H5Dget_storage_size(ds)});
     return;
   }
-  const uint64_t shift = chunk_addresses_are_relative(std::filesystem::path(path).parent_path().string(), path) ? userblock : 0;
+  std::optional<bool> relative = chunk_addresses_are_relative({std::filesystem::path(path).parent_path().string()});
+  if (!relative) h5::fail(path, "cannot probe HDF5's chunk addresses in its folder");
+  const uint64_t shift = *relative ? userblock : 0;
   h5::Handle sp = h5::space(H5Dget_space(ds), path, what);
   int rank = H5Sget_simple_extent_ndims(sp.get());
   if (rank <= 0) h5::fail(path, what);
@@ -288,155 +302,6 @@ size_t max_ranges(const Tensor& t, size_t chunk_bytes) {
   return n;
 }
 
-// ---- reading ----------------------------------------------------------------------------------------------
-
-// Refuses, with a message naming the file, what HDF5 should not be asked to open: a missing, empty or
-// non-HDF5 file, and (when verifying) one whose header, size or HDF5 structure does not match what was written.
-void precheck(const std::string& path, bool verify) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) bad_file(path, "is a folder, not a checkpoint file");
-  if (!S_ISREG(st.st_mode)) bad_file(path, "is not a regular file");
-  if (st.st_size == 0) bad_file(path, "is empty (0 bytes), not a checkpoint");
-  char head[17] = {0};
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    size_t n = std::fread(head, 1, sizeof head - 1, f);
-    (void)n;
-    std::fclose(f);
-  }
-  bool ours = std::strncmp(head, "braid checkpoint", 16) == 0;
-  if (!ours || !verify) {
-    htri_t is_h5 = H5Fis_hdf5(path.c_str());  // looks for the signature only
-    if (is_h5 < 0) h5::fail(path, "cannot open for reading");
-    if (is_h5 == 0) bad_file(path, "is not an HDF5 file (no HDF5 signature), so not a braid checkpoint");
-  }
-  if (verify) ckpt_header::verify(path, kCheckpointFormat);
-}
-
-bool has_link(hid_t loc, const std::string& path, const std::string& name) {
-  htri_t r = H5Lexists(loc, name.c_str(), H5P_DEFAULT);
-  if (r < 0) h5::fail(path, "cannot look up '" + name + "'");
-  return r > 0;
-}
-
-h5::Handle open_group(hid_t file, const std::string& path, const std::string& name) {
-  if (!has_link(file, path, name))
-    bad_file(path, "has no group '" + name + "'", "the file is damaged or was not written by braid");
-  return h5::group(H5Gopen2(file, name.c_str(), H5P_DEFAULT), path, "cannot open group '" + name + "'");
-}
-
-Tensor read_checked(hid_t loc, const std::string& path, const std::string& rel, const std::string& shown,
-                    bool verify) {
-  h5::OpenDataset d = h5::open_dataset(loc, path, rel, shown);
-  Tensor t = h5::read_dataset(d, path, shown);
-  if (!verify) return t;
-  std::string stored;
-  if (!h5::read_string_attr(d.ds.get(), path, "checksum", &stored))
-    throw UserError(SourceLoc{}, "tensor '" + shown + "' in " + path + " has no checksum attribute",
-                    "files written by braid always have one; read with checksums off to load it anyway");
-  std::string actual = tensor_checksum(t);
-  if (stored != actual)
-    throw UserError(SourceLoc{}, "tensor '" + shown + "' in " + path + " is corrupt (checksum mismatch: stored " +
-                                     stored + ", data " + actual + ")",
-                    "the file was damaged after it was written; resume from an older checkpoint");
-  return t;
-}
-
-NamedTensors read_group(hid_t file, const std::string& path, const std::string& group, bool verify) {
-  h5::Handle g = open_group(file, path, group);
-  NamedTensors out;
-  for (const std::string& rel : h5::dataset_names(g.get(), path, group))
-    out.emplace_back(rel, read_checked(g.get(), path, rel, group + "/" + rel, verify));
-  return out;
-}
-
-CheckpointMeta read_meta(hid_t file, const std::string& path) {
-  if (!has_link(file, path, "/meta"))
-    bad_file(path, "is not a braid checkpoint (it has no /meta group)",
-             "braid checkpoints are written by `braid train` with checkpoint.dir set");
-  h5::Handle g = open_group(file, path, "/meta");
-  const hid_t m = g.get();
-  CheckpointMeta meta;
-  int64_t version = read_i64_attr(m, path, "/meta", "format_version");
-  if (version > kCheckpointFormat)
-    bad_file(path, "written by a newer braid (format " + std::to_string(version) + "; this braid reads format " +
-                       std::to_string(kCheckpointFormat) + " and older)",
-             "use a newer braid to read it");
-  if (version < 1) bad_file(path, "has an invalid format version " + std::to_string(version));
-  meta.format_version = static_cast<int>(version);
-  meta.braid_version = read_str_attr(m, path, "/meta", "braid_version");
-  meta.step = read_i64_attr(m, path, "/meta", "step");
-  meta.epoch = read_i64_attr(m, path, "/meta", "epoch");
-  meta.samples_seen = read_i64_attr(m, path, "/meta", "samples_seen");
-  read_number_attr(m, path, "/meta", "wall_time_s", H5T_NATIVE_DOUBLE, &meta.wall_time_s);
-  meta.created = read_str_attr(m, path, "/meta", "created");
-  meta.run_path = read_str_attr(m, path, "/meta", "run_path");
-  meta.model_path = read_str_attr(m, path, "/meta", "model_path");
-  meta.run_text = read_str_attr(m, path, "/meta", "run_text");
-  meta.model_text = read_str_attr(m, path, "/meta", "model_text");
-  meta.run_hash = read_str_attr(m, path, "/meta", "run_hash");
-  meta.model_hash = read_str_attr(m, path, "/meta", "model_hash");
-  return meta;
-}
-
-std::string read_plan(hid_t file, const std::string& path) {
-  if (!has_link(file, path, "/plan")) bad_file(path, "has no dataset '/plan'");
-  const std::string what = "cannot read dataset '/plan'";
-  h5::Handle ds = h5::dataset(H5Dopen2(file, "/plan", H5P_DEFAULT), path, what);
-  h5::Handle ftype = h5::type(H5Dget_type(ds.get()), path, what);
-  h5::Handle sp = h5::space(H5Dget_space(ds.get()), path, what);
-  if (H5Tget_class(ftype.get()) != H5T_STRING || H5Tis_variable_str(ftype.get()) <= 0 ||
-      H5Sget_simple_extent_type(sp.get()) != H5S_SCALAR)
-    bad_file(path, "dataset '/plan' is not a text (a scalar variable-length string)");
-  h5::Handle mtype = h5::type(H5Tcopy(H5T_C_S1), path, what);
-  if (H5Tset_size(mtype.get(), H5T_VARIABLE) < 0 || H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())) < 0)
-    h5::fail(path, what);
-  char* s = nullptr;
-  if (H5Dread(ds.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) < 0) h5::fail(path, what);
-  std::string out = s ? s : "";
-  H5free_memory(s);
-  return out;
-}
-
-// The optimizer's attributes, the data cursor and the plan.
-void read_small_state(hid_t file, const std::string& path, Checkpoint& c) {
-  {
-    h5::Handle g = open_group(file, path, "/optimizer");
-    c.optimizer_type = read_str_attr(g.get(), path, "/optimizer", "type");
-    c.optimizer_steps = read_i64_attr(g.get(), path, "/optimizer", "step");
-  }
-  {
-    h5::Handle d = open_group(file, path, "/data");
-    c.data.epoch = read_i64_attr(d.get(), path, "/data", "epoch");
-    c.data.position = read_i64_attr(d.get(), path, "/data", "position");
-    read_number_attr(d.get(), path, "/data", "seed", H5T_NATIVE_UINT64, &c.data.seed);
-  }
-  c.plan_text = read_plan(file, path);
-}
-
-// Optimizer state tensors and random streams.
-void read_state_tensors(hid_t file, const std::string& path, bool verify, Checkpoint& c) {
-  {
-    h5::Handle g = open_group(file, path, "/optimizer");
-    for (const std::string& rel : h5::dataset_names(g.get(), path, "/optimizer")) {
-      size_t slash = rel.find('/');
-      if (slash == std::string::npos || rel.find('/', slash + 1) != std::string::npos)
-        bad_file(path, "dataset '/optimizer/" + rel + "' is not of the form /optimizer/<parameter>/<state>");
-      c.optimizer.push_back(OptimizerEntry{rel.substr(0, slash), rel.substr(slash + 1),
-                                           read_checked(g.get(), path, rel, "/optimizer/" + rel, verify)});
-    }
-  }
-  for (auto& [name, t] : read_group(file, path, "/rng", verify)) {
-    if (t.dtype() != DType::i64 || t.shape() != Shape{2})
-      bad_file(path, "random stream '/rng/" + name + "' is " + t.desc().str() + "; expected i64[2] (key, counter)");
-    RngStream r;
-    r.name = name;
-    std::memcpy(&r.key, t.data<int64_t>(), 8);
-    std::memcpy(&r.counter, t.data<int64_t>() + 1, 8);
-    c.rng.push_back(r);
-  }
-}
-
 }  // namespace
 
 std::string text_hash(const std::string& text) {
@@ -445,10 +310,10 @@ std::string text_hash(const std::string& text) {
     h ^= ch;
     h *= 0x100000001b3ULL;  // FNV prime
   }
-  return hex(h, 16);
+  return ckpt::hex(h, 16);
 }
 
-std::string tensor_checksum(const Tensor& t) { return "crc32:" + hex(crc32_of(t.raw(), t.bytes()), 8); }
+std::string tensor_checksum(const Tensor& t) { return ckpt::checksum_text(ckpt::crc32_of(t.raw(), t.bytes())); }
 
 void write_checkpoint(const std::string& path, const Checkpoint& in) {
   Checkpoint c = in;  // shares the tensors' memory; only the meta is completed
@@ -456,7 +321,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
   if (c.meta.run_hash.empty()) c.meta.run_hash = text_hash(c.meta.run_text);
   if (c.meta.model_hash.empty()) c.meta.model_hash = text_hash(c.meta.model_text);
   std::vector<Tensor> rng_tensors;
-  std::vector<ToWrite> datasets = datasets_of(path, c, rng_tensors);  // checks and checksums, outside the lock
+  std::vector<ToWrite> datasets = datasets_of(path, c, rng_tensors);  // checks, before any file is touched
   size_t ranges_bound = 0;
   for (const auto& w : datasets) ranges_bound += max_ranges(*w.t, kChunkBytes);
   std::vector<ckpt_header::Range> ranges;
@@ -476,9 +341,15 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
       write_attr(opt.get(), path, "type", c.optimizer_type);
       write_attr(opt.get(), path, "step", c.optimizer_steps);
     }
+    // The disk starts writing each tensor while the next one is checksummed and copied (sync_file_range
+    // only starts writeback; the fsync at the end waits for it). With the sec2 driver the handle is the fd.
+    int* fd = nullptr;
+    if (H5Fget_vfd_handle(file, H5P_DEFAULT, reinterpret_cast<void**>(&fd)) < 0) fd = nullptr;
     for (const auto& w : datasets) {
+      const std::string checksum = tensor_checksum(*w.t);
       h5::Handle ds = h5::write_dataset(file, path, w.name, *w.t, kChunkBytes);
-      write_attr(ds.get(), path, "checksum", w.checksum);
+      write_attr(ds.get(), path, "checksum", checksum);
+      if (fd && w.t->bytes() >= (size_t{1} << 20)) ::sync_file_range(*fd, 0, 0, SYNC_FILE_RANGE_WRITE);
       collect_ranges(ds.get(), path, w.name, how.userblock, ranges);
       if (!ds.close()) h5::fail(path, "cannot write dataset '" + w.name + "'");
     }
@@ -490,29 +361,6 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
     }
     write_plan(file, path, c.plan_text);
   });
-}
-
-Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
-  auto guard = h5::lock();
-  precheck(path, o.verify_checksums);
-  h5::Handle file = h5::open_read_only(path);
-  Checkpoint c;
-  c.meta = read_meta(file.get(), path);
-  read_small_state(file.get(), path, c);
-  c.params = read_group(file.get(), path, "/params", o.verify_checksums);
-  c.buffers = read_group(file.get(), path, "/buffers", o.verify_checksums);
-  if (!o.weights_only) read_state_tensors(file.get(), path, o.verify_checksums, c);
-  return c;
-}
-
-CheckpointMeta read_checkpoint_meta(const std::string& path) {
-  auto guard = h5::lock();
-  precheck(path, true);
-  h5::Handle file = h5::open_read_only(path);
-  Checkpoint c;
-  c.meta = read_meta(file.get(), path);
-  read_small_state(file.get(), path, c);
-  return c.meta;
 }
 
 std::vector<std::string> compare_to_model(const Checkpoint& c,

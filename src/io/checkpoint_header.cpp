@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/crc32.h"
 
 namespace braid::io::ckpt_header {
 
@@ -64,12 +64,12 @@ bool pread_all(int fd, void* buf, size_t n, uint64_t offset) {
 // CRC-32 of the bytes of [begin, end) outside the sorted, disjoint `raw` ranges.
 bool crc_outside(int fd, uint64_t begin, uint64_t end, const std::vector<Range>& raw, uint32_t* out) {
   std::vector<char> buf(size_t{1} << 20);
-  uLong crc = crc32_z(0, nullptr, 0);
+  uint32_t crc = 0;
   auto feed = [&](uint64_t a, uint64_t b) {
     while (a < b) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(b - a, buf.size()));
       if (!pread_all(fd, buf.data(), n, a)) return false;
-      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), n);
+      crc = crc32(crc, buf.data(), n);
       a += n;
     }
     return true;
@@ -80,7 +80,7 @@ bool crc_outside(int fd, uint64_t begin, uint64_t end, const std::vector<Range>&
     at = r.offset + r.size;
   }
   if (!feed(at, end)) return false;
-  *out = static_cast<uint32_t>(crc);
+  *out = crc;
   return true;
 }
 
@@ -125,7 +125,7 @@ void write(const std::string& file, const std::string& shown, int format, std::v
                      std::to_string(userblock) + "\nsize " + std::to_string(size) + "\nmetadata-crc32 " +
                      hex32(meta_crc) + "\nranges " + std::to_string(merged.size()) + "\n";
   for (const Range& r : merged) text += std::to_string(r.offset) + " " + std::to_string(r.size) + "\n";
-  text += "header-crc32 " + hex32(static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(text.data()), text.size()))) + "\n";
+  text += "header-crc32 " + hex32(crc32(0, text.data(), text.size())) + "\n";
   BRAID_ASSERT(text.size() <= userblock, "checkpoint header of ", text.size(), " bytes exceeds its user block");
   text.resize(static_cast<size_t>(userblock), '\0');
   size_t done = 0;
@@ -176,7 +176,7 @@ void verify(const std::string& path, int max_format) {
   if (crc_at == std::string::npos || (nul != std::string::npos && nul < crc_at))
     bad(path, "its header is corrupt (no header checksum)", kDamaged);
   std::string stored_crc = block.substr(crc_at + 13, 8);
-  if (hex32(static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(block.data()), crc_at))) != stored_crc ||
+  if (hex32(crc32(0, block.data(), crc_at)) != stored_crc ||
       block.compare(crc_at + 21, 1, "\n") != 0)
     bad(path, "its header is corrupt (checksum mismatch)", kDamaged);
 

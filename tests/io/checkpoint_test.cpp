@@ -118,6 +118,52 @@ TEST(Checkpoint, LayoutIsChunkedSliceableAndDocumented) {
   EXPECT_EQ(read_string_attrs(p).at("format"), "braid-checkpoint");
 }
 
+// Tensors read straight from the file (chunk by chunk, on several threads): chunks split along an inner
+// axis, edge chunks holding fewer rows, rows longer than a chunk, and contiguous scalars.
+TEST(Checkpoint, EveryChunkLayoutReadsBackExactly) {
+  TempDir dir;
+  Checkpoint c;
+  c.params = {{"a", ramp(Shape{3, 5, 300000}, DType::f32, 1e-3)},  // chunks [1, 3, 300000]: 2 rows at the edge
+              {"b", ramp(Shape{2, 1200000}, DType::f32, 1e-3)},    // rows of 4.8 MB: chunks [1, 1048576]
+              {"c", ramp(Shape{2000, 3, 4}, DType::i64)},          // one chunk of whole axes
+              {"d", ramp(Shape{1100, 1024}, DType::f64, 0.5)},     // chunks [512, 1024], the last of 76 rows
+              {"e", ramp(Shape{}, DType::f64)}};                   // contiguous
+  write_checkpoint(dir.file("c.h5"), c);
+  Checkpoint r = read_checkpoint(dir.file("c.h5"));
+  expect_same_tensors(c.params, r.params, "params");
+  expect_same_tensors(c.params, read_checkpoint(dir.file("c.h5"), {.verify_checksums = false}).params, "unverified");
+}
+
+// Datasets laid out otherwise than braid writes them (compressed, big-endian, other chunks: a file changed by
+// another tool) are read through HDF5. (Such a file no longer matches its header: read unverified.)
+TEST(Checkpoint, OtherLayoutsAreReadThroughHdf5) {
+  TempDir dir;
+  std::string p = dir.file("c.h5");
+  Checkpoint c = sample_checkpoint();
+  write_checkpoint(p, c);
+  hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  auto replace = [&](const std::string& name, const Tensor& t, hid_t ftype, bool gzip) {
+    ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
+    std::vector<hsize_t> dims(t.shape().dims().begin(), t.shape().dims().end());
+    hid_t sp = H5Screate_simple(t.shape().rank(), dims.data(), nullptr), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    chunk.back() = dims.back();
+    H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+    if (gzip) H5Pset_deflate(dcpl, 1);
+    hid_t ds = H5Dcreate2(f, name.c_str(), ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    ASSERT_GE(H5Dwrite(ds, t.dtype() == DType::f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()), 0);
+    H5Dclose(ds), H5Pclose(dcpl), H5Sclose(sp);
+  };
+  replace("/params/big.weight", c.params[3].second, H5T_IEEE_F32LE, true);
+  replace("/params/fc.weight", c.params[0].second, H5T_IEEE_F32BE, false);
+  replace("/params/h.0.attn.in_proj_weight", c.params[2].second, H5T_IEEE_F64LE, false);  // rows of 2: chunks [1, 2]
+  H5Fclose(f);
+  EXPECT_NE(user_error([&] { read_checkpoint(p); }).find("checkpoint '" + p + "'"), std::string::npos);
+  expect_same_tensors(c.params, read_checkpoint(p, {.verify_checksums = false}).params, "params");
+}
+
 TEST(Checkpoint, ChecksumIsZlibCrc32OfTheBytes) {
   // "123456789" + "abc" as three i32: the CRC-32 of those 12 bytes (zlib's, PNG's, Python's zlib.crc32).
   Tensor b = Tensor::empty({Shape{3}, DType::i32});
