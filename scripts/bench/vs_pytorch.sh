@@ -7,18 +7,20 @@
 # Writes scripts/bench/out/vs_pytorch.csv (one row per model and system) and prints a table with the ratios.
 #
 # usage: scripts/bench/vs_pytorch.sh [--steps N] [--warmup W] [--window K] [--models "mlp lenet gpt"]
+#        [--summarise-only] (rebuild the CSV and table from the raw files of the last run)
 #        BRAID=path/to/braid overrides build/braid.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BRAID=${BRAID:-$ROOT/build/braid}
 PY=/usr/bin/python3
-STEPS=30 WARMUP=5 WINDOW=5 MODELS="mlp lenet gpt"
+STEPS=30 WARMUP=5 WINDOW=5 MODELS="mlp lenet gpt" MEASURE=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
     --window) WINDOW=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
+    --summarise-only) MEASURE=0; shift ;;
     *) echo "vs_pytorch.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -26,9 +28,10 @@ done
 OUT=$ROOT/scripts/bench/out
 RAW=$OUT/raw
 mkdir -p "$RAW"
-rm -f "$RAW"/*
+[ $MEASURE = 1 ] && rm -f "$RAW"/*
 
 for m in $MODELS; do
+  [ $MEASURE = 1 ] || break
   echo "== $m: braid"
   /usr/bin/time -f %M -o "$RAW/braid_$m.rss" \
     "$BRAID" bench "$ROOT/configs/bench/$m.yaml" --steps "$STEPS" --warmup "$WARMUP" --window "$WINDOW" \
@@ -78,7 +81,7 @@ with open(out, "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=cols)
     w.writeheader()
     for r in rows:
-        w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()})
+        w.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
 print()
 print(f"{'model':6}  {'system':15} {'samples/s':>10} {'min-max':>15} {'IQR':>8} {'tokens/s':>9} {'RSS MiB':>8}")
 for r in rows:
