@@ -35,6 +35,26 @@ struct InspectArgs {
 };
 int inspect(const InspectArgs& a, FILE* out);
 
+// `braid bench`: steady-state throughput, FLOP/s, MFU and memory of each run (and sweep point); see
+// docs/benchmarks.md for every column and formula.
+struct BenchArgs {
+  std::vector<std::string> paths;
+  std::vector<std::string> sets;    // applied to every run
+  std::vector<std::string> sweeps;  // "key=v1,v2,...": the cartesian product of these --set overrides
+  int64_t steps = 50, warmup = 10, window = 10;
+  double peak_gflops = 0;           // 0: detect the CPU's peak from /proc/cpuinfo
+  std::string csv, json;            // files to write ("" = none)
+};
+int bench(const BenchArgs& a, FILE* out);
+
+// `braid time`: forward and backward time per layer, with each layer's share of the step.
+struct TimeArgs {
+  std::string path;
+  std::vector<std::string> sets;
+  int64_t steps = 10, warmup = 2;
+};
+int time_layers(const TimeArgs& a, FILE* out);
+
 // `braid ops`: every op usable in model files with its attributes and defaults.
 int list_ops(FILE* out);
 

@@ -38,6 +38,25 @@ int main(int argc, char** argv) {
   in->add_option("--diff", inspect.diff, "run or model file to compare the checkpoint with");
   in->add_option("--set", inspect.sets, "override a value of the --diff run: key=value");
 
+  braid::cli::BenchArgs bench;
+  auto* b = app.add_subcommand("bench", "measure training throughput, FLOP/s, MFU and memory of run files");
+  b->add_option("runs", bench.paths, "run files")->required();
+  b->add_option("--set", bench.sets, "override a value in every run: key=value");
+  b->add_option("--sweep", bench.sweeps, "key=v1,v2,...: benchmark every combination of these values (repeatable)");
+  b->add_option("--steps", bench.steps, "timed optimizer steps per run")->capture_default_str();
+  b->add_option("--warmup", bench.warmup, "untimed steps before them")->capture_default_str();
+  b->add_option("--window", bench.window, "steps per window for the median and spread")->capture_default_str();
+  b->add_option("--peak-gflops", bench.peak_gflops, "the device's peak GFLOP/s for MFU (default: detected CPU peak)");
+  b->add_option("--csv", bench.csv, "write one row per run and sweep point to this CSV file");
+  b->add_option("--json", bench.json, "write the results, with every window and step, to this JSON file");
+
+  braid::cli::TimeArgs timing;
+  auto* tm = app.add_subcommand("time", "forward and backward time per layer of a run's training step");
+  tm->add_option("run", timing.path, "run file")->required();
+  tm->add_option("--set", timing.sets, "override a value: key=value");
+  tm->add_option("--steps", timing.steps, "timed optimizer steps")->capture_default_str();
+  tm->add_option("--warmup", timing.warmup, "untimed steps before them")->capture_default_str();
+
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
   try {
@@ -50,6 +69,8 @@ int main(int argc, char** argv) {
     if (c->parsed()) return braid::cli::check(check, stdout);
     if (t->parsed()) return braid::cli::train(train, stdout);
     if (in->parsed()) return braid::cli::inspect(inspect, stdout);
+    if (b->parsed()) return braid::cli::bench(bench, stdout);
+    if (tm->parsed()) return braid::cli::time_layers(timing, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
   } catch (const braid::UserError& e) {
     std::fflush(stdout);

@@ -1,6 +1,8 @@
 // Arena layout, per-node tensor views prepared once, and the run loop.
 #include "exec/executor.h"
 
+#include <chrono>
+
 #include "core/rng.h"
 
 namespace braid::exec {
@@ -46,9 +48,21 @@ void Executor::run(bool training, uint64_t seed, uint64_t rng_stream) {
   ctx.workspace_bytes = plan_.workspace_bytes;
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
+  if (node_seconds_ == nullptr) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      ctx.rng_key = hash_key(run_key, node_keys_[i]);
+      nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
+    }
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
   for (size_t i = 0; i < nodes.size(); ++i) {
     ctx.rng_key = hash_key(run_key, node_keys_[i]);
     nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
+    auto t1 = Clock::now();
+    node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
   }
 }
 

@@ -20,6 +20,10 @@ class Executor {
   const Tensor& value(ValueId v) const { return views_.at(v.idx()); }
   // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks.
   void run(bool training, uint64_t seed, uint64_t rng_stream);
+  // Per-node timing (`braid time`): while set, run() adds each node's wall time in seconds to
+  // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
+  // untimed loop then reads no clock.
+  void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
   const MemoryPlan& plan() const { return plan_; }
   const graph::Graph& graph() const { return g_; }
 
@@ -30,6 +34,7 @@ class Executor {
   std::vector<Tensor> views_;
   std::vector<std::vector<Tensor>> node_in_, node_out_;
   std::vector<uint64_t> node_keys_;
+  double* node_seconds_ = nullptr;
 };
 
 }  // namespace braid::exec

@@ -1,6 +1,8 @@
 // Runner construction and the forward+backward of one optimizer step; see runner.h.
 #include "exec/runner.h"
 
+#include <chrono>
+
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "ops/cpu/kernel_util.h"
@@ -57,19 +59,30 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
 double scalar(const Tensor& t) { return get_as_double(t, 0); }
 
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
-                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch) {
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
+                        PhaseTimes* times) {
+  using Clock = std::chrono::steady_clock;
+  auto lap = [times, t = times ? Clock::now() : Clock::time_point{}](double PhaseTimes::*field) mutable {
+    if (!times) return;
+    auto now = Clock::now();
+    times->*field += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
   const int64_t num_micro = static_cast<int64_t>(batch_idx.size()) / micro;
   scratch.resize(static_cast<size_t>(micro));
   double loss = 0;
   for (int64_t m = 0; m < num_micro; ++m) {
     std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, scratch.begin());
     data.read(scratch, r.inputs);
+    lap(&PhaseTimes::data_s);
     r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
+    lap(&PhaseTimes::graph_s);
     for (const auto& p : r.g.params()) {
       if (!p.grad.valid()) continue;
       accumulate(store.find(p.name)->grad, r.exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
     }
+    lap(&PhaseTimes::accumulate_s);
   }
   return loss;
 }

@@ -25,10 +25,16 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
                                     uint64_t seed);
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
+// Where forward_backward's time went (seconds, added to): reading data, running the graph, accumulating
+// gradients into the store. For `braid time`; pass nullptr (the default) to read no clock.
+struct PhaseTimes {
+  double data_s = 0, graph_s = 0, accumulate_s = 0;
+};
 // Forward and backward over batch_idx.size() / micro micro-batches; returns the mean loss. `scratch` holds
 // `micro` indices (no allocation per step). The dropout stream of micro-batch m is step * M + m.
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
-                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch);
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
+                        PhaseTimes* times = nullptr);
 double scalar(const Tensor& t);
 
 }  // namespace braid::exec

@@ -5,7 +5,7 @@
 
 namespace braid::graph {
 
-static double node_flops(const Graph& g, const Node& n) {
+double node_flops(const Graph& g, const Node& n) {
   std::vector<TensorDesc> in, out;
   for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
   for (ValueId v : n.outputs) out.push_back(g.value(v).desc);

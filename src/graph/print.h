@@ -18,6 +18,8 @@ struct LayerRow {
 };
 
 std::vector<LayerRow> layer_table(const Graph& g);
+// One node's FLOPs from its op's cost function (one per output element when the op declares none).
+double node_flops(const Graph& g, const Node& n);
 std::string to_dot(const Graph& g, bool include_backward = false);
 
 }  // namespace braid::graph

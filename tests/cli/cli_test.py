@@ -21,8 +21,10 @@ def case(name, ok, detail=""):
     print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + detail))
 
 
-for d in ("models", "configs"):
+for d in ("models", "configs", "models/bench", "configs/bench"):
     for f in sorted(os.listdir(os.path.join(src, d))):
+        if not f.endswith(".yaml"):
+            continue
         r = run(["check", os.path.join(src, d, f)])
         case(f"check {d}/{f}", r.returncode == 0 and "total:" in r.stdout, r.stderr + r.stdout[-500:])
 
@@ -64,6 +66,34 @@ for k in range(2):
 case("same seed, bit-identical losses", len(losses) == 2 and losses[0] == losses[1], str(losses))
 r = run(["train", os.path.join(src, "models", "tiny_gpt.yaml")])
 case("train refuses a model file", r.returncode == 2, r.stderr)
+
+# braid bench: one CSV row and one JSON row per run and sweep point, windows as asked.
+csv_path, json_path = os.path.join(work, "bench.csv"), os.path.join(work, "bench.json")
+r = run(["bench", run_file, "--steps", "4", "--warmup", "1", "--window", "2", "--sweep", "train.batch=4,8",
+         "--csv", csv_path, "--json", json_path, "--peak-gflops", "100"])
+ok = r.returncode == 0 and os.path.exists(csv_path) and os.path.exists(json_path)
+case("bench with a sweep", ok, r.stderr + r.stdout[-1000:])
+if ok:
+    lines = open(csv_path).read().splitlines()
+    case("bench CSV: header and one row per sweep point", len(lines) == 3 and lines[0].startswith("run,sweep,")
+         and "train.batch=4" in lines[1] and "train.batch=8" in lines[2], "\n".join(lines))
+    rows = json.load(open(json_path))["rows"]
+    ok = (len(rows) == 2 and all(len(x["window_samples_per_s"]) == 2 and len(x["step_ms"]) == 4 for x in rows)
+          and all(x["samples_per_s_min"] <= x["samples_per_s_median"] <= x["samples_per_s_max"] for x in rows)
+          and rows[0]["tokens_per_sample"] == 16 and rows[0]["train_flops_per_step"] > 0
+          and 0 < rows[0]["mfu"] and rows[0]["peak_rss_bytes"] > 0 and rows[1]["batch"] == 8)
+    case("bench JSON: windows, steps, tokens, FLOPs, MFU, RSS", ok, json.dumps(rows)[:1000])
+r = run(["bench", run_file, "--sweep", "train.batch"])
+case("bench --sweep without values is a user error", r.returncode == 2 and "--sweep" in r.stderr, r.stderr)
+r = run(["bench", os.path.join(src, "models", "tiny_gpt.yaml"), "--steps", "1"])
+case("bench refuses a model file", r.returncode == 2, r.stderr)
+
+# braid time: every layer in model order with forward and backward times, and the step's other phases.
+r = run(["time", run_file, "--steps", "2", "--warmup", "1"])
+names = [l.split()[0] for l in r.stdout.splitlines()[2:] if l.strip()]
+ok = r.returncode == 0 and names[:3] == ["tok", "pos", "h.0.ln1"] and "loss" in names
+ok = ok and all(k in names for k in ("layers", "data", "clip", "step"))
+case("time: per-layer table", ok, r.stderr + r.stdout)
 
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

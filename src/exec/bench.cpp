@@ -1,0 +1,109 @@
+// bench(): train()'s steps 1-3 (graph, data, optimizer step) in a timed loop; see bench.h.
+// The step below must stay the same as trainer.cpp's: forward_backward, the finite-loss check, clipping,
+// lr_at, Optimizer::step. Per-node timing is switched on in the executor only when asked.
+#include "exec/bench.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "core/parallel.h"
+#include "exec/optimizer.h"
+#include "exec/runner.h"
+#include "graph/print.h"
+#include "io/dataset.h"
+
+namespace braid::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-node seconds summed by model layer: forward nodes in graph order define the layer order; a layer
+// reached only by backward nodes (none today) is appended where it first appears.
+std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>& node_s) {
+  std::vector<LayerTime> rows;
+  std::map<std::string, size_t> index;
+  auto row = [&](const graph::Node& n) -> LayerTime& {
+    auto [it, fresh] = index.emplace(n.layer, rows.size());
+    if (fresh) rows.push_back(LayerTime{n.layer, n.backward ? "" : n.op->name, 0, 0});
+    return rows[it->second];
+  };
+  for (const auto& n : g.nodes())
+    if (!n.backward) row(n);
+  for (const auto& n : g.nodes()) {
+    LayerTime& r = row(n);
+    (n.backward ? r.backward_s : r.forward_s) += node_s[n.id.idx()];
+  }
+  return rows;
+}
+
+}  // namespace
+
+BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
+  BenchResult res;
+  const uint64_t seed = cfg.train.seed;
+  const int64_t batch = cfg.train.batch;
+  const int64_t micro = cfg.train.micro_batch.value_or(batch);
+  const int64_t num_micro = batch / micro;
+
+  ParamStore store;
+  auto runner = make_runner(cfg.model, micro, true, store, seed);
+  const graph::Graph& g = runner->g;
+  auto inputs = dataset_inputs(cfg.model, g);
+  auto data = io::open_dataset(cfg.data.train, inputs, seed);
+  if (data->size() < batch)
+    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
+                                            " samples, fewer than one batch of " + std::to_string(batch));
+  io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, seed);
+  const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
+  Optimizer opt(cfg.optimizer, store);
+
+  res.model = cfg.model.name;
+  res.batch = batch;
+  res.micro_batch = micro;
+  res.threads = num_threads();
+  res.params = store.num_trainable();
+  res.arena_bytes = runner->exec->plan().arena_bytes;
+  res.workspace_bytes = runner->exec->plan().workspace_bytes;
+  for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
+  res.train_flops_per_step *= static_cast<double>(num_micro);
+  for (const auto& in : inputs)
+    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
+      res.tokens_per_sample = in.sample.shape.numel();
+      break;
+    }
+
+  std::vector<double> node_s(g.nodes().size(), 0.0);
+  PhaseTimes phases;
+  std::vector<int64_t> indices(static_cast<size_t>(micro));
+  res.step_s.reserve(static_cast<size_t>(opts.steps));
+  for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
+    const bool timed = i >= opts.warmup;
+    const bool per_node = timed && opts.per_node;
+    runner->exec->set_node_timing(per_node ? node_s.data() : nullptr);
+    const int64_t step = i;  // the schedule and dropout streams advance as in train()
+    auto t0 = Clock::now();
+    std::span<const int64_t> batch_idx = sampler.next_view();
+    double loss = forward_backward(*runner, store, *data, batch_idx, micro, seed, step, indices,
+                                   per_node ? &phases : nullptr);
+    if (!std::isfinite(loss))
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
+                                                    std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
+    auto t1 = Clock::now();
+    if (cfg.optimizer.clip_grad_norm) clip_grad_norm(store, *cfg.optimizer.clip_grad_norm);
+    opt.step(lr_at(cfg.lr_schedule, cfg.optimizer.lr, step % std::max<int64_t>(total_steps, 1), total_steps));
+    auto t2 = Clock::now();
+    if (!timed) continue;
+    res.step_s.push_back(std::chrono::duration<double>(t2 - t0).count());
+    if (per_node) res.optimizer_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  runner->exec->set_node_timing(nullptr);
+  if (opts.per_node) {
+    res.layers = by_layer(g, node_s);
+    res.data_s = phases.data_s;
+    res.accumulate_s = phases.accumulate_s;
+  }
+  return res;
+}
+
+}  // namespace braid::exec

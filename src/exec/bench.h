@@ -1,0 +1,41 @@
+// Steady-state measurement of a run file's training step, for `braid bench` and `braid time`. What is timed
+// is exactly train()'s step (same graph from make_runner, same dataset, sampler, forward_backward, clipping,
+// schedule and optimizer), without checkpoints, evaluation, metrics files or progress output.
+// Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/run_config.h"
+
+namespace braid::exec {
+
+struct BenchOptions {
+  int64_t steps = 50;     // timed optimizer steps
+  int64_t warmup = 10;    // untimed steps before them
+  bool per_node = false;  // time every node (`braid time`); off for `braid bench`
+};
+
+// One layer of `braid time`: its nodes' seconds summed over the timed steps, split by direction.
+struct LayerTime {
+  std::string layer, op;  // op: the layer's (first) forward node's op
+  double forward_s = 0, backward_s = 0;
+};
+
+struct BenchResult {
+  std::string model;
+  int64_t batch = 0, micro_batch = 0, threads = 0;
+  int64_t tokens_per_sample = 0;   // per-sample length of the first integer sequence input; 0: none
+  int64_t params = 0;              // trainable elements
+  double train_flops_per_step = 0; // sum of every training-graph node's cost, times the micro-batches
+  size_t arena_bytes = 0, workspace_bytes = 0;
+  std::vector<double> step_s;      // wall time of each timed step
+  // per_node only: layers in model order, and the step's other phases (seconds over the timed steps).
+  std::vector<LayerTime> layers;
+  double data_s = 0, accumulate_s = 0, optimizer_s = 0;
+};
+
+BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts);
+
+}  // namespace braid::exec
