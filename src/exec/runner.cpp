@@ -1,6 +1,8 @@
 // Runner construction and the forward+backward of one optimizer step; see runner.h.
 #include "exec/runner.h"
 
+#include <algorithm>
+
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "ops/cpu/kernel_util.h"
@@ -57,14 +59,23 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
 double scalar(const Tensor& t) { return get_as_double(t, 0); }
 
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
-                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch) {
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
+                        const Shard& shard) {
   const int64_t num_micro = static_cast<int64_t>(batch_idx.size()) / micro;
-  scratch.resize(static_cast<size_t>(micro));
+  BRAID_ASSERT(micro % shard.count == 0, "micro-batch ", micro, " does not divide into ", shard.count, " shards");
+  const int64_t part = micro / shard.count, first = shard.index * part;
+  scratch.resize(static_cast<size_t>(part));
   double loss = 0;
   for (int64_t m = 0; m < num_micro; ++m) {
-    std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, scratch.begin());
-    data.read(scratch, r.inputs);
-    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
+    auto begin = batch_idx.begin() + m * micro + first;
+    std::copy(begin, begin + part, scratch.begin());
+    if (shard.data_mutex) {
+      std::lock_guard<std::mutex> lock(*shard.data_mutex);
+      data.read(scratch, r.inputs);
+    } else {
+      data.read(scratch, r.inputs);
+    }
+    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
     for (const auto& p : r.g.params()) {
       if (!p.grad.valid()) continue;

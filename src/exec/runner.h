@@ -3,6 +3,7 @@
 // evaluator and the benchmarks, so that what `braid bench` times is exactly what `braid train` runs.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -25,10 +26,20 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
                                     uint64_t seed);
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
-// Forward and backward over batch_idx.size() / micro micro-batches; returns the mean loss. `scratch` holds
-// `micro` indices (no allocation per step). The dropout stream of micro-batch m is step * M + m.
+// A data-parallel replica's part of every micro-batch: samples [index * micro / count, (index + 1) * micro / count)
+// (micro divisible by count; the Runner is built for micro / count). data_mutex, when set, guards Dataset::read.
+struct Shard {
+  int index = 0;
+  int count = 1;
+  std::mutex* data_mutex = nullptr;
+};
+// Forward and backward over batch_idx.size() / micro micro-batches (of `micro` samples each, of which this
+// shard runs its part); returns the mean loss over the shard. `scratch` holds the shard's indices (no
+// allocation per step). The dropout stream of micro-batch m is step * M + m, and a shard's masks are those
+// of its samples in the whole micro-batch (KernelCtx::batch_offset).
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
-                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch);
+                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
+                        const Shard& shard = {});
 double scalar(const Tensor& t);
 
 }  // namespace braid::exec
