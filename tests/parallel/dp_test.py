@@ -6,7 +6,8 @@ agree:        fashion_mlp and tiny_gpt (dropout 0.1, 2 micro-batches per step), 
               1e-5 (max abs, or relative for large values) of the one-device run, except elements whose gradient
               is zero in exact arithmetic (attention's key bias: AdamW turns its rounding noise into lr-sized
               steps), held to 1e-4; the measured maxima are printed.
-deterministic: cpu:2 run twice: losses and weights bit-identical.
+deterministic: cpu:2 run twice: losses and weights bit-identical; cpu:2 stopped after 5 steps and resumed from
+              its checkpoint: bit-identical to the straight cpu:2 run.
 batch norm:   fashion_lenet on cpu:2 uses per-device statistics (losses differ from one device by design):
               it trains (finite, last loss below the first) and is bit-identical when run twice.
 indivisible:  a micro-batch that does not split over the devices exits 2 naming the sizes.
@@ -138,6 +139,22 @@ for cfg in ("fashion_mlp", "tiny_gpt"):
     case(f"{cfg}: cpu:2 twice: bit-identical losses and weights",
          losses(f"{cfg}_cpu2") == losses(f"{cfg}_cpu2_again") and
          identical(weights(f"{cfg}_cpu2"), weights(f"{cfg}_cpu2_again")))
+
+# Checkpoints under cpu:2: stop after 5 steps, resume, finish: bit-identical to the straight cpu:2 run.
+ck = os.path.join(work, "tiny_gpt_resumed", "ckpt")
+r1 = train("tiny_gpt", "cpu:2", "tiny_gpt_resumed", ["--set", f"checkpoint.dir={ck}", "--stop-after", "5"])
+first = losses("tiny_gpt_resumed")
+d = os.path.join(work, "tiny_gpt_resumed")
+r2 = subprocess.run([braid, "train", os.path.join(src, "configs", "tiny_gpt.yaml"), "--no-progress",
+                     "--set", "devices=cpu:2", "--set", f"log.metrics={d}/metrics2.jsonl", "--save-final", f"{d}/final.h5",
+                     "--set", f"checkpoint.dir={ck}", "--resume", "latest"] + SETUPS["tiny_gpt"],
+                    capture_output=True, text=True, timeout=600)
+with open(f"{d}/metrics2.jsonl") as f:
+    rest = [json.loads(x)["loss"] for x in f if '"loss"' in x]
+case("tiny_gpt cpu:2: stop after 5, resume: losses and weights bit-identical to the straight run",
+     r2.returncode == 0 and first + rest == losses("tiny_gpt_cpu2") and
+     identical(weights("tiny_gpt_resumed"), weights("tiny_gpt_cpu2")),
+     {"rc": r2.returncode, "stderr": r2.stderr[-500:], "resumed": first + rest, "straight": losses("tiny_gpt_cpu2")})
 
 # Batch norm: per-device statistics, so only "trains" and "deterministic".
 cfg = "fashion_lenet"
