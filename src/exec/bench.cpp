@@ -84,7 +84,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
     const int64_t step = i;  // the schedule and dropout streams advance as in train()
     auto t0 = Clock::now();
     std::span<const int64_t> batch_idx = sampler.next_view();
-    double loss = forward_backward(*runner, store, *data, batch_idx, micro, seed, step, indices,
+    double loss = forward_backward(*runner, store, *data, batch_idx, micro, seed, step, indices, {},
                                    per_node ? &phases : nullptr);
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +

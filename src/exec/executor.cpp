@@ -41,9 +41,10 @@ const Tensor& Executor::input(const std::string& name) const {
   return views_[v.idx()];
 }
 
-void Executor::run(bool training, uint64_t seed, uint64_t rng_stream) {
+void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
   ops::KernelCtx ctx;
   ctx.training = training;
+  ctx.batch_offset = batch_offset;
   ctx.workspace = workspace_.raw();
   ctx.workspace_bytes = plan_.workspace_bytes;
   const uint64_t run_key = hash_key(seed, rng_stream);

@@ -18,8 +18,10 @@ class Executor {
   // The arena view of a model input, to be filled before run().
   const Tensor& input(const std::string& name) const;
   const Tensor& value(ValueId v) const { return views_.at(v.idx()); }
-  // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks.
-  void run(bool training, uint64_t seed, uint64_t rng_stream);
+  // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks;
+  // batch_offset is the index of this run's first sample in the whole micro-batch (KernelCtx::batch_offset:
+  // a data-parallel shard draws the masks of its samples in the unsplit run).
+  void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
   // Per-node timing (`braid time`): while set, run() adds each node's wall time in seconds to
   // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
   // untimed loop then reads no clock.

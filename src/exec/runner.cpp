@@ -1,6 +1,7 @@
 // Runner construction and the forward+backward of one optimizer step; see runner.h.
 #include "exec/runner.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "graph/build.h"
@@ -60,7 +61,7 @@ double scalar(const Tensor& t) { return get_as_double(t, 0); }
 
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
                         int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
-                        PhaseTimes* times) {
+                        const Shard& shard, PhaseTimes* times) {
   using Clock = std::chrono::steady_clock;
   auto lap = [times, t = times ? Clock::now() : Clock::time_point{}](double PhaseTimes::*field) mutable {
     if (!times) return;
@@ -69,13 +70,21 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
     t = now;
   };
   const int64_t num_micro = static_cast<int64_t>(batch_idx.size()) / micro;
-  scratch.resize(static_cast<size_t>(micro));
+  BRAID_ASSERT(micro % shard.count == 0, "micro-batch ", micro, " does not divide into ", shard.count, " shards");
+  const int64_t part = micro / shard.count, first = shard.index * part;
+  scratch.resize(static_cast<size_t>(part));
   double loss = 0;
   for (int64_t m = 0; m < num_micro; ++m) {
-    std::copy(batch_idx.begin() + m * micro, batch_idx.begin() + (m + 1) * micro, scratch.begin());
-    data.read(scratch, r.inputs);
+    auto begin = batch_idx.begin() + m * micro + first;
+    std::copy(begin, begin + part, scratch.begin());
+    if (shard.data_mutex) {
+      std::lock_guard<std::mutex> lock(*shard.data_mutex);
+      data.read(scratch, r.inputs);
+    } else {
+      data.read(scratch, r.inputs);
+    }
     lap(&PhaseTimes::data_s);
-    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m));
+    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
     lap(&PhaseTimes::graph_s);
     for (const auto& p : r.g.params()) {

@@ -3,6 +3,7 @@
 // evaluator and the benchmarks, so that what `braid bench` times is exactly what `braid train` runs.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -30,11 +31,21 @@ std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph
 struct PhaseTimes {
   double data_s = 0, graph_s = 0, accumulate_s = 0;
 };
-// Forward and backward over batch_idx.size() / micro micro-batches; returns the mean loss. `scratch` holds
-// `micro` indices (no allocation per step). The dropout stream of micro-batch m is step * M + m.
+// A data-parallel replica's part of every micro-batch: samples [index * micro / count, (index + 1) * micro / count)
+// (micro divisible by count; the Runner is built for micro / count). data_mutex, when set, guards Dataset::read.
+struct Shard {
+  int index = 0;
+  int count = 1;
+  std::mutex* data_mutex = nullptr;
+};
+// Forward and backward over batch_idx.size() / micro micro-batches (of `micro` samples each, of which this
+// shard runs its part); returns the mean loss over the shard. `scratch` holds the shard's indices (no
+// allocation per step). The dropout stream of micro-batch m is step * M + m, and a shard's masks are those
+// of its samples in the whole micro-batch (KernelCtx::batch_offset).
+// `times`, when set, receives where the time went.
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
                         int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
-                        PhaseTimes* times = nullptr);
+                        const Shard& shard = {}, PhaseTimes* times = nullptr);
 double scalar(const Tensor& t);
 
 }  // namespace braid::exec

@@ -1,4 +1,5 @@
-// Training loop of one CPU device. Steps:
+// Training loop on one CPU device, or data parallel on `cpu:N` (exec/data_parallel.h: N replicas, replica 0's
+// parameters, buffers and optimizer state are what checkpoints save and evaluation runs). Steps:
 //   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
 //   2. open the datasets bound to the model inputs;
 //   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 
+#include "exec/data_parallel.h"
 #include "exec/runner.h"
 #include "exec/optimizer.h"
 #include "exec/signals.h"
@@ -23,6 +25,7 @@
 #include "io/metrics.h"
 #include "io/progress.h"
 #include "ops/cpu/kernel_util.h"
+#include "planner/plan.h"
 
 namespace braid::exec {
 namespace {
@@ -61,6 +64,23 @@ struct Evaluator {
   }
 };
 
+// The number of data-parallel replicas the run asks for: N for `cpu:N` with an automatic plan, else 1.
+// Checks that N divides the micro-batch.
+int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
+  planner::DeviceSpec dev;
+  std::string err;
+  if (!planner::parse_devices(cfg.devices, &dev, &err) || dev.kind != "cpu" || dev.count <= 1) return 1;
+  if (cfg.parallel.plan != "auto")
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "parallel.plan '" + cfg.parallel.plan + "': running plan files is not implemented yet",
+                    "remove parallel.plan (or set it to auto) for data parallelism on " + cfg.devices);
+  if (micro % dev.count != 0)
+    throw UserError(SourceLoc{cfg.path, 0, 0},
+                    "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
+                        " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel devices",
+                    "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
+  return dev.count;
+}
+
 std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
   std::string s;
   char buf[64];
@@ -81,9 +101,18 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   const int64_t num_micro = batch / micro;
 
-  // 1. Graph and parameters.
-  ParamStore store;
-  auto train_runner = make_runner(cfg.model, micro, true, store, seed);
+  // 1. Graph and parameters: one runner, or N data-parallel replicas (replica 0 is `store` and `opt`).
+  const int dp_degree = data_parallel_degree(cfg, micro);
+  std::unique_ptr<DataParallel> dp;
+  ParamStore own_store;
+  std::unique_ptr<Runner> own_runner;
+  if (dp_degree > 1) {
+    dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
+  } else {
+    own_runner = make_runner(cfg.model, micro, true, own_store, seed);
+  }
+  ParamStore& store = dp ? dp->store(0) : own_store;
+  Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
   const graph::Graph& g = train_runner->g;
   if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, opts.out);
   if (!opts.save_init.empty()) save_weights(opts.save_init, cfg, store);
@@ -100,7 +129,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   io::BatchSampler sampler(train_data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
 
-  Optimizer opt(cfg.optimizer, store);
+  std::unique_ptr<Optimizer> own_opt;
+  if (!dp) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
+  Optimizer& opt = dp ? dp->optimizer(0) : *own_opt;
   StepState state;
   state.micro_batches = num_micro;
   if (!opts.resume.empty()) {
@@ -115,6 +146,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       std::fprintf(opts.out, "braid: the checkpoint is already at step %lld of %lld; nothing to train\n",
                    static_cast<long long>(state.step), static_cast<long long>(total_steps));
   }
+  if (dp) dp->broadcast_from_replica0();  // loaded weights or a checkpoint: every replica starts from them
   std::unique_ptr<io::CheckpointDir> ckpt_dir;
   if (!cfg.checkpoint.dir.empty()) ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
   auto save_checkpoint = [&]() {
@@ -137,6 +169,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
                static_cast<long long>(batch), static_cast<long long>(num_micro), static_cast<long long>(micro),
                train_data->describe().c_str());
+  if (dp)
+    std::fprintf(opts.out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
+                 cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
 
   // 3. Steps.
   std::vector<int64_t> indices(static_cast<size_t>(micro));
@@ -147,13 +182,23 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t first_step = state.step;
   for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
-    double loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
+    double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
+    double loss = 0, norm = -1;
+    if (dp) {
+      // Forward, backward, gradient all-reduce, clipping and the update on every replica.
+      auto r = dp->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
+      loss = r.loss;
+      norm = r.grad_norm;
+    } else {
+      loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
+    }
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
-    double norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
-    double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
-    opt.step(lr);
+    if (!dp) {
+      norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
+      opt.step(lr);
+    }
     res.losses.push_back(loss);
     window_samples += batch;
 
@@ -202,6 +247,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     }
   }
   progress.finish();
+  if (dp) dp->check_replicas_identical();
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
   res.steps = state.step;
   res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;

@@ -117,6 +117,10 @@ struct KernelCtx {
   uint64_t rng_key = 0;       // random stream of this node in this step (dropout masks)
   void* workspace = nullptr;  // scratch of the size OpDef::workspace asked for
   size_t workspace_bytes = 0;
+  // Index of this run's first sample within the whole (unsplit) micro-batch: a data-parallel shard starts at
+  // rank * per-device batch. Random masks are drawn by global element index (batch_offset + b) * per_sample + i,
+  // so that every shard reproduces the single-device mask.
+  int64_t batch_offset = 0;
 };
 
 // Inputs: data inputs then parameters/buffers (in ParamsFn order). Outputs are preallocated by the caller.

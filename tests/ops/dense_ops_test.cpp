@@ -62,7 +62,8 @@ std::vector<Call> record_forward_backward(const Instance& inst, Rng& rng) {
 
 // Runs op `def` on `in` with outputs of `out_descs` poisoned with NaN (and a poisoned workspace).
 std::vector<Tensor> run_poisoned(const OpDef& def, const Attrs& attrs, const std::vector<Tensor>& in,
-                                 const std::vector<TensorDesc>& out_descs, bool training = true) {
+                                 const std::vector<TensorDesc>& out_descs, bool training = true,
+                                 int64_t batch_offset = 0) {
   std::vector<TensorDesc> descs;
   for (const auto& t : in) descs.push_back(t.desc());
   std::vector<Tensor> out;
@@ -74,6 +75,7 @@ std::vector<Tensor> run_poisoned(const OpDef& def, const Attrs& attrs, const std
   KernelCtx ctx;
   ctx.training = training;
   ctx.rng_key = 7;
+  ctx.batch_offset = batch_offset;
   std::vector<unsigned char> ws;
   if (def.workspace) {
     ws.assign(def.workspace(attrs, descs, out_descs), 0xff);  // 0xff..: NaN as float and double
@@ -182,7 +184,11 @@ void check_call_splits(const Call& call, Rng& rng, std::map<std::string, std::se
         shard_out.push_back(d);
       }
       std::vector<std::vector<Tensor>> res;
-      for (int k = 0; k < n; ++k) res.push_back(run_poisoned(def, call.attrs, shard_in[static_cast<size_t>(k)], shard_out));
+      // A shard of the batch axis starts at sample k * piece of the whole batch (random masks index globally).
+      bool batch_split = sig.inputs[0].kind == Sbp::Kind::Split && sig.inputs[0].axis == 0;
+      int64_t piece = batch_split ? descs[0].shape[0] / n : 0;
+      for (int k = 0; k < n; ++k)
+        res.push_back(run_poisoned(def, call.attrs, shard_in[static_cast<size_t>(k)], shard_out, true, k * piece));
       for (size_t i = 0; i < out_descs.size(); ++i) {
         SCOPED_TRACE("output " + std::to_string(i) + " on " + std::to_string(n) + " shards");
         std::vector<Tensor> parts;

@@ -1,5 +1,5 @@
 // Checks of the norm, dropout, loss and shape families beyond the registry suites: hand-computed values,
-// dropout's mask (rate, scale, eval identity, reproducibility under S(0) shards via batch_offset), target
+// dropout's mask (rate, scale, eval identity, reproducibility under S(0) shards via KernelCtx::batch_offset), target
 // bounds, argmax ties, and that every split signature is true: the kernel run on shards (S sliced, B whole)
 // and recombined (S concatenated, B equal, P summed; a loss's P rescaled by N_k / N) equals the unsplit op.
 #include <gtest/gtest.h>
@@ -112,7 +112,9 @@ TEST(DropoutOp, ShardsWithBatchOffsetReproduceTheMask) {
   Tensor x = make(Shape{6, 2, 5}, v);
   auto whole = run_forward(instance("dropout", {}, {x}), true, 5);
   for (int64_t b0 : {0, 2, 5}) {
-    auto part = run_forward(instance("dropout", {{"batch_offset", b0}}, {slice(x, 0, b0, 6)}), true, 5);
+    auto part_inst = instance("dropout", {}, {slice(x, 0, b0, 6)});
+    part_inst.batch_offset = b0;
+    auto part = run_forward(part_inst, true, 5);
     for (int64_t i = 0; i < part[0].numel(); ++i) ASSERT_EQ(at(part[1], i), at(whole[1], b0 * 10 + i));
   }
 }
@@ -210,7 +212,8 @@ int check_splits(const Instance& inst, Rescale rescale) {
       double w = static_cast<double>(e - b) / static_cast<double>(n);
       for (size_t k = 0; k < descs.size(); ++k)
         if (sig.inputs[k].kind == Sbp::Kind::Split) part.inputs[k] = slice(inst.inputs[k], sig.inputs[k].axis, b, e);
-      if (d.name == "dropout") part.attrs.set("batch_offset", inst.attrs.i("batch_offset") + b);
+      // A shard of the batch axis starts at sample b of the whole batch (random masks index globally).
+      if (sig.inputs[0].kind == Sbp::Kind::Split && sig.inputs[0].axis == 0) part.batch_offset = inst.batch_offset + b;
       if (rescale == Rescale::GradInput0) {
         part.inputs[0] = inst.inputs[0].clone();
         set_from_double(part.inputs[0], 0, at(inst.inputs[0], 0) * w);

@@ -96,6 +96,7 @@ std::vector<Tensor> run_forward(const Instance& inst, bool training, uint64_t rn
   Eager e;
   e.ctx.training = training;
   e.ctx.rng_key = rng_key;
+  e.ctx.batch_offset = inst.batch_offset;
   std::vector<ValueId> in;
   for (const auto& t : inst.inputs) in.push_back(e.add(t.clone()));
   auto out = e.emit(inst.def->name, inst.attrs, in);
@@ -108,6 +109,7 @@ std::vector<Tensor> run_backward(const Instance& inst, const Tensor& dy, uint64_
   Eager e;
   e.ctx.training = true;
   e.ctx.rng_key = rng_key;
+  e.ctx.batch_offset = inst.batch_offset;
   std::vector<ValueId> in;
   for (const auto& t : inst.inputs) in.push_back(e.add(t.clone()));
   auto out = e.emit(inst.def->name, inst.attrs, in);

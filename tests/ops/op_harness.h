@@ -30,6 +30,7 @@ struct Instance {
   std::vector<ops::ParamSpec> params;
   std::vector<Tensor> inputs;  // data inputs then params/buffers
   int num_data = 0;
+  int64_t batch_offset = 0;  // KernelCtx::batch_offset of the runs (a shard's first sample in the whole batch)
   // Whether input i takes part in gradient checks (float, not a buffer, not a non-differentiable input).
   bool differentiable_input(int i) const;
 };

@@ -2,7 +2,8 @@
 // with query = key = value = x: qkv = x W_in^T + b_in ([q; k; v] rows of in_proj_weight), per head
 // softmax(q k^T / sqrt(d / heads) (+ causal mask)) -> dropout -> @ v, heads concatenated, then out_proj.
 // Saved for backward as extra outputs: qkv, probs (pre-dropout), context (pre out_proj) and, when dropout > 0,
-// the dropped probs. Dropout keeps element (b, head, i, j) when uniform_at(rng_key, its flat index) >= p,
+// the dropped probs. Dropout keeps element (b, head, i, j) when uniform_at(rng_key, its flat index in the whole
+// micro-batch, i.e. with b + KernelCtx::batch_offset) >= p,
 // scaled 1/(1 - p); eval mode has no dropout. The gradient reuses linear_dx/dw/db for both projections and
 // adds one internal op, attention_grad (context gradient -> qkv gradient).
 #include <algorithm>
@@ -109,7 +110,7 @@ void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int
 // qkv (B, T, 3d); probs, dropped (B, h, T, T); context (B, T, d).
 template <typename T>
 void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1, bool causal, double p,
-                   uint64_t key, const T* qkv, T* probs, T* dropped, T* context) {
+                   uint64_t key, uint64_t mask_base, const T* qkv, T* probs, T* dropped, T* context) {
   int64_t ld = 3 * n.d, rows = r1 - r0, ncols = causal ? r1 : n.t;
   const T* q = qkv + (bi * n.t + r0) * ld + hh * n.dh;
   const T* k = qkv + bi * n.t * ld + n.d + hh * n.dh;
@@ -132,7 +133,7 @@ void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1
     if (dropped) {
       T* drow = dropped + plane + i * n.t;
       if (p > 0) {
-        uint64_t base = static_cast<uint64_t>(plane + i * n.t);
+        uint64_t base = mask_base + static_cast<uint64_t>(plane + i * n.t);
         for (int64_t j = 0; j < valid; ++j)
           drow[j] = uniform_at(key, base + static_cast<uint64_t>(j)) >= p ? row[j] * keep_scale : T(0);
         std::fill(drow + valid, drow + n.t, T(0));
@@ -153,6 +154,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
   n.dh = n.d / n.h;
   // Dropout only in training; the dropped-probs output (present when dropout > 0) then holds probs.
   double p = ctx.training ? a.f("dropout") : 0.0;
+  const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);  // global flat index of sample 0
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     auto ptr = [&](int i) { return i < 0 ? nullptr : in[static_cast<size_t>(i)].data<T>(); };
     T* qkv = out[kOutQkv].data<T>();
@@ -166,7 +168,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
     parallel_for(n.b * n.h * blocks, 1, [&](int64_t u0, int64_t u1) {
       for (int64_t u = u0; u < u1; ++u) {
         int64_t blk = u % blocks, pair = u / blocks, r0 = blk * rb;
-        forward_block<T>(n, pair / n.h, pair % n.h, r0, std::min(n.t, r0 + rb), causal, p, ctx.rng_key, qkv,
+        forward_block<T>(n, pair / n.h, pair % n.h, r0, std::min(n.t, r0 + rb), causal, p, ctx.rng_key, mask_base, qkv,
                          probs, dropped, context);
       }
     });
@@ -199,13 +201,12 @@ void attention_grad_rule(GradCtx& c) {
   if (needs(ix.b_in)) set(ix.b_in, c.g.emit("linear_db", {}, {dqkv})[0]);
 }
 
-std::vector<SplitSignature> attention_splits(const Attrs& a, std::span<const TensorDesc> in,
+std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const TensorDesc> in,
                                              std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
-  // data: samples split, parameters replicated; every output carries the batch axis. Only without dropout:
-  // the mask is a function of the element's index within the tensor the kernel sees, and a kernel does not
-  // know its shard's offset, so a split run would draw other masks than the unsplit op.
-  if (a.f("dropout") == 0) {
+  // data: samples split, parameters replicated; every output carries the batch axis. With dropout too: the
+  // mask is a function of the element's global index (KernelCtx::batch_offset), so shards draw the unsplit mask.
+  {
     SplitSignature s{"data", std::vector<Sbp>(in.size(), Sbp::B()), std::vector<Sbp>(out.size(), Sbp::S(0))};
     s.inputs[0] = Sbp::S(0);
     sigs.push_back(s);

@@ -2,7 +2,7 @@
 // (PyTorch's inverted dropout, F.dropout); in eval, or when p = 0, y = x and mask = 1. The scaled mask is
 // saved as output 1 and backward is dy * mask (an emitted `mul`), so no gradient op of its own.
 // Invariant: keep is a pure function of (ctx.rng_key, global element index) via braid::uniform_at, so any
-// S(0) split, any micro-batching, reproduces the unsplit mask bit for bit (see `batch_offset`).
+// S(0) split reproduces the unsplit mask bit for bit (global index from KernelCtx::batch_offset).
 // It does not reproduce PyTorch's random stream (no reference run can match a training-mode mask).
 #include "core/rng.h"
 #include "ops/cpu/kernel_util.h"
@@ -21,13 +21,13 @@ std::vector<TensorDesc> infer_dropout(const Attrs& a, std::span<const TensorDesc
   return {in[0], in[0]};  // y, scaled mask
 }
 
-// x: any shape, batch axis first. Element i of this tensor has global index batch_offset * per_sample + i.
+// x: any shape, batch axis first. Element i of this tensor has global index ctx.batch_offset * per_sample + i.
 void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   double p = a.f("p");
   bool active = ctx.training && p > 0;
   int64_t n = in[0].numel();
   int64_t per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
-  auto base = static_cast<uint64_t>(a.i("batch_offset") * per_sample);
+  auto base = static_cast<uint64_t>(ctx.batch_offset * per_sample);
   uint64_t key = ctx.rng_key;
   cpu::dispatch_float(in[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
@@ -48,8 +48,8 @@ void dropout_grad_rule(GradCtx& c) {
   if (c.dout[0].valid() && c.needs[0]) c.din[0] = c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
 }
 
-// data: x S(0) -> y, mask S(0). True only because the executor sets `batch_offset` on each shard to the
-// index (in the whole step's batch) of the shard's first sample: the mask then depends on global indices
+// data: x S(0) -> y, mask S(0). True only because the executor sets KernelCtx::batch_offset on each shard to
+// the index (in the whole micro-batch) of the shard's first sample: the mask then depends on global indices
 // only. Other axes are not offered: a shard split on axis > 0 is not a contiguous range of global indices.
 std::vector<SplitSignature> dropout_splits(const Attrs&, std::span<const TensorDesc> in,
                                            std::span<const TensorDesc> out) {
@@ -64,7 +64,7 @@ Cost dropout_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const 
 
 std::vector<Sample> dropout_samples() {
   return {{"half", {{"p", 0.5}}, {{TensorDesc{Shape{2, 3, 4}}}}},
-          {"quarter", {{"p", 0.25}, {"batch_offset", int64_t{3}}}, {{TensorDesc{Shape{3, 6}}}}},
+          {"quarter", {{"p", 0.25}}, {{TensorDesc{Shape{3, 6}}}}},
           {"zero", {{"p", 0.0}}, {{TensorDesc{Shape{4, 5}}}}}};
 }
 std::vector<BadSample> dropout_bad() {
@@ -79,10 +79,7 @@ void register_dropout(Registry& r) {
   OpDef d;
   d.name = "dropout";
   d.doc = "zeroes elements with probability p in training and scales the rest by 1/(1-p); identity in eval";
-  d.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "probability of zeroing, in [0, 1)"},
-             {"batch_offset", AttrKind::Int, AttrValue(int64_t{0}), false, {}, 0, false, true,
-              "set by the executor, not in model files: index of this tensor's first sample in the step's "
-              "whole batch, so that shards and micro-batches draw the unsplit mask"}};
+  d.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "probability of zeroing, in [0, 1)"}};
   d.public_outputs = 1;  // output 1: the scaled mask, saved for backward
   d.infer = infer_dropout;
   d.grad = dropout_grad_rule;

@@ -1,0 +1,8 @@
+# Data parallelism on cpu:N end to end through the braid binary (tests/parallel/dp_test.py, Debian's python3
+# with h5py): fashion_mlp and tiny_gpt on cpu, cpu:2, cpu:4 agree within 1e-5; cpu:2 is deterministic;
+# fashion_lenet (per-device batch norm) trains deterministically; an indivisible micro-batch exits 2.
+# Included from tests/CMakeLists.txt when the braid target exists.
+add_test(NAME Parallel.DataParallelAgrees
+         COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dp_test.py $<TARGET_FILE:braid>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/dp_test)
+set_tests_properties(Parallel.DataParallelAgrees PROPERTIES TIMEOUT 900)
