@@ -111,6 +111,24 @@ for cfg in SETUPS:
                            os.path.join(work, cfg + "_resumed", "final.h5"))
     case(f"{cfg}: final weights (and batch-norm buffers) bit-identical", ok, why)
 
+# A checkpoint of another model: --resume refuses it naming the first differing tensor and both shapes;
+# --init-from refuses it too unless --init-partial, which lists what it skipped.
+ckpt = os.path.join(work, "tiny_gpt_straight", "ckpt", "latest")
+other = ["--set", "vars.d=48"]
+r = train("tiny_gpt", ["--resume", os.path.join(work, "tiny_gpt_straight", "ckpt", open(ckpt).read().strip())] + other,
+          "tiny_gpt_other", check=False) if os.path.exists(ckpt) else None
+case("resume with another model's checkpoint: exit 2 naming the tensor and both shapes",
+     r is not None and r.returncode == 2 and "does not belong" in r.stderr and "[" in r.stderr, r and r.stderr)
+src_ckpt = os.path.join(work, "tiny_gpt_straight", "final.h5")
+fresh("tiny_gpt_other")
+r = train("tiny_gpt", ["--init-from", src_ckpt] + other, "tiny_gpt_other", check=False)
+case("--init-from another model's weights: exit 2 naming the tensor", r.returncode == 2 and "tensor '" in r.stderr, r.stderr)
+fresh("tiny_gpt_other")
+r = train("tiny_gpt", ["--init-from", src_ckpt, "--init-partial", "--set", "train.steps=2"] + other, "tiny_gpt_other",
+          check=False)
+case("--init-from --init-partial: trains and lists the skipped tensors",
+     r.returncode == 0 and "not loaded" in r.stdout, r.stderr + r.stdout[-800:])
+
 # SIGTERM: save, exit 143, resume.
 cfg = "tiny_gpt"
 straight = losses(cfg + "_straight")
