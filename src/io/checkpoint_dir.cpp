@@ -1,6 +1,7 @@
 // Checkpoint folders (step_<8 digits>.h5 files and the `latest` pointer, replaced atomically after the file
 // it names is complete) and the text of `braid inspect`. `latest` only ever holds a bare file name of the
 // same folder; anything else in it is reported, never followed. Pruning never deletes what `latest` names.
+#include "core/format.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,14 +74,6 @@ void write_small_file_atomically(const std::string& path, const std::string& tex
   bad_write(path, "cannot write or rename its temporary '" + tmp + "'");
 }
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
 
 }  // namespace
 
