@@ -5,6 +5,7 @@
 #include "io/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <zlib.h>
 
 #include <cinttypes>
@@ -292,6 +293,24 @@ void collect_ranges(hid_t ds, const std::string& path, const std::string& name, 
   }
 }
 
+// Refuses a checkpoint whose tensors alone do not fit in the free space of its disk, before anything is
+// written: a clear message instead of a write that fails half way (where HDF5 1.10.8 also leaks its chunk
+// buffer). Files that pass can still fail on their metadata or a quota; write_atomically handles that.
+void check_free_space(const std::string& path, const std::vector<ToWrite>& datasets, uint64_t userblock) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  struct statvfs vfs {};
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &vfs) != 0) return;  // a missing folder fails at creation
+  uint64_t need = userblock;
+  for (const auto& w : datasets) need += w.t->bytes();
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (avail < need) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "cannot write: it needs at least %.1f MB and its disk has %.1f MB free",
+                  static_cast<double>(need) / 1e6, static_cast<double>(avail) / 1e6);
+    bad_file(path, buf, "free some space, or keep fewer checkpoints (checkpoint.keep)");
+  }
+}
+
 // An upper bound of the number of data ranges of `t` (its chunks).
 size_t max_ranges(const Tensor& t, size_t chunk_bytes) {
   if (t.shape().rank() == 0 || t.numel() == 0) return 1;
@@ -331,6 +350,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
   how.after_close = [&](const std::string& tmp) {
     ckpt_header::write(tmp, path, c.meta.format_version, ranges, how.userblock);
   };
+  check_free_space(path, datasets, how.userblock);
   auto guard = h5::lock();
   h5::write_atomically(path, how, [&](hid_t file) {
     write_attr(file, path, "format", std::string("braid-checkpoint"));

@@ -57,7 +57,7 @@ struct Checkpoint {
 
 // The hash stored in meta.run_hash / model_hash: 16 hex digits of the 64-bit FNV-1a of `text`.
 std::string text_hash(const std::string& text);
-// The checksum stored with every tensor: "crc32:" + 8 hex digits of zlib's CRC-32 of its raw bytes
+// The checksum stored with every tensor: "crc32:" + 8 hex digits of the CRC-32 (zlib's) of its raw bytes
 // (little-endian, row-major), which Python's zlib.crc32(array.tobytes()) reproduces.
 std::string tensor_checksum(const Tensor& t);
 
@@ -67,15 +67,18 @@ std::string tensor_checksum(const Tensor& t);
 void write_checkpoint(const std::string& path, const Checkpoint& c);
 
 struct ReadOptions {
+  // Check the file's header (size, every byte outside tensor data) before HDF5 opens it, and every
+  // tensor's checksum. Off only for files braid did not write or that another tool changed: HDF5 may then
+  // be handed a damaged file.
   bool verify_checksums = true;
   bool weights_only = false;  // skip optimizer tensors and random streams (for --init-from)
 };
-// Reads and checks a checkpoint: the format version (a newer one is refused), /meta, every tensor's
-// checksum. A missing, empty, truncated, non-HDF5 or corrupt file is a UserError naming it (and the
-// tensor where one is at fault). Never crashes on a damaged file.
+// Reads and checks a checkpoint: its header, the format version (a newer one is refused), /meta, every
+// tensor's checksum. A missing, empty, truncated, non-HDF5 or corrupt file is a UserError naming it (and
+// the tensor where one is at fault), never a crash. Tensor data is read with several threads. Thread-safe.
 Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o = {});
 
-// The meta of a checkpoint (checked against its checksum), without reading any tensor.
+// The meta of a checkpoint (the file's header checked first), without reading any tensor.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Differences between a checkpoint's params and buffers and a model's (name, description) list, one human

@@ -1,4 +1,5 @@
 // Internals shared by checkpoint.cpp (writing, checksums) and checkpoint_read.cpp (reading); not an API.
+// Everything here reports problems as UserErrors naming the checkpoint file.
 #pragma once
 #include <hdf5.h>
 

@@ -14,7 +14,16 @@
 
 namespace braid::io::h5 {
 
+void init() {
+  // No library shutdown at exit (asked before the first HDF5 call): if an H5Fclose ever fails (a full disk)
+  // HDF5 1.10.8 keeps a half-closed file and crashes closing it again when the process exits. braid closes
+  // every file it opens, so the shutdown has nothing to flush.
+  static const bool no_atexit = H5dont_atexit() >= 0;
+  (void)no_atexit;
+}
+
 std::unique_lock<std::recursive_mutex> lock() {
+  init();
   static std::recursive_mutex mu;
   std::unique_lock<std::recursive_mutex> guard(mu);
   // Per thread in thread-safe builds, global otherwise: cheap enough to do on every entry.
@@ -55,6 +64,7 @@ Handle checked(hid_t id, Handle::Closer close, const std::string& path, const st
 }
 
 hid_t native_type(DType t) {
+  init();
   switch (t) {
     case DType::f32: return H5T_NATIVE_FLOAT;
     case DType::f64: return H5T_NATIVE_DOUBLE;
@@ -65,6 +75,7 @@ hid_t native_type(DType t) {
 }
 
 hid_t file_type(DType t) {
+  init();
   switch (t) {
     case DType::f32: return H5T_IEEE_F32LE;
     case DType::f64: return H5T_IEEE_F64LE;
@@ -125,6 +136,26 @@ std::string temp_name(const std::string& path) {
   return (p.parent_path() / base).string();
 }
 
+namespace {
+// Reserves (fallocate, size unchanged) the blocks up to the end of the space HDF5 has allocated in `f`, plus
+// a margin, so that the metadata H5Fclose writes cannot meet a full disk. A full disk or quota is an error
+// here; a file system without fallocate is left to the close.
+void reserve_for_close(hid_t f, const std::string& tmp, const std::string& path, hsize_t userblock) {
+  haddr_t eoa = 0;
+  hsize_t size = 0;
+  int* fd = nullptr;
+  if (H5Fget_eoa(f, &eoa) < 0 || H5Fget_filesize(f, &size) < 0 ||
+      H5Fget_vfd_handle(f, H5P_DEFAULT, reinterpret_cast<void**>(&fd)) < 0 || fd == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  const hsize_t end = std::max<hsize_t>(eoa + userblock, size);
+  const off_t len = static_cast<off_t>(end + end / 1000 + (hsize_t{64} << 10));
+  if (::fallocate(*fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0 && (errno == ENOSPC || errno == EDQUOT))
+    bad(path, "cannot write '" + tmp + "': " + std::strerror(errno));
+}
+}  // namespace
+
 void write_atomically(const std::string& path, const AtomicWrite& how, const std::function<void(hid_t file)>& fill) {
   const std::string tmp = temp_name(path);
   try {
@@ -136,25 +167,27 @@ void write_atomically(const std::string& path, const AtomicWrite& how, const std
     if (how.userblock > 0 && H5Pset_userblock(fcpl.get(), how.userblock) < 0) fail(path, "cannot reserve a user block");
     const hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, fcpl.get(), fapl.get());
     if (f < 0) fail(path, "cannot create temporary file '" + tmp + "'");
-    // After a failed write (a full disk, most often) HDF5 still flushes its metadata when the file is
-    // closed; if that fails too, the file stays open inside HDF5 and the library crashes when it shuts
-    // down. Emptying the temporary first gives the flush the space the data took.
+    // A close that fails (its metadata flush hitting a full disk) leaves HDF5 1.10.8 with a half-closed file
+    // that crashes it when closed again, and a failed H5Fflush breaks the close after it. So the space the
+    // close will write is reserved first (a full disk fails there, inside `fill`'s error path), and after a
+    // failure the temporary is emptied before the one close, which then has the space the data took.
     auto close_after_failure = [&] {
       if (::truncate(tmp.c_str(), 0) != 0) {
         // Nothing more to free; the close below may fail, and the file is removed anyway.
       }
-      for (int attempt = 0; attempt < 2 && H5Iis_valid(f) > 0; ++attempt) H5Fclose(f);
+      H5Fclose(f);
       H5Eclear2(H5E_DEFAULT);
     };
     try {
       fill(f);
+      reserve_for_close(f, tmp, path, how.userblock);
     } catch (...) {
       close_after_failure();
       throw;
     }
-    if (H5Fclose(f) < 0) {
+    if (H5Fclose(f) < 0) {  // rare once reserved; the file stays open inside HDF5 (never closed twice)
       std::string detail = last_error();
-      close_after_failure();
+      H5Eclear2(H5E_DEFAULT);
       bad(path, "cannot finish writing '" + tmp + "'" + (detail.empty() ? "" : " (" + detail + ")"));
     }
     if (how.after_close) how.after_close(tmp);

@@ -19,6 +19,9 @@ namespace braid::io::h5 {
 
 constexpr hid_t kInvalidId = -1;  // HDF5 1.10 has no H5I_INVALID_HID
 
+// Before the first HDF5 call of the process (lock, file_type and native_type call it): no HDF5 shutdown at exit.
+void init();
+
 // Serialises every HDF5 call in the process; also silences HDF5's automatic error printing (once).
 std::unique_lock<std::recursive_mutex> lock();
 

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "checkpoint_test_util.h"
@@ -331,16 +333,47 @@ TEST(CheckpointBad, FullDiskLeavesPreviousCheckpointIntact) {
   } unmount{d};
   CheckpointDir cd(d, 3);
   std::string first = cd.save(sample_checkpoint(1, 2));  // a few tens of KiB
-  for (int64_t rows : {300, 40}) {                         // 3.5 MiB: fails while writing data; ~470 KiB: near the end
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs(d.c_str(), &vfs), 0);
+  const int64_t free_bytes = static_cast<int64_t>(vfs.f_bavail * vfs.f_frsize);
+  // 300 rows (3.7 MB of tensors) are refused before writing; the other size has tensors that just fit, so
+  // the disk fills while HDF5 writes the rest.
+  for (int64_t rows : {int64_t{300}, (free_bytes - 12 * 1024) / (3 * 4096)}) {
     SCOPED_TRACE(rows);
     const size_t fds = names_in("/proc/self/fd").size();
     std::string e = user_error([&] { cd.save(sample_checkpoint(2, rows)); });
     EXPECT_NE(e.find(d + "/step_00000002.h5"), std::string::npos) << e;
+    if (rows == 300) EXPECT_NE(e.find("cannot write: it needs at least 3.7 MB and its disk has 0."), std::string::npos) << e;
+    else EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
     EXPECT_EQ(names_in("/proc/self/fd").size(), fds);  // the temporary is closed, so its space is free again
     EXPECT_EQ(cd.latest(), first);
     EXPECT_EQ(names_in(d), (std::vector<std::string>{"latest", "step_00000001.h5"}));  // no temporary left
     expect_same_checkpoint(sample_checkpoint(1, 2), read_checkpoint(first));
   }
+  // The disk fills at every point of a save: tensor data, metadata, the space reserved for closing. Each
+  // save either fails cleanly or succeeds (and is then undone here).
+  const int64_t edge = free_bytes / (3 * 4096);
+  std::map<std::string, int> outcomes;
+  for (int64_t rows = edge - 12; rows <= edge + 2; ++rows) {
+    SCOPED_TRACE("sweep " + std::to_string(rows));
+    const size_t fds = names_in("/proc/self/fd").size();
+    try {
+      cd.save(sample_checkpoint(2, rows));
+      expect_same_checkpoint(sample_checkpoint(2, rows), read_checkpoint(cd.latest()));
+      fs::remove(d + "/step_00000002.h5");
+      write_file(d + "/latest", "step_00000001.h5\n");
+      ++outcomes["saved"];
+    } catch (const UserError& e) {
+      EXPECT_NE(e.format().find(d + "/step_00000002.h5"), std::string::npos) << e.format();
+      std::string m = e.format();
+      ++outcomes[m.substr(m.find("': ") + 3, m.find(" '", m.find("': ") + 3) - m.find("': ") - 3)];
+    }
+    EXPECT_EQ(names_in("/proc/self/fd").size(), fds);
+    EXPECT_EQ(cd.latest(), first);
+    EXPECT_EQ(names_in(d), (std::vector<std::string>{"latest", "step_00000001.h5"}));
+  }
+  for (const auto& [what, n] : outcomes) std::printf("full disk sweep: %d x %s\n", n, what.c_str());
+  expect_same_checkpoint(sample_checkpoint(1, 2), read_checkpoint(first));
   // With room again, the next save works.
   std::string second = cd.save(sample_checkpoint(3, 2));
   EXPECT_EQ(cd.latest(), second);
