@@ -170,7 +170,20 @@ for t in range(trials):
     d = os.path.join(work, name)
     cmd = crash_cmd(d)
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(rng.uniform(0.1, 0.9) * duration)
+    # Kill at a random moment of a random step: wait until checkpoint k exists (k random; timing alone is
+    # unreliable on a loaded machine), then up to one more step's time, so kills land inside training and
+    # inside checkpoint writes alike.
+    k = rng.randint(0, 35)
+    latest_file = os.path.join(d, "ckpt", "latest")
+    deadline = time.time() + 120
+    while k > 0 and p.poll() is None and time.time() < deadline:
+        try:
+            if int(open(latest_file).read().strip()[5:13]) >= k:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
+    time.sleep(rng.uniform(0, duration / 40))
     killed_mid_run += p.poll() is None
     p.kill()
     p.wait()
