@@ -157,6 +157,7 @@ int train(const TrainArgs& a, FILE* out) {
   o.init_from = a.init_from;
   o.init_partial = a.init_partial;
   o.stop_after = a.stop_after;
+  o.trace = a.trace;
   if (!a.resume.empty() && !a.init_from.empty())
     throw UserError(SourceLoc{"<command line>", 0, 0}, "--resume and --init-from exclude each other",
                     "--resume continues a run exactly; --init-from starts a new run from a checkpoint's weights");

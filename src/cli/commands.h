@@ -23,6 +23,7 @@ struct TrainArgs {
   std::string resume, init_from, save_init, save_final;
   bool init_partial = false;
   int64_t stop_after = 0;
+  std::string trace;
   bool no_progress = false;
 };
 int train(const TrainArgs& a, FILE* out);

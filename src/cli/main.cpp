@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   t->add_option("--resume", train.resume, "continue exactly from a checkpoint: 'latest' (in checkpoint.dir) or a path");
   t->add_option("--init-from", train.init_from, "start a new run from the weights of this checkpoint");
   t->add_flag("--init-partial", train.init_partial, "with --init-from: load the tensors that match, list the others");
+  t->add_option("--trace", train.trace, "write a chrome-trace JSON of the run (a lane per device; open in Perfetto)");
   t->add_option("--stop-after", train.stop_after, "stop after this step as if interrupted (saves a checkpoint)");
   t->add_option("--save-init", train.save_init, "write the initial weights to this file (a step-0 checkpoint)");
   t->add_option("--save-final", train.save_final, "write the final weights to this file (a checkpoint without optimizer state)");

@@ -142,8 +142,15 @@ void DataParallel::worker(Replica& r) {
 void DataParallel::run_step(Replica& r, const Job& job) {
   Shard shard{r.rank, size(), &data_mutex_};
   r.result.loss = forward_backward(*r.runner, r.store, *job.data, job.batch_idx, micro_, seed_, job.step, r.scratch, shard);
-  all_reduce_grads(r);
+  {
+    double bytes = 0;
+    if (r.trace)
+      for (const auto& e : r.store.entries()) bytes += e.spec.buffer ? 0.0 : static_cast<double>(e.grad.bytes());
+    io::TraceScope scope(r.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads", -1, -1, bytes});
+    all_reduce_grads(r);
+  }
   // Identical gradients on every replica: clipping and the update keep the replicas identical.
+  io::TraceScope scope(r.trace, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
   r.result.grad_norm = job.clip > 0 ? clip_grad_norm(r.store, job.clip) : -1;
   r.opt->step(job.lr);
 }
@@ -170,6 +177,12 @@ void DataParallel::all_reduce_grads(Replica& r) {
       off += g.bytes();
     }
   }
+}
+
+void DataParallel::set_trace(int r, io::TraceLane* lane) {
+  Replica& rep = *replicas_.at(static_cast<size_t>(r));
+  rep.trace = lane;
+  rep.runner->exec->set_trace(lane);
 }
 
 uint64_t DataParallel::checksum(int rank) const {

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "io/trace.h"
+
 #include "exec/comm/inproc.h"
 #include "exec/optimizer.h"
 #include "exec/runner.h"
@@ -48,6 +50,8 @@ class DataParallel {
   ParamStore& store(int r) { return replicas_.at(static_cast<size_t>(r))->store; }
   Optimizer& optimizer(int r) { return *replicas_.at(static_cast<size_t>(r))->opt; }
   Runner& runner(int r) { return *replicas_.at(static_cast<size_t>(r))->runner; }
+  // Records replica r's forward, backward, gradient all-reduce and optimizer events on `lane` (nullptr: off).
+  void set_trace(int r, io::TraceLane* lane);
   // Number of gradient buckets and their sizes in bytes, in the order they are all-reduced.
   std::vector<size_t> bucket_bytes() const;
 
@@ -79,6 +83,7 @@ class DataParallel {
     std::vector<int64_t> scratch;
     DpStepResult result;
     std::exception_ptr error;
+    io::TraceLane* trace = nullptr;
   };
   struct Job {
     io::Dataset* data = nullptr;

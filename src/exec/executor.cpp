@@ -1,6 +1,8 @@
 // Arena layout, per-node tensor views prepared once, and the run loop.
 #include "exec/executor.h"
 
+#include <algorithm>
+
 #include <chrono>
 
 #include "core/rng.h"
@@ -33,6 +35,15 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     node_out_.push_back(std::move(out));
     node_keys_.push_back(name_hash(n.name));
   }
+  first_backward_ = g.nodes().size();
+  for (const auto& n : g.nodes()) {
+    if (n.backward) {
+      first_backward_ = std::min(first_backward_, n.id.idx());
+      continue;
+    }
+    if (first_layer_.empty()) first_layer_ = n.layer;
+    last_layer_ = n.layer;
+  }
 }
 
 const Tensor& Executor::input(const std::string& name) const {
@@ -42,6 +53,28 @@ const Tensor& Executor::input(const std::string& name) const {
 }
 
 void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  if (trace_) {  // the same run, bracketed by one forward and one backward event
+    const auto& nodes = g_.nodes();
+    io::TraceLabel f{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_};
+    trace_->begin(f);
+    io::TraceLane* lane = trace_;
+    trace_ = nullptr;
+    run_range(training, seed, rng_stream, batch_offset, 0, first_backward_);
+    lane->end();
+    if (first_backward_ < nodes.size()) {
+      io::TraceLabel b{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_};
+      lane->begin(b);
+      run_range(training, seed, rng_stream, batch_offset, first_backward_, nodes.size());
+      lane->end();
+    }
+    trace_ = lane;
+    return;
+  }
+  run_range(training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
+}
+
+void Executor::run_range(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
+                         size_t to) {
   ops::KernelCtx ctx;
   ctx.training = training;
   ctx.batch_offset = batch_offset;
@@ -50,7 +83,7 @@ void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t ba
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
   if (node_seconds_ == nullptr) {
-    for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t i = from; i < to; ++i) {
       ctx.rng_key = hash_key(run_key, node_keys_[i]);
       nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
     }
@@ -58,7 +91,7 @@ void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t ba
   }
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  for (size_t i = from; i < to; ++i) {
     ctx.rng_key = hash_key(run_key, node_keys_[i]);
     nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
     auto t1 = Clock::now();

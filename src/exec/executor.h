@@ -8,6 +8,7 @@
 #include "exec/memory_plan.h"
 #include "exec/param_store.h"
 #include "graph/ir.h"
+#include "io/trace.h"
 
 namespace braid::exec {
 
@@ -26,16 +27,25 @@ class Executor {
   // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
   // untimed loop then reads no clock.
   void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
+  // Tracing (`braid train --trace`): while set, run() records one forward and one backward event on the
+  // lane, named by the layer range and the micro-batch given by set_trace_micro_batch. nullptr: off.
+  void set_trace(io::TraceLane* lane) { trace_ = lane; }
+  void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
   const MemoryPlan& plan() const { return plan_; }
   const graph::Graph& graph() const { return g_; }
 
  private:
+  void run_range(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from, size_t to);
   const graph::Graph& g_;
   MemoryPlan plan_;
   Tensor arena_, workspace_;
   std::vector<Tensor> views_;
   std::vector<std::vector<Tensor>> node_in_, node_out_;
   std::vector<uint64_t> node_keys_;
+  io::TraceLane* trace_ = nullptr;
+  int trace_mb_ = -1;
+  size_t first_backward_ = 0;                // index of the first backward node (= node count if none)
+  std::string first_layer_, last_layer_;     // forward layer range, for trace names
   double* node_seconds_ = nullptr;
 };
 

@@ -84,6 +84,7 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
       data.read(scratch, r.inputs);
     }
     lap(&PhaseTimes::data_s);
+    r.exec->set_trace_micro_batch(static_cast<int>(m));
     r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
     lap(&PhaseTimes::graph_s);

@@ -24,6 +24,7 @@
 #include "io/checkpoint.h"
 #include "io/metrics.h"
 #include "io/progress.h"
+#include "io/trace.h"
 #include "ops/cpu/kernel_util.h"
 #include "planner/plan.h"
 
@@ -113,6 +114,22 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
+  // Tracing: a lane per device; forward/backward per micro-batch, all-reduce, optimizer, eval, checkpoints.
+  std::unique_ptr<io::TraceRecorder> tracer;
+  io::TraceLane* lane0 = nullptr;
+  if (!opts.trace.empty()) {
+    tracer = std::make_unique<io::TraceRecorder>(io::device_lanes(std::max(1, dp_degree), "cpu"));
+    lane0 = &tracer->lane(0);
+    if (dp)
+      for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
+    else
+      train_runner->exec->set_trace(lane0);
+  }
+  auto write_trace = [&] {
+    if (!tracer) return;
+    tracer->write(opts.trace);
+    std::fprintf(opts.out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
+  };
   const graph::Graph& g = train_runner->g;
   if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, opts.out);
   if (!opts.save_init.empty()) save_weights(opts.save_init, cfg, store);
@@ -196,6 +213,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
     if (!dp) {
+      io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
       norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
       opt.step(lr);
     }
@@ -212,6 +230,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                                   (cfg.eval.every_steps == 0 && cfg.train.epochs && epoch_end && step + 1 < total_steps));
     std::vector<std::pair<std::string, double>> ev;
     if (eval_now) {
+      io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Eval, {}, {}, "eval"});
       ev = evaluator.run(seed);
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
@@ -236,7 +255,10 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     step_start = Clock::now();
     bool stop = StopSignals::stop_requested() || (opts.stop_after > 0 && step + 1 >= opts.stop_after && step + 1 < total_steps);
     bool due = cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0;
-    if (due || stop || step + 1 == total_steps) save_checkpoint();
+    if (due || stop || step + 1 == total_steps) {
+      io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Checkpoint, {}, {}, "save"});
+      save_checkpoint();
+    }
     if (stop) {
       res.stopped_early = true;
       res.stop_signal = StopSignals::signal_number();
@@ -251,7 +273,10 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
   res.steps = state.step;
   res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;
-  if (res.stopped_early) return res;
+  if (res.stopped_early) {
+    write_trace();
+    return res;
+  }
 
   // 4. Final evaluation.
   if (eval_data) {
@@ -268,6 +293,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     }
   }
   if (!opts.save_final.empty()) save_weights(opts.save_final, cfg, store);
+  write_trace();
   std::fprintf(opts.out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(state.step - first_step),
                total_secs, res.samples_per_s);
   return res;

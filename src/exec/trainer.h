@@ -15,7 +15,8 @@ struct TrainOptions {
   std::string resume;      // "latest" (in checkpoint.dir) or a checkpoint path: continue exactly
   std::string init_from;   // a checkpoint or weights file: start from its parameters and buffers
   bool init_partial = false;  // with init_from: load the tensors that match, list the others
-  int64_t stop_after = 0;  // stop after this step (as if interrupted: save a checkpoint, return); 0 = never
+  int64_t stop_after = 0;
+  std::string trace;       // write a chrome-trace JSON here (a lane per device); "" = no tracing  // stop after this step (as if interrupted: save a checkpoint, return); 0 = never
   std::string save_init;   // write the initial weights (HDF5, /params/<name>) before the first step
   std::string save_final;  // write the final weights after the last step
   bool progress = true;    // terminal progress (a bar on a TTY, plain lines otherwise)

@@ -64,6 +64,26 @@ for k in range(2):
         losses.append([x["loss"] for x in recs if "loss" in x])
         case(f"metrics file run {k}", len(losses[-1]) == 12 and any("eval_loss" in x for x in recs), str(recs[-2:]))
 case("same seed, bit-identical losses", len(losses) == 2 and losses[0] == losses[1], str(losses))
+# --trace on cpu:2: a lane per device with forward, backward, gradient all-reduce and optimizer events.
+trace_run = os.path.join(work, "trace_run.yaml")
+with open(trace_run, "w") as f:
+    f.write(f"""model: {os.path.join(src, 'models', 'tiny_gpt.yaml')}
+vars: {{n_layer: 1, d: 32, seq: 16}}
+data: {{train: {{format: synthetic, samples: 128}}}}
+train: {{batch: 8, micro_batch: 4, steps: 3, seed: 1}}
+optimizer: {{type: adamw, lr: 1.0e-3}}
+devices: cpu:2
+""")
+trace_file = os.path.join(work, "trace.json")
+r = run(["train", trace_run, "--no-progress", "--trace", trace_file])
+ok = r.returncode == 0 and os.path.exists(trace_file)
+cats = set()
+if ok:
+    events = [e for e in json.load(open(trace_file))["traceEvents"] if e.get("ph") == "X"]
+    cats = {(e["tid"], e["cat"]) for e in events}
+want = {(d, c) for d in (0, 1) for c in ("forward", "backward", "collective", "optimizer")}
+case("train --trace on cpu:2: lanes 0 and 1 with forward/backward/all-reduce/optimizer events", ok and want <= cats,
+     r.stderr + str(sorted(cats)))
 r = run(["train", os.path.join(src, "models", "tiny_gpt.yaml")])
 case("train refuses a model file", r.returncode == 2, r.stderr)
 
