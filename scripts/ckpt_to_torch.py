@@ -155,18 +155,10 @@ class BraidModel(torch.nn.Module):
                 mod.register_parameter(leaf, torch.nn.Parameter(t, requires_grad=t.is_floating_point()))
         self.specs = {s["name"]: s for s in specs}
         self.loss_name = graph["outputs"][0]
-        by_name = {l["name"]: l for l in graph["layers"]}
-        inputs = {i["name"] for i in graph["inputs"]}
-        needed, stack = set(), [self.loss_name]
-        while stack:
-            n = stack.pop()
-            if n in needed or n in inputs:
-                continue
-            if n not in by_name:
-                raise Failure(f"'{n}' is neither a model input nor a layer of the JSON")
-            needed.add(n)
-            stack.extend(by_name[n]["from"])
-        self.layers = [l for l in graph["layers"] if l["name"] in needed]
+        try:
+            self.layers = op_ref.layers_for_loss(graph)
+        except ValueError as e:
+            raise Failure(str(e)) from None
         missing = sorted({l["op"] for l in self.layers if l["op"] not in ops})
         if missing:
             raise Failure("no PyTorch reference for op(s) " + ", ".join(missing))

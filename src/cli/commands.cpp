@@ -24,64 +24,68 @@ std::string sample_shape(const Shape& s) {
   return Shape(std::vector<int64_t>(s.dims().begin() + 1, s.dims().end())).str();
 }
 
-std::string attr_json(const ops::AttrValue& v) {
-  if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
-  if (auto* d = std::get_if<double>(&v)) return io::json_number(*d);
-  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
-  if (auto* s = std::get_if<std::string>(&v)) return io::json_quote(*s);
-  std::string out = "[";
-  for (auto x : std::get<std::vector<int64_t>>(v)) out += (out.size() > 1 ? "," : "") + std::to_string(x);
-  return out + "]";
+void write_attr(io::JsonWriter& w, const ops::AttrValue& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) w.value(*i);
+  else if (auto* d = std::get_if<double>(&v)) w.value(*d);
+  else if (auto* b = std::get_if<bool>(&v)) w.value(*b);
+  else if (auto* s = std::get_if<std::string>(&v)) w.value(*s);
+  else {
+    w.begin_array();
+    for (auto x : std::get<std::vector<int64_t>>(v)) w.value(x);
+    w.end_array();
+  }
 }
 
+std::string attr_json(const ops::AttrValue& v) {
+  io::JsonWriter w;
+  write_attr(w, v);
+  return w.str();
+}
+
+// The forward graph for tools (the PyTorch reference tests, ckpt_to_torch.py): inputs, layers with their
+// sources, complete attributes and parameter names, outputs, metrics, and every parameter's PyTorch shape.
 void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
   auto bounds = graph::integer_input_bounds(g);
-  std::string s = "{\"model\":" + io::json_quote(cfg.model.name) + ",\"batch\":" + std::to_string(g.batch()) + ",\"inputs\":[";
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    const auto& v = g.value(g.inputs()[i]);
-    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(v.name) + ",\"dtype\":\"" +
-         std::string(dtype_name(v.desc.dtype)) + "\",\"shape\":" + attr_json(v.desc.shape.dims()) +
-         ",\"int_bound\":" + std::to_string(bounds.count(v.name) ? bounds[v.name] : 0) + "}";
+  auto dims = [](io::JsonWriter& w, const Shape& s) { write_attr(w, s.dims()); };
+  io::JsonWriter w;
+  w.begin_object().field("model", cfg.model.name).field("batch", g.batch());
+  w.key("inputs").begin_array();
+  for (ValueId id : g.inputs()) {
+    const auto& v = g.value(id);
+    w.begin_object().field("name", v.name).field("dtype", std::string(dtype_name(v.desc.dtype)));
+    dims(w.key("shape"), v.desc.shape);
+    w.field("int_bound", bounds.count(v.name) ? bounds[v.name] : int64_t{0}).end_object();
   }
-  s += "],\"layers\":[";
-  bool first = true;
+  w.end_array().key("layers").begin_array();
   for (const auto& n : g.nodes()) {
     if (n.backward) continue;
-    s += std::string(first ? "" : ",") + "{\"name\":" + io::json_quote(n.name) + ",\"op\":" + io::json_quote(n.op->name) +
-         ",\"from\":[";
-    first = false;
+    w.begin_object().field("name", n.name).field("op", n.op->name).key("from").begin_array();
     for (int k = 0; k < n.num_data_inputs; ++k) {
       const auto& v = g.value(n.inputs[static_cast<size_t>(k)]);
-      std::string src = v.kind == graph::ValueKind::Input ? v.name : g.node(v.producer).name;
-      s += std::string(k ? "," : "") + io::json_quote(src);
+      w.value(v.kind == graph::ValueKind::Input ? v.name : g.node(v.producer).name);
     }
-    s += "],\"attrs\":{";
-    bool fa = true;
-    for (const auto& [k, v] : n.attrs.all()) {
-      s += std::string(fa ? "" : ",") + io::json_quote(k) + ":" + attr_json(v);
-      fa = false;
-    }
-    s += "},\"params\":[";
-    for (size_t k = static_cast<size_t>(n.num_data_inputs); k < n.inputs.size(); ++k)
-      s += std::string(k > static_cast<size_t>(n.num_data_inputs) ? "," : "") + io::json_quote(g.value(n.inputs[k]).name);
-    s += "],\"shape\":" + attr_json(g.value(n.outputs[0]).desc.shape.dims()) + "}";
+    w.end_array().key("attrs").begin_object();
+    for (const auto& [k, v] : n.attrs.all()) write_attr(w.key(k), v);
+    w.end_object().key("params").begin_array();
+    for (size_t k = static_cast<size_t>(n.num_data_inputs); k < n.inputs.size(); ++k) w.value(g.value(n.inputs[k]).name);
+    w.end_array();
+    dims(w.key("shape"), g.value(n.outputs[0]).desc.shape);
+    w.end_object();
   }
-  s += "],\"outputs\":[";
-  for (size_t i = 0; i < g.outputs.size(); ++i) s += std::string(i ? "," : "") + io::json_quote(g.outputs[i].first);
-  s += "],\"metrics\":[";
-  for (size_t i = 0; i < g.metrics.size(); ++i) {
-    const auto& n = g.node(g.value(g.metrics[i].second).producer);
-    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(g.metrics[i].first) + ",\"op\":" + io::json_quote(n.op->name) + "}";
-  }
+  w.end_array().key("outputs").begin_array();
+  for (const auto& [name, v] : g.outputs) w.value(name);
+  w.end_array().key("metrics").begin_array();
+  for (const auto& [name, v] : g.metrics)
+    w.begin_object().field("name", name).field("op", g.node(g.value(v).producer).op->name).end_object();
   // Every parameter and buffer with its PyTorch shape (what a checkpoint's /params and /buffers hold).
-  s += "],\"param_specs\":[";
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const auto& p = g.params()[i];
-    s += std::string(i ? "," : "") + "{\"name\":" + io::json_quote(p.name) + ",\"shape\":" + attr_json(p.spec.desc.shape.dims()) +
-         ",\"dtype\":\"" + std::string(dtype_name(p.spec.desc.dtype)) + "\",\"buffer\":" + (p.spec.buffer ? "true" : "false") + "}";
+  w.end_array().key("param_specs").begin_array();
+  for (const auto& p : g.params()) {
+    w.begin_object().field("name", p.name);
+    dims(w.key("shape"), p.spec.desc.shape);
+    w.field("dtype", std::string(dtype_name(p.spec.desc.dtype))).field("buffer", p.spec.buffer).end_object();
   }
-  s += "]}\n";
-  std::fputs(s.c_str(), out);
+  w.end_array().end_object();
+  std::fputs((w.str() + "\n").c_str(), out);
 }
 
 }  // namespace

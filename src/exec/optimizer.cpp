@@ -68,16 +68,16 @@ void Optimizer::step(double lr) {
 }
 
 double grad_norm(const ParamStore& store) {
-  // As torch: the norm of the per-tensor norms (each computed in the tensor's dtype, accumulated here in double).
+  // The L2 norm over all gradients, squares summed in double in parameter order (deterministic).
   double total = 0;
   for (const auto& e : store.entries()) {
     if (e.spec.buffer || !e.has_grad) continue;
-    double s = 0;
-    for (int64_t i = 0; i < e.grad.numel(); ++i) {
-      double g = get_as_double(e.grad, i);
-      s += g * g;
-    }
-    total += s;
+    ops::cpu::dispatch_float(e.grad.dtype(), [&]<typename T>() {
+      const T* g = e.grad.data<T>();
+      double s = 0;
+      for (int64_t i = 0; i < e.grad.numel(); ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+      total += s;
+    });
   }
   return std::sqrt(total);
 }

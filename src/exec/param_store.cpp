@@ -57,6 +57,12 @@ const ParamEntry* ParamStore::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
+size_t ParamStore::index_of(const std::string& name) const {
+  auto it = index_.find(name);
+  BRAID_ASSERT(it != index_.end(), "parameter ", name, " is not in the store");
+  return it->second;
+}
+
 void ParamStore::zero_grads() {
   for (auto& e : entries_)
     if (!e.spec.buffer) e.grad.zero();

@@ -24,6 +24,8 @@ class ParamStore {
   // Creates and initialises every parameter and buffer of g (idempotent for names already present).
   void create(const graph::Graph& g, uint64_t seed);
   ParamEntry* find(const std::string& name);
+  // Index of `name` in entries() (stable: entries are only appended); asserts that it exists.
+  size_t index_of(const std::string& name) const;
   const ParamEntry* find(const std::string& name) const;
   std::vector<ParamEntry>& entries() { return entries_; }
   const std::vector<ParamEntry>& entries() const { return entries_; }

@@ -54,6 +54,8 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
     if (p.grad.valid()) keep.push_back(p.grad);
   r->exec = std::make_unique<Executor>(r->g, store, keep);
   for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
+  for (const auto& p : r->g.params())
+    if (p.grad.valid()) r->grads.emplace_back(p.grad, store.index_of(p.name));
   return r;
 }
 
@@ -88,10 +90,8 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
     r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
     lap(&PhaseTimes::graph_s);
-    for (const auto& p : r.g.params()) {
-      if (!p.grad.valid()) continue;
-      accumulate(store.find(p.name)->grad, r.exec->value(p.grad), 1.0 / static_cast<double>(num_micro), m == 0);
-    }
+    for (const auto& [grad, entry] : r.grads)
+      accumulate(store.entries()[entry].grad, r.exec->value(grad), 1.0 / static_cast<double>(num_micro), m == 0);
     lap(&PhaseTimes::accumulate_s);
   }
   return loss;

@@ -18,6 +18,8 @@ struct Runner {
   graph::Graph g;
   std::unique_ptr<Executor> exec;
   std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
+  // Each trainable parameter's gradient value and its entry in the ParamStore (resolved once, not per step).
+  std::vector<std::pair<ValueId, size_t>> grads;
 };
 
 // Builds the graph (with backward when training, with metrics otherwise), creates missing parameters in

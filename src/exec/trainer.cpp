@@ -18,14 +18,11 @@
 #include "exec/optimizer.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
-#include "graph/build.h"
-#include "graph/verify.h"
 #include "io/dataset.h"
 #include "io/checkpoint.h"
 #include "io/metrics.h"
 #include "io/progress.h"
 #include "io/trace.h"
-#include "ops/cpu/kernel_util.h"
 #include "planner/plan.h"
 
 namespace braid::exec {

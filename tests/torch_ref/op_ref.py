@@ -47,6 +47,26 @@ def load_references(ops_dir):
     return ops, skip, origin, problems
 
 
+def layers_for_loss(graph):
+    """The layers of `braid check --json` output that the loss (the first output) depends on, in model
+    order (the JSON also lists metric layers, e.g. accuracy). Raises ValueError naming a dangling name."""
+    loss = graph["outputs"][0]
+    by_name = {l["name"]: l for l in graph["layers"]}
+    inputs = {i["name"] for i in graph["inputs"]}
+    if loss not in by_name:
+        raise ValueError(f"the loss '{loss}' is not a layer of the JSON")
+    needed, stack = set(), [loss]
+    while stack:
+        n = stack.pop()
+        if n in needed or n in inputs:
+            continue
+        if n not in by_name:
+            raise ValueError(f"'{n}' is neither a model input nor a layer of the JSON")
+        needed.add(n)
+        stack.extend(by_name[n]["from"])
+    return [l for l in graph["layers"] if l["name"] in needed]
+
+
 def load_input(path, requires_grad):
     a = np.load(path)
     if a.dtype.kind in "iu":

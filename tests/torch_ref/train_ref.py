@@ -317,21 +317,10 @@ class TorchModel:
 
     def __init__(self, graph, init_path, ops_dir, dtype=torch.float32):
         self.loss_name = graph["outputs"][0]
-        by_name = {l["name"]: l for l in graph["layers"]}
-        input_names = {i["name"] for i in graph["inputs"]}
-        if self.loss_name not in by_name:
-            raise Failure(f"the loss '{self.loss_name}' is not a layer of the JSON")
-        # Only what the loss needs (the JSON also lists metric layers, e.g. accuracy).
-        needed, stack = set(), [self.loss_name]
-        while stack:
-            n = stack.pop()
-            if n in needed or n in input_names:
-                continue
-            if n not in by_name:
-                raise Failure(f"'{n}' is neither a model input nor a layer of the JSON")
-            needed.add(n)
-            stack.extend(by_name[n]["from"])
-        self.layers = [l for l in graph["layers"] if l["name"] in needed]
+        try:
+            self.layers = op_ref.layers_for_loss(graph)
+        except ValueError as e:
+            raise Failure(str(e)) from None
 
         for l in self.layers:  # dropout must be off, or the losses cannot agree
             a = l["attrs"]
