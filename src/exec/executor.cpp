@@ -1,38 +1,83 @@
-// Arena layout, per-node tensor views prepared once, and the run loop.
+// Arena layout, per-node tensor views prepared once (per slot), the run loop and the comm_* nodes.
 #include "exec/executor.h"
 
 #include <algorithm>
-
 #include <chrono>
+#include <cstring>
 
 #include "core/rng.h"
 
 namespace braid::exec {
+namespace {
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
 
-Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep)
-    : g_(g), plan_(plan_memory(g, keep)) {
-  arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(plan_.arena_bytes, 4) + 3) / 4}, DType::f32});
+void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter) {
+  const Tensor& whole = scatter ? out : in;
+  const Tensor& part = scatter ? in : out;
+  const auto& dims = whole.shape().dims();
+  BRAID_ASSERT(axis >= 0 && axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(axis)] % parts == 0,
+               "copy_chunk: axis ", axis, " of ", whole.desc().str(), " in ", parts, " parts");
+  BRAID_ASSERT(part.numel() * parts == whole.numel(), "copy_chunk: ", part.desc().str(), " is not 1/", parts, " of ",
+               whole.desc().str());
+  size_t elem = dtype_size(whole.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) outer *= dims[static_cast<size_t>(a)];
+  for (size_t a = static_cast<size_t>(axis) + 1; a < dims.size(); ++a) inner *= dims[a];
+  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * elem;
+  const size_t row = chunk * static_cast<size_t>(parts);
+  auto* w = static_cast<char*>(whole.raw());
+  auto* p = static_cast<char*>(part.raw());
+  for (int64_t o = 0; o < outer; ++o) {
+    char* wp = w + static_cast<size_t>(o) * row + static_cast<size_t>(index) * chunk;
+    char* pp = p + static_cast<size_t>(o) * chunk;
+    if (scatter)
+      std::memcpy(wp, pp, chunk);
+    else
+      std::memcpy(pp, wp, chunk);
+  }
+}
+
+Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
+                   const ExecutorOptions& options)
+    : g_(g),
+      plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)) {
+  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+  const size_t shared = align64(plan_.arena_bytes), slot_bytes = align64(plan_.slot_bytes);
+  const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots);
+  arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(total, 4) + 3) / 4}, DType::f32});
   if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
-  views_.resize(g.values().size());
   auto* base = static_cast<char*>(arena_.raw());
+  views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
   for (const auto& v : g.values()) {
     if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
       ParamEntry* e = params.find(v.name);
       BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
-      views_[v.id.idx()] = e->value;
-    } else {
-      int64_t off = plan_.offset[v.id.idx()];
-      BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
-      views_[v.id.idx()] = Tensor::view(base + off, v.desc);
+      BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+                   v.desc.str(), " in the graph");
+      for (auto& views : views_) views[v.id.idx()] = e->value;
+      continue;
+    }
+    int64_t off = plan_.offset[v.id.idx()];
+    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
+    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
+    for (size_t s = 0; s < views_.size(); ++s) {
+      size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
+      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
     }
   }
+  node_in_.resize(views_.size());
+  node_out_.resize(views_.size());
+  for (size_t s = 0; s < views_.size(); ++s)
+    for (const auto& n : g.nodes()) {
+      std::vector<Tensor> in, out;
+      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
+      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
+      node_in_[s].push_back(std::move(in));
+      node_out_[s].push_back(std::move(out));
+    }
   for (const auto& n : g.nodes()) {
-    std::vector<Tensor> in, out;
-    for (ValueId v : n.inputs) in.push_back(views_[v.idx()]);
-    for (ValueId v : n.outputs) out.push_back(views_[v.idx()]);
-    BRAID_ASSERT(n.op->cpu != nullptr, "op ", n.op->name, " has no CPU kernel");
-    node_in_.push_back(std::move(in));
-    node_out_.push_back(std::move(out));
+    BRAID_ASSERT(n.op->cpu != nullptr || n.op->collective, "op ", n.op->name, " has no CPU kernel");
     node_keys_.push_back(name_hash(n.name));
   }
   first_backward_ = g.nodes().size();
@@ -41,62 +86,106 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       first_backward_ = std::min(first_backward_, n.id.idx());
       continue;
     }
+    if (n.op->collective) continue;
     if (first_layer_.empty()) first_layer_ = n.layer;
     last_layer_ = n.layer;
   }
 }
 
-const Tensor& Executor::input(const std::string& name) const {
+void Executor::set_groups(Communicator* tensor, Communicator* data) {
+  tensor_comm_ = tensor;
+  data_comm_ = data;
+  tensor_rank_ = tensor ? tensor->rank() : 0;
+}
+
+const Tensor& Executor::input(const std::string& name, int slot) const {
   ValueId v = g_.find_input(name);
   BRAID_ASSERT(v.valid(), "no model input named ", name);
-  return views_[v.idx()];
+  return views_.at(static_cast<size_t>(slot))[v.idx()];
 }
 
 void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
   if (trace_) {  // the same run, bracketed by one forward and one backward event
-    const auto& nodes = g_.nodes();
-    io::TraceLabel f{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_};
-    trace_->begin(f);
-    io::TraceLane* lane = trace_;
-    trace_ = nullptr;
-    run_range(training, seed, rng_stream, batch_offset, 0, first_backward_);
-    lane->end();
-    if (first_backward_ < nodes.size()) {
-      io::TraceLabel b{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_};
-      lane->begin(b);
-      run_range(training, seed, rng_stream, batch_offset, first_backward_, nodes.size());
-      lane->end();
+    {
+      io::TraceScope f(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
     }
-    trace_ = lane;
+    if (has_backward()) {
+      io::TraceScope b(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+    }
     return;
   }
-  run_range(training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
+  run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
 }
 
-void Executor::run_range(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
-                         size_t to) {
+void Executor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
+}
+
+void Executor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+}
+
+void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  const std::string& op = n.op->name;
+  const int parts = static_cast<int>(n.attrs.i("parts"));
+  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
+               " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
+                                              static_cast<double>(in[0].bytes())});
+  const Tensor& x = in[0];
+  Tensor y = out[0];
+  if (op == "comm_slice") {
+    copy_chunk(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
+  } else if (op == "comm_all_gather") {
+    comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
+  } else if (op == "comm_all_reduce") {
+    if (y.raw() != x.raw()) y.copy_from(x);
+    comm->all_reduce(y, ReduceOp::Sum);
+  } else if (op == "comm_reduce_scatter") {
+    comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
+  } else if (op == "comm_copy") {
+    y.copy_from(x);
+  } else if (op == "comm_to_partial") {
+    if (comm->rank() == 0)
+      y.copy_from(x);
+    else
+      std::memset(y.raw(), 0, y.bytes());
+  } else {
+    BRAID_ASSERT(false, "unknown communication op ", op);
+  }
+}
+
+void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
+                         size_t from, size_t to) {
   ops::KernelCtx ctx;
   ctx.training = training;
-  ctx.batch_offset = batch_offset;
   ctx.workspace = workspace_.raw();
   ctx.workspace_bytes = plan_.workspace_bytes;
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
-  if (node_seconds_ == nullptr) {
-    for (size_t i = from; i < to; ++i) {
-      ctx.rng_key = hash_key(run_key, node_keys_[i]);
-      nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
-    }
-    return;
-  }
+  const auto& ins = node_in_[static_cast<size_t>(slot)];
+  const auto& outs = node_out_[static_cast<size_t>(slot)];
   using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
+  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
   for (size_t i = from; i < to; ++i) {
-    ctx.rng_key = hash_key(run_key, node_keys_[i]);
-    nodes[i].op->cpu(ctx, nodes[i].attrs, node_in_[i], node_out_[i]);
-    auto t1 = Clock::now();
-    node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
-    t0 = t1;
+    const graph::Node& n = nodes[i];
+    if (n.op->collective) {
+      run_collective(n, ins[i], outs[i]);
+    } else {
+      ctx.rng_key = hash_key(run_key, node_keys_[i]);
+      ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
+      n.op->cpu(ctx, n.attrs, ins[i], outs[i]);
+    }
+    if (node_seconds_) {
+      auto t1 = Clock::now();
+      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
   }
 }
 

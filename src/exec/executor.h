@@ -1,10 +1,15 @@
 // Runs one graph on one CPU device: every value is a view into a single arena laid out by the static
 // memory plan (allocated once, at construction), parameters and buffers are views into the ParamStore,
 // and a run is a loop over nodes calling each op's CPU kernel. Nothing is allocated inside run().
+// Communication nodes (OpDef::collective, the reshards of a lowered plan) run on the communicators given by
+// set_groups(). For pipelines, an executor holds `slots` copies of the values that live from a micro-batch's
+// forward to its backward (MemoryPlan::in_slot), so that that many micro-batches may be in flight at once;
+// values that live only inside a forward or a backward share one region.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "exec/comm/comm.h"
 #include "exec/memory_plan.h"
 #include "exec/param_store.h"
 #include "graph/ir.h"
@@ -12,41 +17,65 @@
 
 namespace braid::exec {
 
+struct ExecutorOptions {
+  int slots = 1;            // micro-batches in flight between forward and backward
+  std::vector<bool> stash;  // per value: kept per slot (empty: none; with slots == 1 it makes no difference)
+};
+
 class Executor {
  public:
   // `keep` values stay readable after run() (loss, gradients, metrics).
-  Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep);
+  Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
+           const ExecutorOptions& options = {});
   // The arena view of a model input, to be filled before run().
-  const Tensor& input(const std::string& name) const;
-  const Tensor& value(ValueId v) const { return views_.at(v.idx()); }
+  const Tensor& input(const std::string& name, int slot = 0) const;
+  const Tensor& value(ValueId v, int slot = 0) const { return views_.at(static_cast<size_t>(slot)).at(v.idx()); }
   // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks;
   // batch_offset is the index of this run's first sample in the whole micro-batch (KernelCtx::batch_offset:
   // a data-parallel shard draws the masks of its samples in the unsplit run).
   void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
+  // The forward nodes, or the backward nodes, of one micro-batch held in `slot` (pipelined execution).
+  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  // The communicators of the graph's comm_* nodes: the stage's tensor group and data-parallel group.
+  // tensor_rank (the rank in the tensor group) also places batch-split nodes (Node::batch_offset_per_rank).
+  void set_groups(Communicator* tensor, Communicator* data);
   // Per-node timing (`braid time`): while set, run() adds each node's wall time in seconds to
   // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
   // untimed loop then reads no clock.
   void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
   // Tracing (`braid train --trace`): while set, run() records one forward and one backward event on the
-  // lane, named by the layer range and the micro-batch given by set_trace_micro_batch. nullptr: off.
+  // lane, named by the layer range and the micro-batch given by set_trace_micro_batch, with each collective
+  // inside them as an event of its own. nullptr: off.
   void set_trace(io::TraceLane* lane) { trace_ = lane; }
   void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
   const MemoryPlan& plan() const { return plan_; }
   const graph::Graph& graph() const { return g_; }
+  int slots() const { return static_cast<int>(views_.size()); }
+  bool has_backward() const { return first_backward_ < g_.nodes().size(); }
 
  private:
-  void run_range(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from, size_t to);
+  void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
+                 size_t to);
+  void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
   const graph::Graph& g_;
   MemoryPlan plan_;
   Tensor arena_, workspace_;
-  std::vector<Tensor> views_;
-  std::vector<std::vector<Tensor>> node_in_, node_out_;
+  std::vector<std::vector<Tensor>> views_;                  // [slot][value]
+  std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
   std::vector<uint64_t> node_keys_;
   io::TraceLane* trace_ = nullptr;
   int trace_mb_ = -1;
   size_t first_backward_ = 0;                // index of the first backward node (= node count if none)
   std::string first_layer_, last_layer_;     // forward layer range, for trace names
   double* node_seconds_ = nullptr;
+  Communicator* tensor_comm_ = nullptr;
+  Communicator* data_comm_ = nullptr;
+  int tensor_rank_ = 0;
 };
+
+// Copies chunk `index` of `parts` equal chunks of `in` along `axis` into `out` (or, with scatter = true,
+// `in` into that chunk of `out`). Shapes must agree; any dtype.
+void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter = false);
 
 }  // namespace braid::exec

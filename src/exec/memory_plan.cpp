@@ -12,6 +12,10 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) {
+  return plan_memory(g, keep, std::vector<bool>(g.values().size(), false));
+}
+
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash) {
   const auto& values = g.values();
   const int end = static_cast<int>(g.nodes().size());
   MemoryPlan plan;
@@ -37,8 +41,12 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) 
     size_t off, size;
     int first, last;
   };
-  std::vector<Placed> placed;
+  plan.in_slot.assign(values.size(), false);
+  std::vector<Placed> placed_shared, placed_slot;
   for (size_t i : order) {
+    const bool slot = stash[i];
+    plan.in_slot[i] = slot;
+    std::vector<Placed>& placed = slot ? placed_slot : placed_shared;
     size_t size = align_up(std::max<size_t>(values[i].desc.bytes(), 1));
     plan.naive_bytes += size;
     std::vector<std::pair<size_t, size_t>> busy;  // [off, off+size) of overlapping lifetimes
@@ -52,7 +60,8 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) 
     }
     placed.push_back({off, size, first[i], last[i]});
     plan.offset[i] = static_cast<int64_t>(off);
-    plan.arena_bytes = std::max(plan.arena_bytes, off + size);
+    size_t& region = slot ? plan.slot_bytes : plan.arena_bytes;
+    region = std::max(region, off + size);
   }
   for (const auto& n : g.nodes()) {
     if (!n.op->workspace) continue;

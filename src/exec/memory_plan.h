@@ -11,12 +11,19 @@ namespace braid::exec {
 
 struct MemoryPlan {
   std::vector<int64_t> offset;  // per value; -1 when the value is not in the arena
-  size_t arena_bytes = 0;       // peak activation memory
+  size_t arena_bytes = 0;       // peak activation memory (the shared region; slots come on top)
+  // Pipelined execution keeps several micro-batches in flight between their forward and backward: the values
+  // marked `stash` (those crossing from forward to backward, stage inputs and outputs) live in a slot
+  // region, one copy per in-flight micro-batch; in_slot[v] says which region v's offset is in.
+  std::vector<bool> in_slot;
+  size_t slot_bytes = 0;
   size_t workspace_bytes = 0;   // largest scratch any node asks for
   size_t naive_bytes = 0;       // what one buffer per value would take (for reports)
 };
 
 // `keep` values stay live until the end (loss, gradients read after the run, metrics).
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep);
+// With a slot region: `stash` (per value) selects the values packed into it; the others share arena_bytes.
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash);
 
 }  // namespace braid::exec

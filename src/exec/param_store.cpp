@@ -29,6 +29,19 @@ void init_tensor(Tensor& t, const ops::InitSpec& spec, uint64_t seed, const std:
   }
 }
 
+ParamEntry& ParamStore::add(const std::string& name, const ops::ParamSpec& spec, bool has_grad) {
+  BRAID_ASSERT(!index_.count(name), "parameter ", name, " added twice");
+  ParamEntry e;
+  e.name = name;
+  e.spec = spec;
+  e.value = Tensor::empty(spec.desc);
+  if (!spec.buffer) e.grad = Tensor::empty(spec.desc);
+  e.has_grad = has_grad;
+  index_[name] = entries_.size();
+  entries_.push_back(std::move(e));
+  return entries_.back();
+}
+
 void ParamStore::create(const graph::Graph& g, uint64_t seed) {
   for (const auto& p : g.params()) {
     if (index_.count(p.name)) {

@@ -23,6 +23,9 @@ class ParamStore {
  public:
   // Creates and initialises every parameter and buffer of g (idempotent for names already present).
   void create(const graph::Graph& g, uint64_t seed);
+  // Adds an entry with uninitialised value (and gradient when trainable); the caller fills the value.
+  // For stores of plan devices, whose entries are shards of the model's parameters.
+  ParamEntry& add(const std::string& name, const ops::ParamSpec& spec, bool has_grad);
   ParamEntry* find(const std::string& name);
   // Index of `name` in entries() (stable: entries are only appended); asserts that it exists.
   size_t index_of(const std::string& name) const;

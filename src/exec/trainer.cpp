@@ -7,6 +7,11 @@
 //   4. final evaluation and report.
 #include "exec/trainer.h"
 
+#include <optional>
+
+#include "exec/pipeline.h"
+#include "graph/build.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -68,15 +73,33 @@ int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
   planner::DeviceSpec dev;
   std::string err;
   if (!planner::parse_devices(cfg.devices, &dev, &err) || dev.kind != "cpu" || dev.count <= 1) return 1;
-  if (cfg.parallel.plan != "auto")
-    throw UserError(SourceLoc{cfg.path, 0, 0}, "parallel.plan '" + cfg.parallel.plan + "': running plan files is not implemented yet",
-                    "remove parallel.plan (or set it to auto) for data parallelism on " + cfg.devices);
+  if (cfg.parallel.plan != "auto") return 1;  // a plan file: PlanRunner
   if (micro % dev.count != 0)
     throw UserError(SourceLoc{cfg.path, 0, 0},
                     "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
                         " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel devices",
                     "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
   return dev.count;
+}
+
+// The run's plan file, read and validated against the model and devices (every mistake located, exit 2);
+// nullopt when the run has none.
+std::optional<planner::Plan> load_plan(const io::RunConfig& cfg) {
+  if (cfg.parallel.plan == "auto") return std::nullopt;
+  planner::DeviceSpec dev;
+  std::string err;
+  if (!planner::parse_devices(cfg.devices, &dev, &err))
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "devices '" + cfg.devices + "': " + err);
+  if (dev.kind != "cpu")
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "plan files run on cpu:N devices in this build, not " + cfg.devices);
+  Diagnostics diags;
+  planner::Plan plan = planner::read_plan(cfg.parallel.plan, diags);
+  diags.throw_if_any();
+  const graph::Graph g = graph::build_graph(cfg.model, plan.summary.micro_batch, {});
+  planner::add_default_layers(plan, g);
+  planner::validate_plan(plan, g, cfg.train.batch, dev, diags);
+  diags.throw_if_any();
+  return plan;
 }
 
 std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
@@ -104,20 +127,27 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<DataParallel> dp;
   ParamStore own_store;
   std::unique_ptr<Runner> own_runner;
+  // With a plan file: the PlanRunner's devices train; `store` and `opt` hold whole tensors for checkpoints,
+  // evaluation and initial weights, gathered from the devices when needed and scattered to them after loading.
+  std::optional<planner::Plan> plan = load_plan(cfg);
+  std::unique_ptr<PlanRunner> pr;
   if (dp_degree > 1) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {
-    own_runner = make_runner(cfg.model, micro, true, own_store, seed);
+    own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed);
   }
+  if (plan) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed);
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
   // Tracing: a lane per device; forward/backward per micro-batch, all-reduce, optimizer, eval, checkpoints.
   std::unique_ptr<io::TraceRecorder> tracer;
   io::TraceLane* lane0 = nullptr;
   if (!opts.trace.empty()) {
-    tracer = std::make_unique<io::TraceRecorder>(io::device_lanes(std::max(1, dp_degree), "cpu"));
+    tracer = std::make_unique<io::TraceRecorder>(io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu"));
     lane0 = &tracer->lane(0);
-    if (dp)
+    if (pr)
+      for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d));
+    else if (dp)
       for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
     else
       train_runner->exec->set_trace(lane0);
@@ -146,14 +176,15 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<Optimizer> own_opt;
   if (!dp) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
   Optimizer& opt = dp ? dp->optimizer(0) : *own_opt;
+  const int64_t steps_micro = pr ? plan->summary.micro_batches : num_micro;  // the plan's micro-batching
   StepState state;
-  state.micro_batches = num_micro;
+  state.micro_batches = steps_micro;
   if (!opts.resume.empty()) {
     if (cfg.checkpoint.dir.empty() && opts.resume == "latest")
       throw UserError(SourceLoc{cfg.path, 0, 0}, "--resume latest needs checkpoint.dir in the run file");
     std::string path = io::CheckpointDir::resolve(cfg.checkpoint.dir, opts.resume);
     state = restore(io::read_checkpoint(path), path, cfg, store, opt, sampler);
-    state.micro_batches = num_micro;
+    state.micro_batches = steps_micro;
     std::fprintf(opts.out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),
                  static_cast<long long>(state.step), static_cast<long long>(sampler.epoch()));
     if (state.step >= total_steps)
@@ -161,10 +192,12 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                    static_cast<long long>(state.step), static_cast<long long>(total_steps));
   }
   if (dp) dp->broadcast_from_replica0();  // loaded weights or a checkpoint: every replica starts from them
+  if (pr) pr->scatter(store, &opt);       // every device takes its shards of the whole tensors
   std::unique_ptr<io::CheckpointDir> ckpt_dir;
   if (!cfg.checkpoint.dir.empty()) ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
   auto save_checkpoint = [&]() {
     if (!ckpt_dir) return;
+    if (pr) pr->gather(store, &opt);
     res.last_checkpoint = ckpt_dir->save(capture(cfg, store, opt, sampler, state));
   };
   Evaluator evaluator{cfg, store, eval_data.get(), {}};
@@ -183,6 +216,16 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
                static_cast<long long>(batch), static_cast<long long>(num_micro), static_cast<long long>(micro),
                train_data->describe().c_str());
+  if (pr) {
+    std::string slots;
+    for (int sl : pr->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
+    std::fprintf(opts.out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
+                 "%lld micro-batches of %lld per replica; in flight per stage: %s\n",
+                 cfg.parallel.plan.c_str(), cfg.devices.c_str(), static_cast<int>(pr->programs().size()),
+                 plan->summary.data_parallel, plan->summary.tensor_parallel, plan->summary.schedule.c_str(),
+                 static_cast<long long>(plan->summary.micro_batches), static_cast<long long>(plan->summary.micro_batch),
+                 slots.c_str());
+  }
   if (dp)
     std::fprintf(opts.out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
@@ -198,7 +241,12 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     std::span<const int64_t> batch_idx = sampler.next_view();
     double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
     double loss = 0, norm = -1;
-    if (dp) {
+    if (pr) {
+      // The plan's schedule on every device: forward, backward, sends, all-reduces, clipping, the update.
+      auto r = pr->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
+      loss = r.loss;
+      norm = r.grad_norm;
+    } else if (dp) {
       // Forward, backward, gradient all-reduce, clipping and the update on every replica.
       auto r = dp->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
       loss = r.loss;
@@ -209,7 +257,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
-    if (!dp) {
+    if (!dp && !pr) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
       norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
       opt.step(lr);
@@ -228,6 +276,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     std::vector<std::pair<std::string, double>> ev;
     if (eval_now) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Eval, {}, {}, "eval"});
+      if (pr) pr->gather(store, nullptr);
       ev = evaluator.run(seed);
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
@@ -267,6 +316,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
   progress.finish();
   if (dp) dp->check_replicas_identical();
+  if (pr) pr->gather(store, &opt);
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
   res.steps = state.step;
   res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;

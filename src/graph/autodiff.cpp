@@ -28,14 +28,20 @@ class GradEmitter : public ops::GradBuilder {
 }  // namespace
 
 void append_backward(Graph& g) {
+  BRAID_ASSERT(g.loss().valid(), "graph has no loss");
+  append_backward(g, BackwardSpec{});
+}
+
+std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
   const ValueId loss = g.loss();
-  BRAID_ASSERT(loss.valid(), "graph has no loss");
   const size_t num_forward = g.nodes().size();
+  std::vector<ValueId> result(spec.wants.size(), kNoValue);
 
   // 1. Which values depend on a trainable parameter (only those need gradients).
   std::vector<bool> needs_grad(g.values().size(), false);
   for (const auto& p : g.params())
     if (!p.spec.buffer) needs_grad[p.value.idx()] = true;
+  for (ValueId v : spec.wants) needs_grad[v.idx()] = true;
   for (size_t n = 0; n < num_forward; ++n) {
     const Node& node = g.nodes()[n];
     if (!node.op->differentiable) continue;
@@ -44,7 +50,9 @@ void append_backward(Graph& g) {
     if (any)
       for (ValueId v : node.outputs) needs_grad[v.idx()] = true;
   }
-  if (!needs_grad[loss.idx()]) return;  // nothing to train
+  bool any_seed = loss.valid() && needs_grad[loss.idx()];
+  for (const auto& [v, grad] : spec.seeds) any_seed |= needs_grad[v.idx()];
+  if (!any_seed) return result;  // nothing to train
 
   // 2. Seed and reverse sweep; contributions[v] are the gradient pieces of value v still to be summed.
   std::vector<std::vector<ValueId>> contrib(g.values().size());
@@ -58,11 +66,13 @@ void append_backward(Graph& g) {
     }
     return c[0];
   };
-  {
+  if (loss.valid() && needs_grad[loss.idx()]) {
     const Node& producer = g.node(g.value(loss).producer);
     GradEmitter e(g, producer);
     contrib[loss.idx()].push_back(e.emit("ones_like", {}, {loss})[0]);
   }
+  for (const auto& [v, grad] : spec.seeds)
+    if (needs_grad[v.idx()]) contrib[v.idx()].push_back(grad);
   for (size_t n = num_forward; n-- > 0;) {
     const Node node = g.nodes()[n];  // copy: emitting nodes grows the vector
     if (!node.op->differentiable) continue;
@@ -100,6 +110,16 @@ void append_backward(Graph& g) {
     const Node& first_user = g.node(g.value(p.value).consumers.front());
     p.grad = total(p.value, first_user);
   }
+  // 4. The gradients the caller asked for (summed where a value has several uses).
+  for (size_t i = 0; i < spec.wants.size(); ++i) {
+    ValueId v = spec.wants[i];
+    if (contrib[v.idx()].empty()) continue;
+    const Value& val = g.value(v);
+    NodeId at = !val.consumers.empty() ? val.consumers.front() : val.producer;
+    if (contrib[v.idx()].size() > 1) BRAID_ASSERT(at.valid(), "value ", val.name, " has several gradients but no node");
+    result[i] = at.valid() ? total(v, g.node(at)) : contrib[v.idx()][0];
+  }
+  return result;
 }
 
 }  // namespace braid::graph

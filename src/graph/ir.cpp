@@ -26,6 +26,12 @@ ValueId Graph::add_param(const std::string& layer, const ops::ParamSpec& spec) {
   return v;
 }
 
+ValueId Graph::add_param_named(const std::string& full, const std::string& layer, const ops::ParamSpec& spec) {
+  ValueId v = new_value(spec.desc, spec.buffer ? ValueKind::Buffer : ValueKind::Param, full);
+  params_.push_back(ParamInfo{full, layer, v, spec, kNoValue});
+  return v;
+}
+
 std::string Graph::unique_node_name(const std::string& base) {
   int n = name_counts_[base]++;
   return n == 0 ? base : base + "#" + std::to_string(n);
@@ -39,8 +45,18 @@ std::vector<ValueId> Graph::add_node(const ops::OpDef& op, const ops::Attrs& att
     BRAID_ASSERT(v.valid() && v.idx() < values_.size(), "node '", name, "' consumes an unknown value");
     in.push_back(values_[v.idx()].desc);
   }
-  std::vector<TensorDesc> out = op.infer(attrs, in);  // may throw ops::OpError
+  return add_node_with_outputs(op, attrs, inputs, num_data_inputs, name, layer, loc, backward,
+                               op.infer(attrs, in));  // infer may throw ops::OpError
+}
+
+std::vector<ValueId> Graph::add_node_with_outputs(const ops::OpDef& op, const ops::Attrs& attrs,
+                                                  const std::vector<ValueId>& inputs, int num_data_inputs,
+                                                  const std::string& name, const std::string& layer,
+                                                  const SourceLoc& loc, bool backward,
+                                                  const std::vector<TensorDesc>& out) {
   BRAID_ASSERT(!out.empty(), "op ", op.name, " inferred no outputs");
+  for (ValueId v : inputs)
+    BRAID_ASSERT(v.valid() && v.idx() < values_.size(), "node '", name, "' consumes an unknown value");
   Node n;
   n.id = NodeId(static_cast<int32_t>(nodes_.size()));
   n.op = &op;

@@ -36,6 +36,10 @@ struct Node {
   std::string layer;                // the model layer this node belongs to (forward or backward)
   SourceLoc loc;                    // the layer's place in the model file
   bool backward = false;
+  // Lowered graphs (src/exec/lower.h): a node whose samples are its tensor rank's part of the replica's
+  // micro-batch (a batch split over the tensor group) starts at sample tensor_rank * batch_offset_per_rank;
+  // the executor adds that to KernelCtx::batch_offset so random masks are the unsplit run's. 0: not split.
+  int64_t batch_offset_per_rank = 0;
 };
 
 struct ParamInfo {
@@ -56,6 +60,15 @@ class Graph {
   std::vector<ValueId> add_node(const ops::OpDef& op, const ops::Attrs& attrs, const std::vector<ValueId>& inputs,
                                 int num_data_inputs, const std::string& name, const std::string& layer,
                                 const SourceLoc& loc, bool backward);
+
+  // The same with the output descriptions given instead of inferred: for lowered graphs, whose nodes run on
+  // shards the op's inference (which checks shapes against attributes such as `out`) does not describe.
+  std::vector<ValueId> add_node_with_outputs(const ops::OpDef& op, const ops::Attrs& attrs,
+                                             const std::vector<ValueId>& inputs, int num_data_inputs,
+                                             const std::string& name, const std::string& layer, const SourceLoc& loc,
+                                             bool backward, const std::vector<TensorDesc>& outputs);
+  // A parameter with a given full name (lowered graphs keep the unsplit model's names).
+  ValueId add_param_named(const std::string& full_name, const std::string& layer, const ops::ParamSpec& spec);
 
   const Value& value(ValueId v) const { return values_.at(v.idx()); }
   const Node& node(NodeId n) const { return nodes_.at(n.idx()); }

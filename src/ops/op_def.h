@@ -204,6 +204,9 @@ struct OpDef {
   std::vector<Sample> (*samples)() = nullptr;          // required for public ops
   std::vector<BadSample> (*bad_samples)() = nullptr;   // inference errors the suite checks
   CpuKernel cpu = nullptr;
+  // A communication op (comm_*: reshards of plan lowering): the executor runs it on the communicator of
+  // the group its `group` attribute names; it has no CPU kernel.
+  bool collective = false;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.
   double torch_rtol = 1e-5;

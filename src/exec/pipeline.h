@@ -1,0 +1,126 @@
+// Runs a lowered plan (lower.h) on `cpu:N`: N logical devices in one process, one worker thread each.
+// Every device executes the instruction list that its pipeline position gets from the plan's schedule
+// (schedule.h: GPipe, 1F1B or interleaved 1F1B, checked free of deadlock before anything runs), for each
+// stage it holds: Forward / Backward run the stage program's executor on one micro-batch slot, sends and
+// receives move boundary values between stage groups over the world communicator, AllReduceGrads averages
+// the stage's parameter gradients over its data-parallel group, and after the list every device clips
+// (with the global norm, all-reduced over the world) and steps its own shard of the parameters.
+// Invariants: a device holds only its stage programs' parameters, on its own shards, with their optimizer
+// state; gather()/scatter() convert to and from whole tensors (checkpoints, evaluation), so a checkpoint
+// written under one plan loads under any other. Only the world Communicator connects devices: an
+// implementation between processes fits unchanged.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "exec/comm/inproc.h"
+#include "exec/data_parallel.h"
+#include "exec/executor.h"
+#include "exec/lower.h"
+#include "exec/optimizer.h"
+#include "exec/schedule.h"
+#include "io/dataset.h"
+#include "io/run_config.h"
+#include "io/trace.h"
+#include "planner/plan.h"
+
+namespace braid::exec {
+
+struct PlanRunnerOptions {
+  bool sync_batch_norm = false;  // reserved: batch norm statistics over the data-parallel group
+};
+
+class PlanRunner {
+ public:
+  // Lowers `plan` (validated) and builds every device's programs, parameters (initialised from `seed` as the
+  // whole model would be, then sliced) and optimizer. Checks the schedule before returning.
+  PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan, uint64_t seed,
+             PlanRunnerOptions options = {});
+  ~PlanRunner();
+  PlanRunner(const PlanRunner&) = delete;
+  PlanRunner& operator=(const PlanRunner&) = delete;
+
+  int devices() const { return static_cast<int>(devices_.size()); }
+  const Schedule& schedule() const { return schedule_; }
+  const ScheduleCheck& schedule_check() const { return check_; }
+  const std::vector<StageProgram>& programs() const { return programs_; }
+  // Micro-batches each stage keeps in flight (its executor's slots), from the schedule.
+  const std::vector<int>& stage_slots() const { return stage_slots_; }
+  // Per device: the static arena (shared region + slots x slot region) of all its stage executors, bytes.
+  std::vector<size_t> arena_bytes() const;
+
+  // One optimizer step over `batch_idx` (micro_batches x dp x micro_batch samples, in micro-batch order).
+  DpStepResult step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip);
+
+  // Whole tensors from the devices' shards (replica 0's): parameters, buffers, optimizer state and steps.
+  void gather(ParamStore& full, Optimizer* full_opt) const;
+  // Every device takes its shards of the whole tensors.
+  void scatter(const ParamStore& full, Optimizer* full_opt);
+  void set_trace(int device, io::TraceLane* lane);
+
+ private:
+  struct Chunk {  // one stage program on one device
+    const StageProgram* prog = nullptr;
+    int replica = 0, tensor_rank = 0;
+    std::unique_ptr<Executor> exec;
+    std::unique_ptr<Communicator> tensor_comm, data_comm;
+    std::vector<int> free_slots;
+    std::vector<int> slot_of;  // per micro-batch
+    std::vector<Tensor> model_inputs;  // [slot][model input], model order: arena views or scratch
+    size_t num_model_inputs = 0;
+    std::vector<std::pair<ValueId, size_t>> grads;  // gradient value, store entry
+  };
+  struct Device {
+    int id = 0;
+    int position = 0;  // pipeline position (schedule device)
+    std::vector<Chunk> chunks;  // by stage order
+    ParamStore store;
+    std::unique_ptr<Optimizer> opt;
+    std::unique_ptr<Communicator> world;
+    std::vector<int64_t> scratch;
+    double loss_sum = 0;
+    DpStepResult result;
+    std::exception_ptr error;
+    io::TraceLane* trace = nullptr;
+  };
+  struct Job {
+    io::Dataset* data = nullptr;
+    std::span<const int64_t> batch_idx;
+    int64_t step = 0;
+    double lr = 0, clip = 0;
+  };
+
+  void worker(Device& d);
+  void run_step(Device& d, const Job& job);
+  Chunk* chunk_of(Device& d, int stage);
+  int device_at(int stage, int replica, int tensor_rank) const;
+
+  planner::Plan plan_;
+  uint64_t seed_;
+  std::vector<StageProgram> programs_;
+  Schedule schedule_;
+  ScheduleCheck check_;
+  std::vector<int> stage_slots_;
+  int dp_ = 1, micro_batches_ = 1;
+  int64_t micro_ = 1;  // per replica
+  InProcWorld world_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::thread> threads_;
+  std::mutex data_mutex_;
+
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool quit_ = false;
+  Job job_;
+  std::exception_ptr first_error_;
+};
+
+}  // namespace braid::exec
