@@ -74,10 +74,10 @@ class StageLowering {
     for (size_t k = 0; k < out_descs.size(); ++k) local_out.push_back(shard_desc(out_descs[k], sig.outputs[k], tp));
     auto outs = p_.g.add_node_with_outputs(*n.op, n.attrs, inputs, n.num_data_inputs, n.name, n.layer, n.loc, false,
                                            local_out);
-    if (tp > 1 && !sig.inputs.empty() && sig.inputs[0] == Sbp::S(0)) {
-      auto& node = const_cast<Node&>(p_.g.node(p_.g.value(outs[0]).producer));
+    auto& node = const_cast<Node&>(p_.g.node(p_.g.value(outs[0]).producer));
+    node.sharded = split_op;
+    if (tp > 1 && !sig.inputs.empty() && sig.inputs[0] == Sbp::S(0))
       node.batch_offset_per_rank = p_.g.value(inputs[0]).desc.shape[0];
-    }
     for (size_t k = 0; k < outs.size(); ++k) set(n.outputs[k], outs[k], sig.outputs[k]);
   }
 

@@ -165,7 +165,7 @@ struct Builder {
 Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts) {
   Graph g(batch);
   Diagnostics diags;
-  Builder b{model, g, diags};
+  Builder b{model, g, diags, ops::Registry::get(), {}};
   // 1. Model inputs, with the batch axis in front.
   for (const auto& in : model.inputs) {
     std::vector<int64_t> dims{batch};

@@ -15,7 +15,11 @@ void verify(const Graph& g) {
       BRAID_ASSERT(defined[v.idx()], "node '", n.name, "' reads '", g.value(v).name, "' before it is produced");
       in.push_back(g.value(v).desc);
     }
-    auto out = n.op->infer(n.attrs, in);
+    std::vector<TensorDesc> out;
+    if (n.sharded)
+      for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    else
+      out = n.op->infer(n.attrs, in);
     BRAID_ASSERT(out.size() == n.outputs.size(), "node '", n.name, "' output count changed");
     for (size_t k = 0; k < out.size(); ++k) {
       const Value& v = g.value(n.outputs[k]);
