@@ -6,3 +6,10 @@ add_test(NAME Parallel.DataParallelAgrees
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dp_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/dp_test)
 set_tests_properties(Parallel.DataParallelAgrees PROPERTIES TIMEOUT 900)
+# Every parallel strategy (DP, TP, PP under each schedule, their mixes, an uneven cut) reproduces the
+# single-device run; a checkpoint saved under DP2xPP2 resumes under TP2 and under one device
+# (tests/parallel/strategies_test.py).
+add_test(NAME Parallel.StrategiesAgree
+         COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/strategies_test.py $<TARGET_FILE:braid>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/strategies_test)
+set_tests_properties(Parallel.StrategiesAgree PROPERTIES TIMEOUT 900)

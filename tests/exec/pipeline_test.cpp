@@ -1,0 +1,118 @@
+// PlanRunner and lowering on small models: the static memory plan bounds in-flight activations as each
+// schedule promises (GPipe: every micro-batch; 1F1B: at most as many as there are stages),
+// a lowered tensor-parallel program holds the reshards its signatures imply, and every device's programs
+// hold only its shards of the parameters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "exec/lower.h"
+#include "exec/pipeline.h"
+#include "graph/build.h"
+#include "io/run_config.h"
+
+using namespace braid;
+using namespace braid::exec;
+
+namespace {
+
+io::RunConfig tiny_gpt() {
+  return io::load_run_or_model(std::string(BRAID_SOURCE_DIR) + "/configs/tiny_gpt.yaml",
+                               {"vars.d=32", "vars.seq=16", "vars.n_layer=2", "vars.dropout=0.0"});
+}
+
+// A pipeline of `stages` single-device stages over the model's forward layers, cut evenly.
+planner::Plan pipeline_plan(const io::ModelSpec& m, int stages, int micro_batches, const std::string& schedule) {
+  graph::Graph g = graph::build_graph(m, 2, {});
+  auto fwd = planner::forward_layers(g);
+  planner::Plan p;
+  p.summary.devices = stages;
+  p.summary.pipeline_stages = stages;
+  p.summary.micro_batch = 2;
+  p.summary.micro_batches = micro_batches;
+  p.summary.schedule = schedule;
+  const size_t n = fwd.size();
+  for (int s = 0; s < stages; ++s) {
+    planner::StagePlan sp;
+    sp.devices = {s};
+    sp.mesh = {1, 1};
+    sp.first_layer = fwd[n * static_cast<size_t>(s) / static_cast<size_t>(stages)]->layer;
+    sp.last_layer = fwd[n * static_cast<size_t>(s + 1) / static_cast<size_t>(stages) - 1]->layer;
+    p.stages.push_back(sp);
+  }
+  planner::add_default_layers(p, g);
+  return p;
+}
+
+TEST(PipelineMemory, GPipeHoldsEveryMicroBatchAndOneFOneBAtMostTheStagesAhead) {
+  auto cfg = tiny_gpt();
+  const int P = 4, M = 8;
+  PlanRunner gp(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "gpipe"), 1);
+  PlanRunner fb(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "1f1b"), 1);
+  auto g_arena = gp.arena_bytes(), f_arena = fb.arena_bytes();
+  for (int s = 0; s < P; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    EXPECT_EQ(gp.stage_slots()[static_cast<size_t>(s)], M);
+    // 1F1B: stage s has P - s forwards in flight, plus (after the first stage) the next micro-batch's input,
+    // received while the current one's gradient is still to be sent: never more than P.
+    EXPECT_EQ(fb.stage_slots()[static_cast<size_t>(s)], P - s + (s > 0 ? 1 : 0));
+    EXPECT_LE(fb.stage_slots()[static_cast<size_t>(s)], P);
+    EXPECT_GE(fb.stage_slots()[static_cast<size_t>(s)], 1);
+    // The static plan: activations kept from forward to backward take one slot region per micro-batch in
+    // flight; the rest is shared. Same programs, so the slot regions are equal and only the counts differ.
+    EXPECT_LT(f_arena[static_cast<size_t>(s)], g_arena[static_cast<size_t>(s)]);
+    std::printf("stage %d: gpipe %d slots, %zu bytes; 1f1b %d slots, %zu bytes\n", s,
+                gp.stage_slots()[static_cast<size_t>(s)], g_arena[static_cast<size_t>(s)],
+                fb.stage_slots()[static_cast<size_t>(s)], f_arena[static_cast<size_t>(s)]);
+  }
+}
+
+TEST(Lowering, TensorParallelMlpHoldsShardsAndExplicitReshards) {
+  auto cfg = tiny_gpt();
+  graph::Graph g = graph::build_graph(cfg.model, 4, {});
+  planner::Plan p;
+  p.summary.devices = 2;
+  p.summary.tensor_parallel = 2;
+  p.summary.micro_batch = 4;
+  p.summary.micro_batches = 1;
+  planner::StagePlan sp;
+  sp.devices = {0, 1};
+  sp.mesh = {1, 2};
+  sp.first_layer = "tok";
+  sp.last_layer = "loss";
+  p.stages.push_back(sp);
+  for (auto [layer, sig] : {std::pair{"h.0.fc", "column"}, {"h.0.proj", "row"}}) {
+    planner::LayerPlan l;
+    l.layer = layer;
+    l.signature = sig;
+    l.tensor_parallel = 2;
+    p.layers.push_back(l);
+  }
+  planner::add_default_layers(p, g);
+  auto progs = lower_plan(cfg.model, p);
+  ASSERT_EQ(progs.size(), 1u);
+  const StageProgram& prog = progs[0];
+  // Column: the weight's output rows are split; row: its input columns; the row bias is whole (held by
+  // rank 0 through comm_to_partial).
+  auto shard = [&](const std::string& name) {
+    for (const auto& s : prog.params)
+      if (s.name == name) return s;
+    ADD_FAILURE() << "no parameter " << name;
+    return prog.params.front();
+  };
+  EXPECT_EQ(shard("h.0.fc.weight").layout, ops::Sbp::S(0));
+  EXPECT_EQ(shard("h.0.proj.weight").layout, ops::Sbp::S(1));
+  EXPECT_EQ(shard("h.0.proj.bias").layout, ops::Sbp::B());
+  EXPECT_EQ(prog.g.find_param("h.0.fc.weight")->spec.desc.shape, (Shape{64, 32}));
+  std::map<std::string, int> comm;
+  for (const auto& n : prog.g.nodes())
+    if (n.op->collective) ++comm[n.op->name + (n.backward ? " (backward)" : "")];
+  // Forward: the block input enters the column split through comm_copy, the row output's partial sums are
+  // all-reduced, the row bias enters as a partial; backward: comm_copy's all-reduce.
+  EXPECT_EQ(comm["comm_copy"], 1);
+  EXPECT_EQ(comm["comm_all_reduce"], 1);
+  EXPECT_EQ(comm["comm_to_partial"], 1);
+  EXPECT_EQ(comm["comm_all_reduce (backward)"], 1);
+}
+
+}  // namespace
