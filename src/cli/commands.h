@@ -56,6 +56,19 @@ struct TimeArgs {
 };
 int time_layers(const TimeArgs& a, FILE* out);
 
+// `braid plan`: the planner's plan for a run on its devices, a cpu:N, a preset or a cluster file
+// (docs/planner.md); --explain shows why.
+struct PlanArgs {
+  std::string path;
+  std::vector<std::string> sets;
+  std::string devices;   // cpu:N (default: the run's devices)
+  std::string cluster;   // a cluster file or a preset name (h200x8, dgx-a100-80gb:16)
+  std::string out;       // plan file to write ("" = stdout)
+  std::string dot;       // Graphviz DOT of the plan's stages
+  bool explain = false;
+};
+int plan(const PlanArgs& a, FILE* out);
+
 // `braid ops`: every op usable in model files with its attributes and defaults.
 int list_ops(FILE* out);
 

@@ -58,6 +58,16 @@ int main(int argc, char** argv) {
   tm->add_option("--steps", timing.steps, "timed optimizer steps")->capture_default_str();
   tm->add_option("--warmup", timing.warmup, "untimed steps before them")->capture_default_str();
 
+  braid::cli::PlanArgs planning;
+  auto* pl = app.add_subcommand("plan", "choose how a run is split over devices; write the plan file");
+  pl->add_option("run", planning.path, "run file")->required();
+  pl->add_option("--set", planning.sets, "override a value: key=value");
+  pl->add_option("--devices", planning.devices, "plan for cpu:N (default: the run's devices)");
+  pl->add_option("--cluster", planning.cluster, "plan for a cluster file or preset (h200x1, h200x8, dgx-a100-80gb:NODES)");
+  pl->add_option("--out", planning.out, "write the plan file here (default: standard output)");
+  pl->add_option("--dot", planning.dot, "write the plan's stages and splits as Graphviz DOT to this file");
+  pl->add_flag("--explain", planning.explain, "show why: runner-up per layer, the pure strategies, what bound the choice");
+
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
   try {
@@ -72,6 +82,7 @@ int main(int argc, char** argv) {
     if (in->parsed()) return braid::cli::inspect(inspect, stdout);
     if (b->parsed()) return braid::cli::bench(bench, stdout);
     if (tm->parsed()) return braid::cli::time_layers(timing, stdout);
+    if (pl->parsed()) return braid::cli::plan(planning, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
   } catch (const braid::UserError& e) {
     std::fflush(stdout);

@@ -1,0 +1,199 @@
+// `braid plan`: loads a run, picks the cluster (--cluster file or preset, --devices cpu:N, or the run's devices),
+// searches (planner/search.h) keeping the pins of the run's plan file, writes the plan file, and with --explain
+// prints the runner-up of every non-default layer, the pure strategies and what bound the choice.
+// A cpu:N cluster takes its figures from the calibration profile when one is cached (docs/planner.md).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "graph/build.h"
+#include "io/run_config.h"
+#include "planner/cluster.h"
+#include "planner/search.h"
+
+namespace braid::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace planner;
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? "cpu" : line.substr(c + 2);
+    }
+  return "cpu";
+}
+
+// $XDG_CACHE_HOME/braid (else ~/.cache/braid)/profile-<machine>-<version>.yaml
+std::string profile_path() {
+  std::string machine = cpu_model() + "-" + std::to_string(std::thread::hardware_concurrency()) + "c";
+  for (char& c : machine)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path dir = xdg && *xdg ? fs::path(xdg) / "braid" : fs::path(home ? home : ".") / ".cache" / "braid";
+  return (dir / ("profile-" + machine + "-0.1.0.yaml")).string();
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  return buf;
+}
+
+std::string secs(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  return buf;
+}
+
+std::string shape(const Plan& p) {
+  const Summary& s = p.summary;
+  return "dp " + std::to_string(s.data_parallel) + " x tp " + std::to_string(s.tensor_parallel) + " x pp " +
+         std::to_string(s.pipeline_stages) + (s.virtual_stages > 1 ? " (x" + std::to_string(s.virtual_stages) + " chunks)" : "") +
+         ", " + std::to_string(s.micro_batches) + " micro-batches of " + std::to_string(s.micro_batch) + ", " + s.schedule;
+}
+
+void write_dot(const Plan& plan, const graph::Graph& g, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw UserError(SourceLoc{path, 0, 0}, "cannot write '" + path + "'");
+  std::map<std::string, const LayerPlan*> entry;
+  for (const auto& l : plan.layers) entry[l.layer] = &l;
+  auto fwd = forward_layers(g);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]->layer] = i;
+  f << "digraph plan {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n";
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StagePlan& st = plan.stages[s];
+    f << "  subgraph cluster_" << s << " {\n    label=\"stage " << s << " mesh [" << st.mesh[0] << ", " << st.mesh[1]
+      << "]\";\n";
+    for (size_t i = index.at(st.first_layer); i <= index.at(st.last_layer); ++i) {
+      auto it = entry.find(fwd[i]->layer);
+      std::string sig = it == entry.end() ? "replicated" : it->second->signature + " x" + std::to_string(it->second->tensor_parallel);
+      f << "    \"" << fwd[i]->layer << "\" [label=\"" << fwd[i]->layer << "\\n" << fwd[i]->op->name << ": " << sig << "\"];\n";
+    }
+    f << "  }\n";
+  }
+  for (const graph::Node* n : fwd)
+    for (ValueId v : n->inputs) {
+      const graph::Value& val = g.value(v);
+      if (val.producer.valid()) f << "  \"" << g.node(val.producer).layer << "\" -> \"" << n->layer << "\";\n";
+    }
+  f << "}\n";
+}
+
+}  // namespace
+
+int plan(const PlanArgs& a, FILE* out) {
+  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets);
+  SourceLoc cli{"<command line>", 0, 0};
+  if (cfg.is_model_only)
+    throw UserError(SourceLoc{a.path, 1, 1}, "this is a model file; braid plan needs a run file (for the batch)",
+                    "write a run file with `model: " + a.path + "` and a train section");
+  if (!a.devices.empty() && !a.cluster.empty())
+    throw UserError(cli, "--devices and --cluster exclude each other", "--devices cpu:N plans for this machine");
+  // 1. The cluster.
+  Cluster cluster;
+  std::unique_ptr<CostModel> model;
+  std::string devices = a.devices.empty() ? cfg.devices : a.devices;
+  if (!a.cluster.empty()) {
+    if (fs::exists(a.cluster)) {
+      Diagnostics d;
+      cluster = read_cluster(a.cluster, d);
+      d.throw_if_any();
+    } else {
+      cluster = cluster_preset(a.cluster, {}, cli);
+    }
+    model = analytic_cost_model(cluster);
+  } else {
+    DeviceSpec spec;
+    std::string err;
+    if (!parse_devices(devices, &spec, &err)) throw UserError(cli, "--devices: " + err);
+    if (spec.kind != "cpu")
+      throw UserError(cli, "braid plan --devices takes cpu:N; plan GPUs with --cluster",
+                      "e.g. --cluster h200x8 or --cluster dgx-a100-80gb:4");
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::string pp = profile_path();
+    if (fs::exists(pp)) {
+      Diagnostics d;
+      std::ifstream in(pp);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      Profile prof = parse_profile(ss.str(), pp, d);
+      d.throw_if_any();
+      cluster = cluster_preset("cpu:" + std::to_string(spec.count), prof.cpu, cli);
+      model = calibrated_cost_model(cluster, prof);
+    } else {
+      cluster = cluster_preset("cpu:" + std::to_string(spec.count), fallback_cpu_figures(spec.count, cores), cli);
+      model = analytic_cost_model(cluster);
+    }
+  }
+  // 2. The forward graph, the pins of the run's plan file, the search.
+  graph::BuildOptions bo;
+  bo.with_backward = false;
+  bo.with_metrics = false;
+  graph::Graph g = graph::build_graph(cfg.model, cfg.train.batch, bo);
+  TrainSettings ts;
+  ts.batch = cfg.train.batch;
+  ts.optimizer_states = optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
+  Plan pins;
+  SearchOptions so;
+  if (cfg.parallel.plan != "auto" && !cfg.parallel.plan.empty()) {
+    Diagnostics d;
+    fs::path pp = fs::path(cfg.path).parent_path() / cfg.parallel.plan;
+    pins = read_plan(pp.string(), d);
+    d.throw_if_any();
+    so.pins = &pins;
+  }
+  SearchResult r = search(g, *model, ts, so);
+  if (!r.found)
+    throw UserError(cli, "no plan for " + a.path + " on " + std::to_string(cluster.devices()) + " devices: " + r.why_none,
+                    "more devices, a smaller micro-batch, or fewer pins");
+  // 3. The plan file, the DOT, the explanation.
+  std::string text = to_yaml(r.plan);
+  if (a.out.empty()) {
+    std::fputs(text.c_str(), out);
+  } else {
+    std::ofstream f(a.out);
+    if (!f || !(f << text)) throw UserError(cli, "cannot write '" + a.out + "'");
+  }
+  if (!a.dot.empty()) write_dot(r.plan, g, a.dot);
+  if (!a.explain) return 0;
+  const StepPrediction& p = r.prediction;
+  std::fprintf(out, "\nchosen: %s\n  predicted step %s, %.3g TFLOP/s per device, peak memory %s of %s, bound by %s\n",
+               shape(r.plan).c_str(), secs(p.step_time_s).c_str(), p.tflops_per_device, gib(p.peak_memory_bytes).c_str(),
+               gib(cluster.device.memory_bytes).c_str(), p.bound_by.c_str());
+  std::fprintf(out, "  busiest stage: compute %s, communication %s, bubble %s per step\n", secs(p.compute_s).c_str(),
+               secs(p.comm_s).c_str(), secs(p.bubble_s).c_str());
+  std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s\n", model->name().c_str(),
+               cluster.name.c_str(), cluster.devices(), r.stats.configs_searched, r.stats.configs, r.stats.seconds,
+               r.stats.capped ? " (a front hit its cap: the optimum may be missed)" : "");
+  PureStrategies pure = pure_strategies(g, *model, ts, so);
+  std::fprintf(out, "\npure strategies:\n");
+  for (auto [name, res] : {std::pair<const char*, const SearchResult*>{"all data parallel", &pure.data},
+                           {"all tensor parallel", &pure.tensor}, {"all pipeline", &pure.pipeline}}) {
+    if (res->found)
+      std::fprintf(out, "  %-20s %12s  (%+.1f%%)  %s\n", name, secs(res->prediction.step_time_s).c_str(),
+                   100 * (res->prediction.step_time_s / p.step_time_s - 1), shape(res->plan).c_str());
+    else
+      std::fprintf(out, "  %-20s %12s  %s\n", name, "-", res->why_none.c_str());
+  }
+  std::fprintf(out, "  %-20s %12s\n", "chosen", secs(p.step_time_s).c_str());
+  auto alts = layer_alternatives(r.plan, g, *model, ts);
+  if (!alts.empty()) std::fprintf(out, "\nlayers not replicated (choice, runner-up, step time if the runner-up were used):\n");
+  for (const auto& x : alts)
+    std::fprintf(out, "  %-24s %-16s %-16s %s\n", x.layer.c_str(), x.chosen.c_str(),
+                 x.runner_up.empty() ? "-" : x.runner_up.c_str(),
+                 x.runner_up.empty() ? "" : !x.runner_up_fits ? "does not fit in memory" : ("+" + secs(x.delta_s)).c_str());
+  return 0;
+}
+
+}  // namespace braid::cli

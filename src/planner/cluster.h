@@ -1,0 +1,65 @@
+// The cluster a plan runs on: one device kind (peak FLOP/s per dtype, memory, memory bandwidth) repeated
+// `devices_per_node` times in each of `nodes` nodes, with two levels of links (within a node, across nodes:
+// bandwidth and latency). Device ids count node-major: device d is on node d / devices_per_node.
+// Presets (cpu:N, h200x1, h200x8, dgx-a100-80gb:N) and the YAML form are documented, with the source of
+// every number, in docs/planner.md. Pure data and parsing: measuring a machine is exec/calibrate's job.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace braid::planner {
+
+struct DeviceKind {
+  std::string name = "cpu";
+  std::map<std::string, double> peak_flops;  // dtype name ("f32", "bf16", ...) -> FLOP/s of one device
+  double memory_bytes = 0;                   // usable memory of one device
+  double memory_bandwidth = 0;               // bytes/s of one device
+  // Peak FLOP/s for `t`: its entry, else f32's (integer ops count as f32).
+  double peak(DType t) const;
+};
+
+struct Link {
+  double bandwidth = 0;  // bytes/s one device can send (and receive) at once over this level
+  double latency = 0;    // seconds per message (alpha)
+};
+
+struct Cluster {
+  std::string name;
+  DeviceKind device;
+  int nodes = 1;
+  int devices_per_node = 1;
+  Link intra_node;  // between devices of one node
+  Link inter_node;  // between devices of different nodes (per device: its own NIC share)
+  SourceLoc loc;    // the file, when read from one
+  int devices() const { return nodes * devices_per_node; }
+  int node_of(int device) const { return device / devices_per_node; }
+};
+
+// Figures for a cpu:N preset: measured by `braid calibrate` (a profile), else the documented fallbacks.
+struct CpuFigures {
+  double peak_flops_f32 = 0;     // of one logical device (its share of the cores)
+  double memory_bandwidth = 0;   // of one logical device
+  double memory_bytes = 0;       // of one logical device
+  double link_bandwidth = 0;     // in-process collective bandwidth (bytes/s)
+  double link_latency = 0;       // in-process collective latency (s)
+};
+// The documented fallback figures for one of N logical CPU devices sharing `cores` cores (docs/planner.md).
+CpuFigures fallback_cpu_figures(int n, int cores);
+
+// Presets: "cpu:N" (figures as given), "h200x1", "h200x8", "dgx-a100-80gb" (one node) or
+// "dgx-a100-80gb:N" (N nodes). Unknown names throw UserError at `where`, listing the presets.
+Cluster cluster_preset(const std::string& name, const CpuFigures& cpu, const SourceLoc& where = {});
+std::vector<std::string> cluster_preset_names();
+bool is_cluster_preset(const std::string& name);
+
+// The cluster file (docs/planner.md, "Cluster file"). Every mistake goes to diags with file:line:col.
+Cluster parse_cluster(const std::string& text, const std::string& path, Diagnostics& diags);
+Cluster read_cluster(const std::string& path, Diagnostics& diags);
+// Writes a cluster file that parse_cluster reads back as the same cluster.
+std::string to_yaml(const Cluster& c);
+
+}  // namespace braid::planner

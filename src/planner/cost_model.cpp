@@ -1,0 +1,275 @@
+// The analytic, calibrated and fake cost models, alpha-beta collective times and the calibration profile's
+// YAML form. Formulas: docs/planner.md ("Cost model").
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "io/expr.h"
+#include "io/yaml_source.h"
+
+namespace braid::planner {
+
+std::string to_string(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::AllGather: return "all_gather";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+Group group_of(const Cluster& c, std::span<const int> devices) {
+  std::set<int> nodes;
+  for (int d : devices) nodes.insert(c.node_of(d));
+  return Group{static_cast<int>(devices.size()), std::max<int>(1, static_cast<int>(nodes.size()))};
+}
+
+double alpha_beta_time(Collective c, Algorithm a, double bytes, const Group& g, const Link& intra, const Link& inter) {
+  int n = g.size;
+  if (n <= 1 || bytes <= 0) return 0;
+  double bw = intra.bandwidth, alpha = intra.latency;
+  if (g.nodes > 1) {
+    double per_node = static_cast<double>(n) / g.nodes;
+    bw = std::min(intra.bandwidth, inter.bandwidth * per_node);
+    alpha = std::max(intra.latency, inter.latency);
+  }
+  double frac = static_cast<double>(n - 1) / n;
+  switch (c) {
+    case Collective::AllReduce:
+      if (a == Algorithm::Tree) return 2 * std::ceil(std::log2(n)) * alpha + 2 * bytes / bw;
+      return 2 * (n - 1) * alpha + 2 * frac * bytes / bw;
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+      return (n - 1) * alpha + frac * bytes / bw;
+  }
+  return 0;
+}
+
+std::string shape_class(double flops) { return flops < 1e6 ? "small" : flops < 1e9 ? "medium" : "large"; }
+
+namespace {
+
+ops::Cost op_cost(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                  std::span<const TensorDesc> out) {
+  return op.cost ? op.cost(attrs, in, out) : ops::default_cost(in, out);
+}
+
+class Analytic : public CostModel {
+ public:
+  Analytic(Cluster c, AnalyticFigures f) : c_(std::move(c)), f_(f) {}
+  std::string name() const override { return "analytic"; }
+  const Cluster& cluster() const override { return c_; }
+  double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                      std::span<const TensorDesc> out) const override {
+    ops::Cost k = op_cost(op, attrs, in, out);
+    DType t = out.empty() ? DType::f32 : out[0].dtype;
+    double peak = c_.device.peak(t) * efficiency(op.name, k.flops);
+    double compute = peak > 0 ? k.flops / peak : 0;
+    double bw = c_.device.memory_bandwidth * f_.memory_efficiency;
+    double memory = bw > 0 ? k.bytes / bw : 0;
+    return std::max(compute, memory) + f_.op_overhead_s;
+  }
+  double backward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                       std::span<const TensorDesc> out) const override {
+    return backward_ratio(op.name) * forward_time(op, attrs, in, out);
+  }
+  double collective_time(Collective c, double bytes, const Group& g) const override {
+    double ring = alpha_beta_time(c, Algorithm::Ring, bytes, g, c_.intra_node, c_.inter_node);
+    if (c != Collective::AllReduce) return ring;
+    return std::min(ring, alpha_beta_time(c, Algorithm::Tree, bytes, g, c_.intra_node, c_.inter_node));
+  }
+  double p2p_time(double bytes, bool cross_node) const override {
+    const Link& l = cross_node ? c_.inter_node : c_.intra_node;
+    return l.latency + (l.bandwidth > 0 ? bytes / l.bandwidth : 0);
+  }
+  double optimizer_time(double param_bytes, int states) const override {
+    // Reads parameter, gradient and states, writes parameter and states.
+    double bw = c_.device.memory_bandwidth * f_.memory_efficiency;
+    return bw > 0 ? param_bytes * (3.0 + 2.0 * states) / bw : 0;
+  }
+
+ protected:
+  virtual double efficiency(const std::string&, double) const { return f_.compute_efficiency; }
+  virtual double backward_ratio(const std::string&) const { return f_.backward_factor; }
+  Cluster c_;
+  AnalyticFigures f_;
+};
+
+class Calibrated : public Analytic {
+ public:
+  Calibrated(Cluster c, Profile p, AnalyticFigures f) : Analytic(std::move(c), f), p_(std::move(p)) {}
+  std::string name() const override { return "calibrated"; }
+  double collective_time(Collective c, double bytes, const Group& g) const override {
+    auto it = p_.collectives.find(to_string(c));
+    if (it == p_.collectives.end() || g.nodes > 1) return Analytic::collective_time(c, bytes, g);
+    if (g.size <= 1 || bytes <= 0) return 0;
+    // Measured as a ring on the in-process backend: steps x alpha + traffic per rank x beta.
+    int n = g.size;
+    double frac = static_cast<double>(n - 1) / n;
+    double steps = c == Collective::AllReduce ? 2.0 * (n - 1) : n - 1;
+    double traffic = (c == Collective::AllReduce ? 2 : 1) * frac * bytes;
+    return steps * it->second.first + traffic * it->second.second;
+  }
+
+ protected:
+  double efficiency(const std::string& op, double flops) const override {
+    auto it = p_.efficiency.find(op);
+    if (it == p_.efficiency.end()) return f_.compute_efficiency;
+    auto jt = it->second.find(shape_class(flops));
+    if (jt != it->second.end()) return jt->second;
+    // The nearest measured class.
+    double sum = 0;
+    for (const auto& [k, v] : it->second) sum += v;
+    return it->second.empty() ? f_.compute_efficiency : sum / static_cast<double>(it->second.size());
+  }
+  double backward_ratio(const std::string& op) const override {
+    auto it = p_.backward_ratio.find(op);
+    return it == p_.backward_ratio.end() ? f_.backward_factor : it->second;
+  }
+  Profile p_;
+};
+
+class Fake : public CostModel {
+ public:
+  Fake(Cluster c, FakeFigures f) : c_(std::move(c)), f_(f) {}
+  std::string name() const override { return "fake"; }
+  const Cluster& cluster() const override { return c_; }
+  double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                      std::span<const TensorDesc> out) const override {
+    return op_cost(op, attrs, in, out).flops / f_.flops_per_s;
+  }
+  double backward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                       std::span<const TensorDesc> out) const override {
+    return 2 * forward_time(op, attrs, in, out);
+  }
+  double collective_time(Collective c, double bytes, const Group& g) const override {
+    if (g.size <= 1 || bytes <= 0) return 0;
+    double frac = static_cast<double>(g.size - 1) / g.size;
+    return f_.latency + (c == Collective::AllReduce ? 2 : 1) * frac * bytes / f_.link_bandwidth;
+  }
+  double p2p_time(double bytes, bool) const override { return f_.latency + bytes / f_.p2p_bandwidth; }
+  double optimizer_time(double, int) const override { return 0; }
+
+ private:
+  Cluster c_;
+  FakeFigures f_;
+};
+
+}  // namespace
+
+std::unique_ptr<CostModel> analytic_cost_model(const Cluster& c, const AnalyticFigures& f) {
+  return std::make_unique<Analytic>(c, f);
+}
+std::unique_ptr<CostModel> calibrated_cost_model(const Cluster& c, const Profile& p, const AnalyticFigures& f) {
+  return std::make_unique<Calibrated>(c, p, f);
+}
+std::unique_ptr<CostModel> fake_cost_model(const Cluster& c, const FakeFigures& f) {
+  return std::make_unique<Fake>(c, f);
+}
+
+// ---- the profile's YAML form ----------------------------------------------------------------------------------
+namespace {
+
+std::string num(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string to_yaml(const Profile& p) {
+  std::string out = "# braid calibration profile: see docs/planner.md (written by braid calibrate)\n";
+  out += "machine: " + quoted(p.machine) + "\n";
+  out += "braid_version: " + quoted(p.braid_version) + "\n";
+  out += "devices: " + std::to_string(p.devices) + "\n";
+  out += "cpu: {peak_flops_f32: " + num(p.cpu.peak_flops_f32) + ", memory_bandwidth: " + num(p.cpu.memory_bandwidth) +
+         ", memory_bytes: " + num(p.cpu.memory_bytes) + ", link_bandwidth: " + num(p.cpu.link_bandwidth) +
+         ", link_latency: " + num(p.cpu.link_latency) + "}\n";
+  out += "efficiency:\n";
+  for (const auto& [op, m] : p.efficiency) {
+    out += "  " + op + ": {";
+    bool first = true;
+    for (const auto& [k, v] : m) out += std::string(first ? "" : ", ") + k + ": " + num(v), first = false;
+    out += "}\n";
+  }
+  out += "backward_ratio:\n";
+  for (const auto& [op, v] : p.backward_ratio) out += "  " + op + ": " + num(v) + "\n";
+  out += "collectives:\n";
+  for (const auto& [c, ab] : p.collectives)
+    out += "  " + c + ": {alpha: " + num(ab.first) + ", beta: " + num(ab.second) + "}\n";
+  return out;
+}
+
+Profile parse_profile(const std::string& text, const std::string& path, Diagnostics& diags) {
+  Profile p;
+  io::YNode root = io::parse_yaml(text, path, diags);
+  if (!root.is_map()) {
+    if (!root.is_null()) diags.error(root.loc, "a calibration profile is a mapping");
+    return p;
+  }
+  io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives"},
+                 "the calibration profile", diags);
+  auto str = [&](const char* k, std::string* dst) {
+    if (auto* n = root.get(k))
+      if (auto s = io::eval_string(*n, k, diags)) *dst = *s;
+  };
+  str("machine", &p.machine);
+  str("braid_version", &p.braid_version);
+  if (auto* n = root.get("devices"))
+    if (auto v = io::eval_int(*n, {}, "devices", diags)) p.devices = static_cast<int>(*v);
+  auto number = [&](const io::YNode& n, const std::string& what, double* dst) {
+    if (auto v = io::eval_float(n, {}, what, diags)) {
+      if (!std::isfinite(*v) || *v < 0) diags.error(n.loc, what + " must be a finite number >= 0");
+      else *dst = *v;
+    }
+  };
+  if (auto* c = root.get("cpu"); c && c->is_map()) {
+    io::check_keys(*c, {"peak_flops_f32", "memory_bandwidth", "memory_bytes", "link_bandwidth", "link_latency"},
+                   "cpu", diags);
+    std::pair<const char*, double*> fields[] = {{"peak_flops_f32", &p.cpu.peak_flops_f32},
+                                                {"memory_bandwidth", &p.cpu.memory_bandwidth},
+                                                {"memory_bytes", &p.cpu.memory_bytes},
+                                                {"link_bandwidth", &p.cpu.link_bandwidth},
+                                                {"link_latency", &p.cpu.link_latency}};
+    for (auto [k, dst] : fields) {
+      if (auto* n = c->get(k)) number(*n, std::string("cpu.") + k, dst);
+      else diags.error(c->loc, std::string("cpu needs '") + k + "'");
+    }
+  }
+  if (auto* e = root.get("efficiency"); e && e->is_map())
+    for (const auto& [k, v] : e->map) {
+      if (!v.is_map()) {
+        diags.error(v.loc, "efficiency." + k.scalar + " must map shape classes to fractions");
+        continue;
+      }
+      io::check_keys(v, {"small", "medium", "large"}, "efficiency." + k.scalar, diags);
+      for (const auto& [c, x] : v.map) number(x, "efficiency." + k.scalar + "." + c.scalar, &p.efficiency[k.scalar][c.scalar]);
+    }
+  if (auto* b = root.get("backward_ratio"); b && b->is_map())
+    for (const auto& [k, v] : b->map) number(v, "backward_ratio." + k.scalar, &p.backward_ratio[k.scalar]);
+  if (auto* c = root.get("collectives"); c && c->is_map())
+    for (const auto& [k, v] : c->map) {
+      io::check_keys(v, {"alpha", "beta"}, "collectives." + k.scalar, diags);
+      auto& ab = p.collectives[k.scalar];
+      if (auto* a = v.get("alpha")) number(*a, "collectives." + k.scalar + ".alpha", &ab.first);
+      if (auto* b = v.get("beta")) number(*b, "collectives." + k.scalar + ".beta", &ab.second);
+    }
+  return p;
+}
+
+}  // namespace braid::planner

@@ -1,0 +1,96 @@
+// The cost model interface the planner searches with, and its three implementations: analytic (roofline of
+// OpDef::cost on the cluster's peaks, alpha-beta collectives over the link hierarchy), calibrated (the same
+// with per-op efficiencies and per-collective alpha/beta measured by `braid calibrate`) and a fake with
+// plain linear figures for tests whose optimum is known. Formulas and sources: docs/planner.md.
+// Invariants: every time is finite and >= 0 for finite inputs; the same inputs give the same numbers.
+// Memory and pipeline formulas are not here: they follow from shapes and the plan (planner/evaluate.h).
+#pragma once
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ops/op_def.h"
+#include "planner/cluster.h"
+
+namespace braid::planner {
+
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll };
+enum class Algorithm { Ring, Tree };
+std::string to_string(Collective c);
+
+// A communication group: `size` devices spread evenly over `nodes` nodes (nodes = 1: within one node).
+struct Group {
+  int size = 1;
+  int nodes = 1;
+};
+// The group of these device ids on `c`.
+Group group_of(const Cluster& c, std::span<const int> devices);
+
+// alpha-beta time of one collective by one algorithm over the link hierarchy (docs/planner.md):
+// ring all-reduce 2(n-1) alpha + 2(n-1)/n bytes / bw, tree all-reduce 2 ceil(log2 n) alpha + 2 bytes / bw,
+// all-gather / reduce-scatter (n-1) alpha + (n-1)/n bytes / bw (bytes = the whole, gathered tensor),
+// all-to-all (n-1) alpha + (n-1)/n bytes / bw. bw = intra-node bandwidth within a node, else
+// min(intra, inter x devices of the group per node); alpha = the slower level's latency.
+double alpha_beta_time(Collective c, Algorithm a, double bytes, const Group& g, const Link& intra, const Link& inter);
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual std::string name() const = 0;
+  virtual const Cluster& cluster() const = 0;
+  // Seconds for one device to run the op forward / its gradient on these local (per-device) shapes.
+  virtual double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                              std::span<const TensorDesc> out) const = 0;
+  virtual double backward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                               std::span<const TensorDesc> out) const = 0;
+  // One collective over `bytes` (all-reduce, reduce-scatter: the whole tensor; all-gather: the gathered
+  // result) on group `g`; the fastest algorithm where several apply. 0 for a group of one.
+  virtual double collective_time(Collective c, double bytes, const Group& g) const = 0;
+  // One point-to-point message of `bytes` between two devices (cross_node: on different nodes).
+  virtual double p2p_time(double bytes, bool cross_node) const = 0;
+  // The optimizer's update of `param_bytes` of parameters holding `states` state tensors each.
+  virtual double optimizer_time(double param_bytes, int states) const = 0;
+};
+
+// Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
+struct Profile {
+  std::string machine;        // "<cpu model> x <cores> cores"
+  std::string braid_version;
+  int devices = 0;            // cpu:N it was measured on
+  CpuFigures cpu;             // peak / bandwidth figures of one logical device and the in-process links
+  // op name -> shape class ("small" | "medium" | "large", by forward FLOPs) -> achieved fraction of peak
+  std::map<std::string, std::map<std::string, double>> efficiency;
+  std::map<std::string, double> backward_ratio;  // op name -> backward time / forward time
+  // collective name -> {alpha (s per step), beta (s per byte)} on the in-process backend
+  std::map<std::string, std::pair<double, double>> collectives;
+};
+std::string shape_class(double flops);  // "small" < 1e6 <= "medium" < 1e9 <= "large"
+std::string to_yaml(const Profile& p);
+Profile parse_profile(const std::string& text, const std::string& path, Diagnostics& diags);
+
+// Roofline: max(flops / (peak x compute_efficiency), bytes / (bandwidth x memory_efficiency)) + overhead
+// per op; backward = backward_factor x forward. The figures are documented defaults (docs/planner.md).
+struct AnalyticFigures {
+  double compute_efficiency = 0.5;
+  double memory_efficiency = 0.7;
+  double op_overhead_s = 5e-6;
+  double backward_factor = 2.0;
+};
+std::unique_ptr<CostModel> analytic_cost_model(const Cluster& c, const AnalyticFigures& f = {});
+// The analytic model with the profile's measured efficiency per (op, shape class), backward ratio per op
+// and alpha/beta per collective (ring); figures the profile lacks fall back to the analytic ones.
+std::unique_ptr<CostModel> calibrated_cost_model(const Cluster& c, const Profile& p, const AnalyticFigures& f = {});
+
+// For tests: compute = flops / flops_per_s (backward 2x), no memory term; every collective on group n:
+// (n-1)/n x bytes / link_bandwidth (all-reduce twice that) + latency; p2p = latency + bytes / p2p_bandwidth;
+// optimizer time 0.
+struct FakeFigures {
+  double flops_per_s = 1e9;
+  double link_bandwidth = 1e9;
+  double p2p_bandwidth = 1e9;
+  double latency = 0;
+};
+std::unique_ptr<CostModel> fake_cost_model(const Cluster& c, const FakeFigures& f);
+
+}  // namespace braid::planner

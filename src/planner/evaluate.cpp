@@ -1,0 +1,221 @@
+// predict(): a complete plan's step time and memory (docs/planner.md, "Cost model"), stage by stage.
+#include "planner/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "planner/layer_cost.h"
+
+namespace braid::planner {
+
+int optimizer_states(const std::string& type, double momentum) {
+  if (type == "adamw" || type == "adam") return 2;
+  return momentum != 0 ? 1 : 0;
+}
+
+int in_flight(const std::string& schedule, int k, int p, int v, int64_t m) {
+  if (schedule == "gpipe") return static_cast<int>(m);
+  if (schedule == "interleaved" && v > 1) {
+    // Megatron's interleaved 1F1B: device d runs (p - d - 1) * 2 + (v - 1) * p warm-up forwards, then one
+    // more, across its v chunks; each chunk holds its share.
+    int d = k % p;
+    int64_t forwards = std::min<int64_t>(m * v, static_cast<int64_t>(p - d - 1) * 2 + static_cast<int64_t>(v - 1) * p + 1);
+    return static_cast<int>((forwards + v - 1) / v);
+  }
+  return static_cast<int>(std::min<int64_t>(m, p - k));
+}
+
+void dp_sync(const CostModel& m, const Group& g, double param_bytes, double backward_s, double bucket_bytes,
+             double* total, double* exposed) {
+  *total = *exposed = 0;
+  if (g.size <= 1 || param_bytes <= 0) return;
+  double buckets = std::ceil(param_bytes / bucket_bytes);
+  double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
+  double last = m.collective_time(Collective::AllReduce, last_bytes, g);
+  *total = (buckets - 1) * m.collective_time(Collective::AllReduce, bucket_bytes, g) + last;
+  *exposed = std::max(*total - backward_s, last);
+}
+
+double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {
+  return (static_cast<double>(m) * v - 1) * max_t + sum_t / v + max_tail;
+}
+
+namespace {
+
+struct StageShape {
+  int dp = 1, tp = 1;
+  Group tensor_group, dp_group;
+};
+
+StageShape stage_shape(const StagePlan& st, const Cluster& c) {
+  StageShape s;
+  s.dp = st.mesh.empty() ? 1 : static_cast<int>(st.mesh[0]);
+  s.tp = static_cast<int>(st.devices.size()) / std::max(1, s.dp);
+  std::vector<int> tg(st.devices.begin(), st.devices.begin() + std::min<size_t>(st.devices.size(), static_cast<size_t>(s.tp)));
+  std::vector<int> dg;
+  for (int r = 0; r < s.dp; ++r) dg.push_back(st.devices[static_cast<size_t>(r * s.tp)]);
+  s.tensor_group = group_of(c, tg);
+  s.dp_group = group_of(c, dg);
+  return s;
+}
+
+}  // namespace
+
+StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostModel& model, const TrainSettings& ts) {
+  Plan plan = plan_in;
+  add_default_layers(plan, g);
+  const Summary& sum = plan.summary;
+  const Cluster& cl = model.cluster();
+  std::map<std::string, const LayerPlan*> entry;
+  for (const auto& l : plan.layers) entry.emplace(l.layer, &l);
+  auto fwd = forward_layers(g);
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]->layer] = static_cast<int>(i);
+
+  StepPrediction r;
+  const int nst = static_cast<int>(plan.stages.size());
+  const int v = std::max(1, sum.virtual_stages);
+  const int p = std::max(1, nst / v);
+  r.memory_limit_bytes = cl.device.memory_bytes / v;
+  // Stage of every layer, and the first layer of every stage.
+  std::vector<int> stage_of(fwd.size(), -1), first(static_cast<size_t>(nst) + 1, static_cast<int>(fwd.size()));
+  for (int s = 0; s < nst; ++s) {
+    int a = index.at(plan.stages[static_cast<size_t>(s)].first_layer), b = index.at(plan.stages[static_cast<size_t>(s)].last_layer);
+    first[static_cast<size_t>(s)] = a;
+    for (int i = a; i <= b; ++i) stage_of[static_cast<size_t>(i)] = s;
+  }
+  std::map<std::pair<int, std::pair<int, int>>, std::unique_ptr<LayerCosts>> costs;
+  auto costs_for = [&](const StageShape& sh) -> const LayerCosts& {
+    auto key = std::make_pair(sh.tp, std::make_pair(sh.tensor_group.size, sh.tensor_group.nodes));
+    auto& c = costs[key];
+    if (!c) c = std::make_unique<LayerCosts>(g, model, sum.micro_batch, sh.tp, sh.tensor_group);
+    return *c;
+  };
+  // Bytes crossing the cut before layer `at` (values made before it and used at or after it), layout B.
+  auto cut_bytes = [&](const LayerCosts& lc, int at) {
+    double bytes = 0;
+    if (at <= 0 || at >= static_cast<int>(fwd.size())) return bytes;
+    for (int i = 0; i < at; ++i)
+      for (ValueId out : fwd[static_cast<size_t>(i)]->outputs) {
+        bool used = false;
+        for (NodeId c : g.value(out).consumers) used |= lc.layer_of(c) >= at;
+        if (used) bytes += lc.value_bytes(out);
+      }
+    return bytes;
+  };
+
+  double max_t = 0, sum_t = 0, max_tail = 0, model_flops = 0;
+  size_t busiest = 0;
+  std::vector<double> device_memory(static_cast<size_t>(p), 0);
+  for (int s = 0; s < nst; ++s) {
+    const StagePlan& st = plan.stages[static_cast<size_t>(s)];
+    StageShape sh = stage_shape(st, cl);
+    const LayerCosts& lc = costs_for(sh);
+    StagePrediction sp;
+    int a = first[static_cast<size_t>(s)], b = first[static_cast<size_t>(s) + 1];
+    std::map<ValueId, Layout> layout;
+    double buf = 0, tp_comm = 0;
+    for (int i = a; i < b; ++i) {
+      const graph::Node& n = *fwd[static_cast<size_t>(i)];
+      const LayerPlan* lp = entry.at(n.layer);
+      int k = lc.find(i, lp->signature, lp->tensor_parallel);
+      if (k < 0)
+        throw UserError(lp->loc, "layer '" + n.layer + "' (" + n.op->name + ") has no option '" + lp->signature +
+                                     "' with tensor_parallel " + std::to_string(lp->tensor_parallel) + " in stage " +
+                                     std::to_string(s));
+      const LayerOption& o = lc.options(i)[static_cast<size_t>(k)];
+      for (int q = 0; q < n.num_data_inputs; ++q) {
+        ValueId in = n.inputs[static_cast<size_t>(q)];
+        auto it = layout.find(in);
+        Reshard rs = lc.reshard(in, it == layout.end() ? kLayoutB : it->second, o.in[static_cast<size_t>(q)]);
+        sp.forward_s += rs.forward_s;
+        sp.backward_s += rs.backward_s;
+        tp_comm += rs.forward_s + rs.backward_s;
+        buf = std::max(buf, rs.buffer_bytes);
+      }
+      for (size_t q = 0; q < n.outputs.size(); ++q) layout[n.outputs[q]] = o.out[q];
+      sp.forward_s += o.forward_s;
+      sp.backward_s += o.backward_s;
+      sp.compute_s += o.forward_s + o.backward_s - o.grad_sync_s;
+      tp_comm += o.grad_sync_s;
+      sp.param_bytes += o.param_bytes;
+      sp.act_bytes += o.act_bytes;
+      sp.flops += o.flops;
+      buf = std::max(buf, o.workspace_bytes);
+      sp.memory_bytes += o.buffer_bytes;
+      model_flops += lc.options(i)[0].flops;
+    }
+    // Values leaving the stage are sent whole (B); the stage reshards them first.
+    for (int i = a; i < b; ++i)
+      for (ValueId out : fwd[static_cast<size_t>(i)]->outputs) {
+        bool leaves = false;
+        for (NodeId c : g.value(out).consumers) leaves |= lc.layer_of(c) >= b;
+        if (!leaves) continue;
+        Reshard rs = lc.reshard(out, layout.at(out), kLayoutB);
+        sp.forward_s += rs.forward_s;
+        sp.backward_s += rs.backward_s;
+        tp_comm += rs.forward_s + rs.backward_s;
+        buf = std::max(buf, rs.buffer_bytes);
+      }
+    // Point to point: activations to the next stage, gradients to the previous one.
+    double in_bytes = s > 0 ? cut_bytes(lc, a) : 0, out_bytes = s + 1 < nst ? cut_bytes(lc, b) : 0;
+    if (s + 1 < nst && out_bytes > 0) {
+      const StagePlan& nx = plan.stages[static_cast<size_t>(s) + 1];
+      double t = model.p2p_time(out_bytes, cl.node_of(st.devices[0]) != cl.node_of(nx.devices[0]));
+      sp.forward_s += t;
+      tp_comm += t;
+    }
+    if (s > 0 && in_bytes > 0) {
+      const StagePlan& pv = plan.stages[static_cast<size_t>(s) - 1];
+      double t = model.p2p_time(in_bytes, cl.node_of(st.devices[0]) != cl.node_of(pv.devices[0]));
+      sp.backward_s += t;
+      tp_comm += t;
+    }
+    sp.comm_s = tp_comm;
+    sp.act_bytes += in_bytes;
+    dp_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, &sp.dp_sync_s, &sp.dp_exposed_s);
+    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states);
+    sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
+    sp.memory_bytes += sp.param_bytes * (2 + ts.optimizer_states) + sp.in_flight * sp.act_bytes + buf;
+    r.fits &= sp.memory_bytes <= r.memory_limit_bytes;
+    device_memory[static_cast<size_t>(s % p)] += sp.memory_bytes;
+    if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);
+    sum_t += sp.time();
+    max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s);
+    r.stages.push_back(sp);
+  }
+  r.step_time_s = pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v);
+  for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
+  if (!r.stages.empty()) {
+    const StagePrediction& b = r.stages[busiest];
+    double mv = static_cast<double>(sum.micro_batches) * v;
+    r.compute_s = mv * b.compute_s;
+    r.comm_s = mv * b.comm_s + max_tail;
+    r.bubble_s = std::max(0.0, r.step_time_s - r.compute_s - r.comm_s);
+    r.bound_by = !r.fits ? "memory"
+                 : r.compute_s >= r.comm_s && r.compute_s >= r.bubble_s ? "compute"
+                 : r.comm_s >= r.bubble_s ? "communication"
+                                          : "bubble";
+  }
+  int devices = std::max(1, sum.devices);
+  // model_flops: forward FLOPs of one micro-batch through every layer; dp x m of them per step.
+  double micro_batches = static_cast<double>(sum.data_parallel) * sum.micro_batches;
+  if (r.step_time_s > 0) r.tflops_per_device = 3 * model_flops * micro_batches / r.step_time_s / devices / 1e12;
+  return r;
+}
+
+double predict_step_time(const Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& s) {
+  return predict(plan, g, model, s).step_time_s;
+}
+
+void fill_predictions(Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& s) {
+  StepPrediction r = predict(plan, g, model, s);
+  plan.summary.predicted.step_time_s = r.step_time_s;
+  plan.summary.predicted.tflops_per_device = r.tflops_per_device;
+  plan.summary.predicted.peak_memory_gb = r.peak_memory_bytes / 1e9;
+  plan.summary.predicted.bound_by = r.bound_by;
+}
+
+}  // namespace braid::planner

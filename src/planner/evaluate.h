@@ -1,0 +1,67 @@
+// Predicting a plan's step time, per stage, and its memory per device from a cost model: the formulas the
+// search minimises (docs/planner.md, "Cost model"), computed directly from a complete plan. The trainer and
+// bench call predict_step_time to set predictions beside measurements.
+// Invariant: for every plan the search returns, predict() gives the time the search reported for it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "planner/cost_model.h"
+#include "planner/plan.h"
+
+namespace braid::planner {
+
+struct TrainSettings {
+  int64_t batch = 1;                      // the run's global batch per optimizer step
+  int optimizer_states = 2;               // AdamW 2 (m, v), SGD with momentum 1, plain SGD 0
+  double bucket_bytes = 25.0 * (1 << 20); // data-parallel gradient all-reduce bucket (PyTorch DDP's 25 MiB)
+};
+// optimizer_states for an optimizer named as in run files ("adamw", "sgd") with this momentum.
+int optimizer_states(const std::string& type, double momentum);
+
+struct StagePrediction {
+  double forward_s = 0;      // one micro-batch: compute + tensor-group collectives + sending activations on
+  double backward_s = 0;     // one micro-batch: compute + collectives + sending input gradients back
+  double compute_s = 0;      // forward + backward compute of one micro-batch (no communication)
+  double comm_s = 0;         // tensor-group collectives and point-to-point of one micro-batch
+  double dp_sync_s = 0;      // data-parallel gradient all-reduce, all buckets
+  double dp_exposed_s = 0;   // its part not hidden behind the last micro-batch's backward
+  double optimizer_s = 0;
+  double param_bytes = 0;    // trainable parameters per device
+  double act_bytes = 0;      // activations kept per micro-batch per device
+  double memory_bytes = 0;   // peak per device: params, grads, optimizer state, activations x in flight, buffers
+  int in_flight = 0;         // micro-batches whose activations are held at once
+  double flops = 0;          // forward FLOPs of one micro-batch on one device
+  double time() const { return forward_s + backward_s; }
+};
+
+struct StepPrediction {
+  double step_time_s = 0;
+  std::vector<StagePrediction> stages;  // in plan order (virtual stages included)
+  double memory_limit_bytes = 0;        // per model chunk: the device's memory / virtual_stages
+  bool fits = true;                     // every stage within memory_limit_bytes
+  double peak_memory_bytes = 0;         // the most any device holds (its chunks together)
+  double bubble_s = 0, compute_s = 0, comm_s = 0;  // shares of the step on its busiest stage
+  std::string bound_by;                 // compute | communication | bubble | memory
+  double tflops_per_device = 0;         // model FLOPs (forward + backward = 3x forward) per second per device
+};
+
+// Predicts `plan` (complete: run validate_plan first) for the graph it runs. Throws UserError when a layer's
+// signature is not offered.
+StepPrediction predict(const Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& s);
+double predict_step_time(const Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& s);
+// The plan with summary.predicted and every layer's predicted time and memory filled in.
+void fill_predictions(Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& s);
+
+// Pieces shared with the search (same formulas, same order of additions).
+// Activation micro-batches held at once by (virtual) stage `k` of `stages`, on `p` device groups.
+int in_flight(const std::string& schedule, int k, int p, int virtual_stages, int64_t micro_batches);
+// Exposed data-parallel sync (all-reduce of param_bytes in buckets behind a backward of backward_s) and the
+// total sync time.
+void dp_sync(const CostModel& m, const Group& dp_group, double param_bytes, double backward_s, double bucket_bytes,
+             double* total, double* exposed);
+// (m v - 1) max T + (1/v) sum T + max tail.
+double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
+
+}  // namespace braid::planner

@@ -1,0 +1,169 @@
+// Layer options and reshard costs (planner/layer_cost.h). The reshard table follows lowering:
+// B->S slice (backward: all-gather of the gradient), S->B all-gather (backward: nothing), P->B all-reduce
+// (backward: nothing), P->S reduce-scatter (backward: all-gather), S(a)->S(b) all-gather then slice (backward:
+// all-gather), anything else -> P is not offered by lowering (infeasible).
+#include "planner/layer_cost.h"
+
+#include <algorithm>
+
+#include "planner/plan.h"
+
+namespace braid::planner {
+
+std::string layout_str(Layout l) {
+  if (l == kLayoutB) return "B";
+  if (l == kLayoutP) return "P";
+  return "S(" + std::to_string(l) + ")";
+}
+
+bool LayerOption::all_b() const {
+  for (Layout l : in)
+    if (l != kLayoutB) return false;
+  for (Layout l : out)
+    if (l != kLayoutB) return false;
+  return true;
+}
+
+LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group)
+    : g_(g), model_(model), b_(micro_batch), tp_(tp), group_(tensor_group) {
+  fwd_ = forward_layers(g);
+  layer_of_node_.assign(g.nodes().size(), -1);
+  for (size_t i = 0; i < fwd_.size(); ++i) layer_of_node_[fwd_[i]->id.idx()] = static_cast<int>(i);
+  options_.resize(fwd_.size());
+  for (size_t i = 0; i < fwd_.size(); ++i) {
+    const graph::Node& n = *fwd_[i];
+    options_[i].push_back(make_option(n, nullptr, 1));
+    if (tp <= 1) continue;
+    std::vector<TensorDesc> in, out;
+    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    std::vector<ops::SplitSignature> sigs;
+    try {
+      sigs = n.op->splits ? n.op->splits(n.attrs, in, out) : ops::all_broadcast(in, out);
+    } catch (const ops::OpError&) {
+      continue;
+    }
+    for (const auto& s : sigs) {
+      if (s.name == "replicated" || s.inputs.size() != n.inputs.size() || s.outputs.size() != n.outputs.size()) continue;
+      // Every S(axis) divides evenly into tp parts (the batch axis counts micro_batch samples).
+      bool even = true;
+      auto check = [&](ValueId v, const ops::Sbp& sbp) {
+        if (sbp.kind != ops::Sbp::Kind::Split) return;
+        const graph::Value& val = g.value(v);
+        int axis = val.desc.shape.norm_axis(sbp.axis);
+        if (axis < 0 || axis >= val.desc.shape.rank()) {
+          even = false;
+          return;
+        }
+        bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
+        int64_t size = batched && axis == 0 ? b_ : val.desc.shape[axis];
+        even &= size % tp == 0;
+      };
+      for (size_t k = 0; k < s.inputs.size(); ++k) check(n.inputs[k], s.inputs[k]);
+      for (size_t k = 0; k < s.outputs.size(); ++k) check(n.outputs[k], s.outputs[k]);
+      if (even) options_[i].push_back(make_option(n, &s, tp));
+    }
+  }
+}
+
+int LayerCosts::layer_of(NodeId n) const {
+  return n.valid() && n.idx() < layer_of_node_.size() ? layer_of_node_[n.idx()] : -1;
+}
+
+int LayerCosts::find(int layer, const std::string& signature, int tensor_parallel) const {
+  const auto& opts = options(layer);
+  for (size_t k = 0; k < opts.size(); ++k)
+    if (opts[k].signature == signature && (opts[k].tensor_parallel == tensor_parallel || (tp_ == 1 && tensor_parallel == 1)))
+      return static_cast<int>(k);
+  return -1;
+}
+
+TensorDesc LayerCosts::local_desc(ValueId v, Layout l, int tp) const {
+  const graph::Value& val = g_.value(v);
+  TensorDesc d = val.desc;
+  bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
+  if (batched && d.shape.rank() > 0) d.shape[0] = b_;
+  if (l >= 0 && l < d.shape.rank() && tp > 1) d.shape[l] = std::max<int64_t>(1, d.shape[l] / tp);
+  return d;
+}
+
+double LayerCosts::value_bytes(ValueId v) const { return static_cast<double>(local_desc(v, kLayoutB, 1).bytes()); }
+
+bool LayerCosts::needs_grad(const graph::Node& n, int input) const {
+  const graph::Value& v = g_.value(n.inputs[static_cast<size_t>(input)]);
+  if (v.kind == graph::ValueKind::Param) {
+    const graph::ParamInfo* p = g_.find_param(v.name);
+    return p && !p->spec.buffer && is_float(v.desc.dtype);
+  }
+  if (v.kind != graph::ValueKind::Activation || !n.op->differentiable || !is_float(v.desc.dtype)) return false;
+  return std::find(n.op->nondiff_inputs.begin(), n.op->nondiff_inputs.end(), input) == n.op->nondiff_inputs.end();
+}
+
+LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignature* sig, int tp) const {
+  LayerOption o;
+  o.signature = sig ? sig->name : "replicated";
+  o.tensor_parallel = tp;
+  auto to_layout = [&](ValueId v, const ops::Sbp& s) -> Layout {
+    if (s.kind == ops::Sbp::Kind::Broadcast) return kLayoutB;
+    if (s.kind == ops::Sbp::Kind::Partial) return kLayoutP;
+    return g_.value(v).desc.shape.norm_axis(s.axis);
+  };
+  std::vector<TensorDesc> in, out;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    o.in.push_back(sig ? to_layout(n.inputs[k], sig->inputs[k]) : kLayoutB);
+    in.push_back(local_desc(n.inputs[k], o.in.back(), tp));
+  }
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    o.out.push_back(sig ? to_layout(n.outputs[k], sig->outputs[k]) : kLayoutB);
+    out.push_back(local_desc(n.outputs[k], o.out.back(), tp));
+    o.act_bytes += static_cast<double>(out.back().bytes());
+  }
+  o.forward_s = model_.forward_time(*n.op, n.attrs, in, out);
+  if (n.op->differentiable) o.backward_s = model_.backward_time(*n.op, n.attrs, in, out);
+  o.flops = n.op->cost ? n.op->cost(n.attrs, in, out).flops : ops::default_cost(in, out).flops;
+  if (n.op->workspace) o.workspace_bytes = static_cast<double>(n.op->workspace(n.attrs, in, out));
+  bool all_b = o.all_b();
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const graph::Value& v = g_.value(n.inputs[k]);
+    if (v.kind == graph::ValueKind::Param) {
+      const graph::ParamInfo* p = g_.find_param(v.name);
+      if (p && !p->spec.buffer) o.param_bytes += static_cast<double>(in[k].bytes());
+      else o.buffer_bytes += static_cast<double>(in[k].bytes());
+    }
+    if (!all_b && o.in[k] == kLayoutB && needs_grad(n, static_cast<int>(k)))
+      o.grad_sync_s += model_.collective_time(Collective::AllReduce, static_cast<double>(in[k].bytes()), group_);
+  }
+  o.backward_s += o.grad_sync_s;
+  return o;
+}
+
+Reshard LayerCosts::reshard(ValueId v, Layout from, Layout to) const {
+  Reshard r;
+  if (from == to || tp_ <= 1) return r;
+  double bytes = value_bytes(v);
+  auto coll = [&](Collective c) { return model_.collective_time(c, bytes, group_); };
+  if (to == kLayoutP) {
+    r.forward_s = r.backward_s = kInfeasible;
+    return r;
+  }
+  r.buffer_bytes = bytes;
+  if (from == kLayoutB) {  // to S: slice
+    r.buffer_bytes = bytes / tp_;
+    r.backward_s = coll(Collective::AllGather);
+  } else if (from == kLayoutP) {
+    if (to == kLayoutB) {
+      r.forward_s = coll(Collective::AllReduce);
+    } else {
+      r.forward_s = coll(Collective::ReduceScatter);
+      r.backward_s = coll(Collective::AllGather);
+    }
+  } else if (to == kLayoutB) {  // S -> B
+    r.forward_s = coll(Collective::AllGather);
+  } else {  // S(a) -> S(b)
+    r.forward_s = coll(Collective::AllGather);
+    r.backward_s = coll(Collective::AllGather);
+  }
+  return r;
+}
+
+}  // namespace braid::planner

@@ -1,0 +1,81 @@
+// The cost of one forward layer under one choice (split signature x tensor_parallel) inside a stage, and of
+// the reshards between a producer's layout and a consumer's, exactly as lowering runs a plan: every value is
+// B, S(axis) or P over the stage's tensor group; a layer with tensor_parallel 1 computes replicated (all B).
+// Shared by the evaluator (planner/evaluate.h) and the search, so that what the search minimises is what
+// predict() reports. Pure: shapes and the cost model in, seconds and bytes out.
+#pragma once
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "planner/cost_model.h"
+
+namespace braid::planner {
+
+// A value's layout over a tensor group: B, P, or S(axis) with axis >= 0 (normalised).
+using Layout = int;
+constexpr Layout kLayoutB = -2;
+constexpr Layout kLayoutP = -1;
+std::string layout_str(Layout l);  // "B", "P", "S(1)"
+constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+
+struct LayerOption {
+  std::string signature = "replicated";
+  int tensor_parallel = 1;
+  std::vector<Layout> in;    // per node input (data inputs, then parameters)
+  std::vector<Layout> out;   // per node output
+  double forward_s = 0;      // compute of one micro-batch on one device
+  double backward_s = 0;     // compute, plus all-reduce of the gradient of every B input (Megatron's f)
+  double grad_sync_s = 0;    // that all-reduce alone (included in backward_s)
+  double param_bytes = 0;    // trainable parameters on one device
+  double buffer_bytes = 0;   // non-trained state on one device
+  double act_bytes = 0;      // outputs kept for backward, one micro-batch, one device
+  double workspace_bytes = 0;
+  double flops = 0;          // forward FLOPs on one device (for reports)
+  bool all_b() const;
+};
+
+struct Reshard {
+  double forward_s = 0, backward_s = 0;
+  double buffer_bytes = 0;  // the largest temporary it needs on one device
+  bool feasible() const { return forward_s != kInfeasible; }
+};
+
+// Every forward layer's options and every value's reshard cost for one stage shape: micro-batch `b` samples
+// per replica, a tensor group of `tp` devices laid out as `tensor_group`. Options of a layer: "replicated"
+// with tensor_parallel 1, then (tp > 1) each signature its op offers whose splits divide evenly into tp,
+// with tensor_parallel tp, in the op's order.
+class LayerCosts {
+ public:
+  LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group);
+  const graph::Graph& graph() const { return g_; }
+  int layers() const { return static_cast<int>(fwd_.size()); }
+  const graph::Node& node(int layer) const { return *fwd_[static_cast<size_t>(layer)]; }
+  int layer_of(NodeId n) const;  // forward layer index of a node; -1 for none
+  const std::vector<LayerOption>& options(int layer) const { return options_[static_cast<size_t>(layer)]; }
+  // The option index of (signature, tensor_parallel) at `layer`, or -1.
+  int find(int layer, const std::string& signature, int tensor_parallel) const;
+  // Bytes of `v` whole (layout B) for one micro-batch of one replica.
+  double value_bytes(ValueId v) const;
+  Reshard reshard(ValueId v, Layout from, Layout to) const;
+  int tp() const { return tp_; }
+  int64_t micro_batch() const { return b_; }
+  const CostModel& model() const { return model_; }
+  // True when a gradient flows into this input of the layer's node (trainable parameter, float activation).
+  bool needs_grad(const graph::Node& n, int input) const;
+
+ private:
+  LayerOption make_option(const graph::Node& n, const ops::SplitSignature* sig, int tp) const;
+  TensorDesc local_desc(ValueId v, Layout l, int tp) const;
+  const graph::Graph& g_;
+  const CostModel& model_;
+  int64_t b_;
+  int tp_;
+  Group group_;
+  std::vector<const graph::Node*> fwd_;
+  std::vector<int> layer_of_node_;
+  std::vector<std::vector<LayerOption>> options_;
+};
+
+}  // namespace braid::planner

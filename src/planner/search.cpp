@@ -1,0 +1,604 @@
+// The planner's search (planner/search.h): configurations, the layer DP per stage interval, the cut DP.
+#include "planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "planner/layer_cost.h"
+
+namespace braid::planner {
+namespace {
+
+// ---- units: one layer, or one instance of a repeated block ----------------------------------------------------
+// "h.3.fc" -> "h.3." (the block instance prefix), "" when the name has no numeric component.
+std::string instance_prefix(const std::string& name) {
+  size_t pos = 0;
+  while ((pos = name.find('.', pos)) != std::string::npos) {
+    size_t end = name.find('.', pos + 1);
+    if (end == std::string::npos) break;
+    std::string mid = name.substr(pos + 1, end - pos - 1);
+    if (!mid.empty() && std::all_of(mid.begin(), mid.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return name.substr(0, end + 1);
+    pos = end;
+  }
+  return "";
+}
+
+// Unit boundaries (forward layer indices, 0 first, layers last); a cut required by a pin is always one.
+std::vector<int> unit_bounds(const std::vector<const graph::Node*>& fwd, const std::set<int>& forced) {
+  std::vector<int> b{0};
+  for (size_t i = 1; i < fwd.size(); ++i) {
+    std::string a = instance_prefix(fwd[i - 1]->layer), c = instance_prefix(fwd[i]->layer);
+    if (a.empty() || a != c || forced.count(static_cast<int>(i))) b.push_back(static_cast<int>(i));
+  }
+  b.push_back(static_cast<int>(fwd.size()));
+  return b;
+}
+
+// ---- Pareto fronts ------------------------------------------------------------------------------------------
+struct Choice {
+  int layer, option;
+  std::shared_ptr<const Choice> prev;
+};
+using ChoicePtr = std::shared_ptr<const Choice>;
+
+struct Entry {
+  double t = 0;        // forward + backward of one micro-batch (compute, tensor-group collectives)
+  double tb = 0;       // its backward part
+  double p = 0;        // trainable parameter bytes
+  double a = 0;        // activation bytes per micro-batch
+  double buf = 0;      // largest temporary
+  double buffers = 0;  // non-trained state bytes
+  ChoicePtr ch;
+};
+
+bool dominates(const Entry& x, const Entry& y) {
+  return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers;
+}
+
+// Adds e to the front unless dominated; drops what e dominates; keeps at most `cap` (least t first).
+void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
+  for (const Entry& f : front)
+    if (dominates(f, e)) return;
+  front.erase(std::remove_if(front.begin(), front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
+  auto at = std::upper_bound(front.begin(), front.end(), e, [](const Entry& a, const Entry& b) { return a.t < b.t; });
+  front.insert(at, std::move(e));
+  if (static_cast<int>(front.size()) > cap) {
+    front.resize(static_cast<size_t>(cap));
+    *capped = true;
+  }
+}
+
+using State = std::vector<std::pair<int, int>>;  // (value id, layout), sorted by value id
+using Front = std::map<State, std::vector<Entry>>;
+
+// ---- the stage intervals of one (micro-batch, tensor group) ---------------------------------------------------
+class Intervals {
+ public:
+  Intervals(const LayerCosts& lc, const std::vector<int>& bounds, const std::vector<int>& last_use,
+            const std::map<int, std::vector<int>>& allowed, int cap)
+      : lc_(lc), bounds_(bounds), last_use_(last_use), allowed_(allowed), cap_(cap) {
+    int u = static_cast<int>(bounds.size()) - 1;
+    closed_.assign(static_cast<size_t>(u), std::vector<std::vector<Entry>>(static_cast<size_t>(u) + 1));
+    for (int i = 0; i < u; ++i) {
+      Front f;
+      f[State{}].push_back(Entry{});
+      for (int j = i + 1; j <= u; ++j) {
+        for (int l = bounds[static_cast<size_t>(j) - 1]; l < bounds[static_cast<size_t>(j)]; ++l) f = step(f, l);
+        closed_[static_cast<size_t>(i)][static_cast<size_t>(j)] = close(f);
+      }
+    }
+  }
+  const std::vector<Entry>& closed(int i, int j) const { return closed_[static_cast<size_t>(i)][static_cast<size_t>(j)]; }
+  bool capped = false;
+
+ private:
+  Front step(const Front& in, int l) {
+    Front out;
+    const graph::Node& n = lc_.node(l);
+    const auto& opts = lc_.options(l);
+    auto al = allowed_.find(l);
+    for (const auto& [state, entries] : in) {
+      auto layout_of = [&](ValueId v) {
+        for (const auto& [id, lay] : state)
+          if (id == v.v) return lay;
+        return kLayoutB;
+      };
+      for (size_t k = 0; k < opts.size(); ++k) {
+        if (al != allowed_.end() && std::find(al->second.begin(), al->second.end(), static_cast<int>(k)) == al->second.end())
+          continue;
+        const LayerOption& o = opts[k];
+        double f = 0, b = 0, buf = o.workspace_bytes;
+        bool ok = true;
+        for (int q = 0; q < n.num_data_inputs && ok; ++q) {
+          ValueId v = n.inputs[static_cast<size_t>(q)];
+          Reshard rs = lc_.reshard(v, layout_of(v), o.in[static_cast<size_t>(q)]);
+          ok = rs.feasible();
+          f += rs.forward_s;
+          b += rs.backward_s;
+          buf = std::max(buf, rs.buffer_bytes);
+        }
+        if (!ok) continue;
+        State ns;
+        for (const auto& sv : state)
+          if (last_use_[static_cast<size_t>(sv.first)] > l) ns.push_back(sv);
+        for (size_t q = 0; q < n.outputs.size(); ++q)
+          if (last_use_[n.outputs[q].idx()] > l) ns.emplace_back(n.outputs[q].v, o.out[q]);
+        std::sort(ns.begin(), ns.end());
+        auto& dst = out[ns];
+        for (const Entry& e : entries) {
+          Entry x = e;
+          x.t += f + b + o.forward_s + o.backward_s;
+          x.tb += b + o.backward_s;
+          x.p += o.param_bytes;
+          x.a += o.act_bytes;
+          x.buf = std::max(x.buf, buf);
+          x.buffers += o.buffer_bytes;
+          x.ch = std::make_shared<const Choice>(Choice{l, static_cast<int>(k), e.ch});
+          insert(dst, std::move(x), cap_, &capped);
+        }
+      }
+    }
+    return out;
+  }
+
+  std::vector<Entry> close(const Front& f) {
+    std::vector<Entry> out;
+    for (const auto& [state, entries] : f) {
+      double fw = 0, bw = 0, buf = 0;
+      for (const auto& [id, lay] : state) {
+        Reshard rs = lc_.reshard(ValueId{id}, lay, kLayoutB);
+        fw += rs.forward_s;
+        bw += rs.backward_s;
+        buf = std::max(buf, rs.buffer_bytes);
+      }
+      for (const Entry& e : entries) {
+        Entry x = e;
+        x.t += fw + bw;
+        x.tb += bw;
+        x.buf = std::max(x.buf, buf);
+        insert(out, std::move(x), cap_, &capped);
+      }
+    }
+    return out;
+  }
+
+  const LayerCosts& lc_;
+  const std::vector<int>& bounds_;
+  const std::vector<int>& last_use_;
+  const std::map<int, std::vector<int>>& allowed_;
+  int cap_;
+  std::vector<std::vector<std::vector<Entry>>> closed_;
+};
+
+// ---- the search ------------------------------------------------------------------------------------------------
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(k);
+  return d;
+}
+
+struct Config {
+  int dp, tp, p, v;
+  int64_t b, m;
+  std::string schedule;
+  double lower_bound = 0;
+};
+
+struct CutItem {
+  double max_t, sum_t, max_e;
+  int prev_i, prev_idx;  // the previous cell (unit, index in its list), -1 at the start
+  const Entry* e;
+};
+
+class Searcher {
+ public:
+  Searcher(const graph::Graph& g, const CostModel& m, const TrainSettings& ts, const SearchOptions& o)
+      : g_(g), m_(m), ts_(ts), o_(o), cl_(m.cluster()) {}
+
+  SearchResult run() {
+    auto t0 = std::chrono::steady_clock::now();
+    SearchResult r;
+    fwd_ = forward_layers(g_);
+    if (fwd_.empty()) {
+      r.why_none = "the graph has no layers";
+      return r;
+    }
+    read_pins();
+    bounds_ = unit_bounds(fwd_, forced_cuts_);
+    units_ = static_cast<int>(bounds_.size()) - 1;
+    // Last forward layer using each value (-1: none).
+    last_use_.assign(g_.values().size(), -1);
+    std::map<size_t, int> node_layer;
+    for (size_t i = 0; i < fwd_.size(); ++i) node_layer[fwd_[i]->id.idx()] = static_cast<int>(i);
+    for (const auto& v : g_.values())
+      for (NodeId c : v.consumers) {
+        auto it = node_layer.find(c.idx());
+        if (it != node_layer.end()) last_use_[v.id.idx()] = std::max(last_use_[v.id.idx()], it->second);
+      }
+    int n = o_.devices > 0 ? o_.devices : cl_.devices();
+    std::vector<Config> configs = enumerate(n);
+    r.stats.configs = static_cast<int>(configs.size());
+    double best = kInfeasible;
+    for (const Config& c : configs) {
+      if (c.lower_bound >= best) break;  // sorted by lower bound
+      ++r.stats.configs_searched;
+      double t = solve(c, best, &r);
+      if (t < best) best = t;
+    }
+    r.stats.capped = capped_;
+    r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.found) r.why_none = configs.empty() ? "no mesh shape, micro-batch and schedule agrees with the batch, the "
+                                                 "devices and the pins"
+                                               : "no plan fits in memory";
+    return r;
+  }
+
+ private:
+  void read_pins() {
+    if (!o_.pins) return;
+    const Plan& p = *o_.pins;
+    std::map<std::string, int> index;
+    for (size_t i = 0; i < fwd_.size(); ++i) index[fwd_[i]->layer] = static_cast<int>(i);
+    for (const auto& st : p.stages) {
+      if (st.pinned.has("first_layer") && index.count(st.first_layer)) forced_cuts_.insert(index[st.first_layer]);
+      if (st.pinned.has("last_layer") && index.count(st.last_layer)) forced_cuts_.insert(index[st.last_layer] + 1);
+    }
+    forced_cuts_.erase(0);
+    forced_cuts_.erase(static_cast<int>(fwd_.size()));
+    pinned_stages_ = !p.stages.empty() && std::all_of(p.stages.begin(), p.stages.end(), [](const StagePlan& s) {
+      return s.pinned.has("first_layer") && s.pinned.has("last_layer");
+    });
+    for (const auto& l : p.layers)
+      if (index.count(l.layer) && (l.pinned.has("signature") || l.pinned.has("tensor_parallel")))
+        layer_pins_[index[l.layer]] = &l;
+  }
+
+  bool summary_ok(const char* key, int64_t v) const {
+    if (!o_.pins || !o_.pins->summary.pinned.has(key)) return true;
+    const Summary& s = o_.pins->summary;
+    std::string k = key;
+    int64_t want = k == "data_parallel" ? s.data_parallel : k == "tensor_parallel" ? s.tensor_parallel
+                   : k == "pipeline_stages" ? s.pipeline_stages : k == "virtual_stages" ? s.virtual_stages
+                   : k == "micro_batch" ? s.micro_batch : k == "micro_batches" ? s.micro_batches : s.devices;
+    return v == want;
+  }
+
+  std::vector<Config> enumerate(int n) {
+    std::vector<Config> out;
+    const Plan* pins = o_.pins;
+    for (int64_t dp : divisors(n)) {
+      if (ts_.batch % dp || !summary_ok("data_parallel", dp)) continue;
+      for (int64_t tp : divisors(n / dp)) {
+        if (o_.tp_within_node && tp > cl_.devices_per_node && tp > 1) continue;
+        int64_t p = n / dp / tp;
+        if (p > units_ || !summary_ok("pipeline_stages", p) || !summary_ok("devices", n)) continue;
+        if (pins && pins->summary.pinned.has("tensor_parallel") && tp % pins->summary.tensor_parallel) continue;
+        if (pins) {
+          bool ok = true;
+          for (const auto& st : pins->stages)
+            if (st.pinned.has("mesh") && (st.mesh.size() != 2 || st.mesh[0] != dp || st.mesh[1] != tp)) ok = false;
+          if (!ok) continue;
+        }
+        for (int64_t b : divisors(ts_.batch / dp)) {
+          int64_t m = ts_.batch / dp / b;
+          if (!summary_ok("micro_batch", b) || !summary_ok("micro_batches", m)) continue;
+          std::vector<std::pair<std::string, int>> scheds;
+          if (p == 1) scheds = {{"1f1b", 1}};
+          else scheds = {{"gpipe", 1}, {"1f1b", 1}};
+          if (p > 1 && m % p == 0 && 2 * p <= units_) scheds.push_back({"interleaved", 2});
+          for (const auto& [name, v] : scheds) {
+            if (pins && pins->summary.pinned.has("schedule") && pins->summary.schedule != name) continue;
+            if (!summary_ok("virtual_stages", v)) continue;
+            if (pinned_stages_ && static_cast<int64_t>(pins->stages.size()) != p * v) continue;
+            Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name};
+            c.lower_bound = lower_bound(c);
+            out.push_back(c);
+          }
+        }
+      }
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Config& a, const Config& b) { return a.lower_bound < b.lower_bound; });
+    return out;
+  }
+
+  const LayerCosts& costs(int tp, int64_t b) {
+    auto key = std::make_pair(tp, b);
+    auto it = costs_.find(key);
+    if (it != costs_.end()) return *it->second;
+    std::vector<int> tg;
+    for (int d = 0; d < tp; ++d) tg.push_back(d);
+    auto lc = std::make_unique<LayerCosts>(g_, m_, b, tp, group_of(cl_, tg));
+    return *costs_.emplace(key, std::move(lc)).first->second;
+  }
+
+  // Every layer's cheapest option, m v micro-batches on the busiest of p v stages at best.
+  double lower_bound(const Config& c) {
+    const LayerCosts& lc = costs(c.tp, c.b);
+    double total = 0;
+    for (int l = 0; l < lc.layers(); ++l) {
+      double best = kInfeasible;
+      for (const auto& o : lc.options(l)) best = std::min(best, o.forward_s + o.backward_s);
+      total += best;
+    }
+    double stages = static_cast<double>(c.p) * c.v;
+    return total * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages;
+  }
+
+  // Options each pinned layer may take, for this LayerCosts.
+  std::map<int, std::vector<int>> allowed(const LayerCosts& lc) {
+    std::map<int, std::vector<int>> out;
+    for (const auto& [l, lp] : layer_pins_) {
+      auto& v = out[l];
+      const auto& opts = lc.options(l);
+      for (size_t k = 0; k < opts.size(); ++k) {
+        bool ok = true;
+        if (lp->pinned.has("signature")) ok &= opts[k].signature == lp->signature;
+        if (lp->pinned.has("tensor_parallel")) ok &= opts[k].tensor_parallel == lp->tensor_parallel;
+        if (ok) v.push_back(static_cast<int>(k));
+      }
+    }
+    return out;
+  }
+
+  const Intervals& intervals(int tp, int64_t b) {
+    auto key = std::make_pair(tp, b);
+    auto it = intervals_.find(key);
+    if (it != intervals_.end()) return *it->second;
+    const LayerCosts& lc = costs(tp, b);
+    auto al = allowed(lc);
+    auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, o_.front_cap);
+    capped_ |= iv->capped;
+    return *intervals_.emplace(key, std::move(iv)).first->second;
+  }
+
+  double cut_bytes(const LayerCosts& lc, int at) {
+    if (at <= 0 || at >= static_cast<int>(fwd_.size())) return 0;
+    double bytes = 0;
+    for (int i = 0; i < at; ++i)
+      for (ValueId out : fwd_[static_cast<size_t>(i)]->outputs)
+        if (last_use_[out.idx()] >= at) bytes += lc.value_bytes(out);
+    return bytes;
+  }
+
+  // The best plan of one configuration; returns its step time (infinity: none fits) and records it in r when
+  // it beats `best`.
+  double solve(const Config& c, double best, SearchResult* r) {
+    const LayerCosts& lc = costs(c.tp, c.b);
+    const Intervals& iv = intervals(c.tp, c.b);
+    const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
+    std::vector<double> cut(static_cast<size_t>(U) + 1);
+    for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
+    std::vector<int> dg;
+    for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
+    Group dp_group = group_of(cl_, dg);
+    double limit = cl_.device.memory_bytes / c.v;
+    auto cross = [&](int k, int k2) { return cl_.node_of((k % c.p) * G) != cl_.node_of((k2 % c.p) * G); };
+    std::set<int> pinned_bounds;
+    if (pinned_stages_)
+      for (int j = 1; j < U; ++j)
+        if (forced_cuts_.count(bounds_[static_cast<size_t>(j)])) pinned_bounds.insert(j);
+    // dp[k][j]: ways to cover units [0, j) with k stages, Pareto on (max T, sum T, max tail).
+    std::vector<std::vector<std::vector<CutItem>>> dp(static_cast<size_t>(S) + 1,
+                                                      std::vector<std::vector<CutItem>>(static_cast<size_t>(U) + 1));
+    dp[0][0].push_back(CutItem{0, 0, 0, -1, -1, nullptr});
+    auto dominated = [](const CutItem& x, const CutItem& y) {
+      return x.max_t <= y.max_t && x.sum_t <= y.sum_t && x.max_e <= y.max_e;
+    };
+    auto objective = [&](const CutItem& x) { return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v); };
+    for (int k = 0; k < S; ++k) {
+      int inflight = in_flight(c.schedule, k, c.p, c.v, c.m);
+      for (int i = k; i < U; ++i) {
+        if (dp[static_cast<size_t>(k)][static_cast<size_t>(i)].empty()) continue;
+        for (int j = i + 1; j <= U - (S - k - 1); ++j) {
+          if (k == S - 1 && j != U) continue;
+          if (pinned_stages_ && j < U && !pinned_bounds.count(j)) continue;
+          double p2p_f = k + 1 < S && cut[static_cast<size_t>(j)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(j)], cross(k, k + 1)) : 0;
+          double p2p_b = k > 0 && cut[static_cast<size_t>(i)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(i)], cross(k, k - 1)) : 0;
+          double in_bytes = k > 0 ? cut[static_cast<size_t>(i)] : 0;
+          auto& cell = dp[static_cast<size_t>(k) + 1][static_cast<size_t>(j)];
+          for (const Entry& e : iv.closed(i, j)) {
+            double mem = e.buffers + e.p * (2 + ts_.optimizer_states) + inflight * (e.a + in_bytes) + e.buf;
+            if (mem > limit) continue;
+            double t = e.t + p2p_f + p2p_b, tb = e.tb + p2p_b, total = 0, exposed = 0;
+            dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
+            double tail = exposed + m_.optimizer_time(e.p, ts_.optimizer_states);
+            const auto& prev = dp[static_cast<size_t>(k)][static_cast<size_t>(i)];
+            for (size_t q = 0; q < prev.size(); ++q) {
+              CutItem x{std::max(prev[q].max_t, t), prev[q].sum_t + t, std::max(prev[q].max_e, tail), i,
+                        static_cast<int>(q), &e};
+              if (objective(x) >= best) continue;
+              bool dom = false;
+              for (const auto& y : cell) dom |= dominated(y, x);
+              if (dom) continue;
+              cell.erase(std::remove_if(cell.begin(), cell.end(), [&](const CutItem& y) { return dominated(x, y); }), cell.end());
+              cell.push_back(x);
+              if (static_cast<int>(cell.size()) > o_.front_cap) {
+                std::stable_sort(cell.begin(), cell.end(), [&](const CutItem& a, const CutItem& b) { return objective(a) < objective(b); });
+                cell.resize(static_cast<size_t>(o_.front_cap));
+                capped_ = true;
+              }
+            }
+          }
+        }
+      }
+    }
+    const auto& last = dp[static_cast<size_t>(S)][static_cast<size_t>(U)];
+    if (last.empty()) return kInfeasible;
+    size_t bi = 0;
+    for (size_t q = 1; q < last.size(); ++q)
+      if (objective(last[q]) < objective(last[bi])) bi = q;
+    double t = objective(last[bi]);
+    if (!(t < best)) return t;
+    // Rebuild the plan.
+    std::vector<std::pair<int, const Entry*>> stages;  // (first unit, entry), last stage first
+    int j = U;
+    size_t idx = bi;
+    for (int k = S; k > 0; --k) {
+      const CutItem& x = dp[static_cast<size_t>(k)][static_cast<size_t>(j)][idx];
+      stages.emplace_back(x.prev_i, x.e);
+      idx = static_cast<size_t>(x.prev_idx);
+      j = x.prev_i;
+    }
+    std::reverse(stages.begin(), stages.end());
+    r->plan = build_plan(c, lc, stages);
+    r->found = true;
+    r->searched_step_time_s = t;
+    return t;
+  }
+
+  Plan build_plan(const Config& c, const LayerCosts& lc, const std::vector<std::pair<int, const Entry*>>& stages) {
+    Plan p;
+    Summary& s = p.summary;
+    s.devices = c.dp * c.tp * c.p;
+    s.data_parallel = c.dp;
+    s.pipeline_stages = c.p;
+    s.virtual_stages = c.v;
+    s.micro_batch = c.b;
+    s.micro_batches = c.m;
+    s.schedule = c.schedule;
+    int G = c.dp * c.tp, max_tp = 1;
+    std::map<int, int> option;  // layer -> option
+    for (size_t k = 0; k < stages.size(); ++k) {
+      StagePlan st;
+      int d = static_cast<int>(k) % c.p;
+      for (int q = 0; q < G; ++q) st.devices.push_back(d * G + q);
+      st.mesh = {c.dp, c.tp};
+      int a = bounds_[static_cast<size_t>(stages[k].first)];
+      int b = k + 1 < stages.size() ? bounds_[static_cast<size_t>(stages[k + 1].first)] : static_cast<int>(fwd_.size());
+      st.first_layer = fwd_[static_cast<size_t>(a)]->layer;
+      st.last_layer = fwd_[static_cast<size_t>(b) - 1]->layer;
+      st.virtual_index = static_cast<int>(k) / c.p;
+      p.stages.push_back(st);
+      for (const Choice* ch = stages[k].second->ch.get(); ch; ch = ch->prev.get()) option[ch->layer] = ch->option;
+    }
+    for (size_t l = 0; l < fwd_.size(); ++l) {
+      const LayerOption& o = lc.options(static_cast<int>(l))[static_cast<size_t>(option.at(static_cast<int>(l)))];
+      bool pinned = layer_pins_.count(static_cast<int>(l)) > 0;
+      if (o.signature == "replicated" && o.tensor_parallel == 1 && !pinned) continue;
+      LayerPlan lp;
+      lp.layer = fwd_[l]->layer;
+      lp.signature = o.signature;
+      lp.tensor_parallel = o.tensor_parallel;
+      max_tp = std::max(max_tp, o.tensor_parallel);
+      p.layers.push_back(lp);
+    }
+    s.tensor_parallel = max_tp;
+    return p;
+  }
+
+  const graph::Graph& g_;
+  const CostModel& m_;
+  TrainSettings ts_;
+  SearchOptions o_;
+  const Cluster& cl_;
+  std::vector<const graph::Node*> fwd_;
+  std::vector<int> bounds_;
+  int units_ = 0;
+  std::vector<int> last_use_;
+  std::set<int> forced_cuts_;
+  bool pinned_stages_ = false;
+  std::map<int, const LayerPlan*> layer_pins_;
+  std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
+  std::map<std::pair<int, int64_t>, std::unique_ptr<Intervals>> intervals_;
+  bool capped_ = false;
+};
+
+}  // namespace
+
+SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSettings& ts, const SearchOptions& o) {
+  SearchResult r = Searcher(g, model, ts, o).run();
+  if (!r.found) return r;
+  DeviceSpec spec;
+  spec.kind = "cpu";
+  spec.count = r.plan.summary.devices;
+  for (int d = 0; d < spec.count; ++d) spec.ids.push_back(d);
+  Diagnostics diags;
+  validate_plan(r.plan, g, ts.batch, spec, diags);
+  if (!diags.empty())
+    throw InternalError("the planner produced an invalid plan: " + diags.all()[0].format() + "\n" + to_yaml(r.plan));
+  fill_predictions(r.plan, g, model, ts);
+  r.prediction = predict(r.plan, g, model, ts);
+  return r;
+}
+
+PureStrategies pure_strategies(const graph::Graph& g, const CostModel& model, const TrainSettings& ts,
+                               const SearchOptions& o) {
+  PureStrategies out;
+  int n = o.devices > 0 ? o.devices : model.cluster().devices();
+  auto one = [&](int dp, int p, bool tensor) {
+    Plan pins;
+    pins.summary.data_parallel = dp;
+    pins.summary.pinned.set("data_parallel", {});
+    pins.summary.pipeline_stages = p;
+    pins.summary.pinned.set("pipeline_stages", {});
+    SearchOptions so = o;
+    so.pins = &pins;
+    so.tp_within_node = !tensor;
+    SearchResult r = search(g, model, ts, so);
+    if (!r.found) r.why_none = tensor ? "no layer split fits all " + std::to_string(n) + " devices in memory" : r.why_none;
+    return r;
+  };
+  out.data = one(n, 1, false);
+  out.tensor = one(1, 1, true);
+  out.pipeline = one(1, n, false);
+  return out;
+}
+
+std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const graph::Graph& g, const CostModel& model,
+                                                 const TrainSettings& ts) {
+  std::vector<LayerAlternative> out;
+  Plan plan = plan_in;
+  add_default_layers(plan, g);
+  double base = predict_step_time(plan, g, model, ts);
+  std::map<std::string, int> stage_tp;
+  auto fwd = forward_layers(g);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]->layer] = i;
+  std::vector<int> tp_of(fwd.size(), 1);
+  for (const auto& st : plan.stages)
+    for (size_t i = index.at(st.first_layer); i <= index.at(st.last_layer); ++i)
+      tp_of[i] = static_cast<int>(st.devices.size()) / std::max<int>(1, static_cast<int>(st.mesh[0]));
+  std::map<int, std::unique_ptr<LayerCosts>> lcs;
+  for (size_t li = 0; li < plan.layers.size(); ++li) {
+    LayerPlan& l = plan.layers[li];
+    if (l.signature == "replicated" && l.tensor_parallel == 1) continue;
+    size_t i = index.at(l.layer);
+    auto& lc = lcs[tp_of[i]];
+    if (!lc) lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1});
+    LayerAlternative a;
+    a.layer = l.layer;
+    a.chosen = l.signature + (l.tensor_parallel > 1 ? " x" + std::to_string(l.tensor_parallel) : "");
+    LayerPlan saved = l;
+    double best = kInfeasible;
+    for (const auto& o : lc->options(static_cast<int>(i))) {
+      if (o.signature == saved.signature && o.tensor_parallel == saved.tensor_parallel) continue;
+      l.signature = o.signature;
+      l.tensor_parallel = o.tensor_parallel;
+      Plan trial = plan;
+      int max_tp = 1;
+      for (const auto& x : trial.layers) max_tp = std::max(max_tp, x.tensor_parallel);
+      trial.summary.tensor_parallel = max_tp;
+      StepPrediction p = predict(trial, g, model, ts);
+      double t = p.fits ? p.step_time_s : kInfeasible;
+      if (t < best || a.runner_up.empty()) {
+        if (t < best || best == kInfeasible) {
+          best = t;
+          a.runner_up = o.signature + (o.tensor_parallel > 1 ? " x" + std::to_string(o.tensor_parallel) : "");
+          a.runner_up_fits = p.fits;
+          a.delta_s = p.step_time_s - base;
+        }
+      }
+    }
+    l = saved;
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace braid::planner

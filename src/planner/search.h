@@ -1,0 +1,66 @@
+// The planner's search: for a graph, a cluster's cost model and the run's batch, the plan with the least
+// predicted step time that fits in memory. Enumerates mesh shapes [dp, tp] (the same on every stage; tp
+// divides the devices of a node), stage counts, micro-batch sizes and schedules (gpipe, 1f1b, interleaved with
+// 2 chunks), pruned by a compute lower bound; inside each, a dynamic program over stage cuts at unit
+// boundaries (a unit is one layer, or one instance of a repeated block `name.<i>.*`) whose stages come from a
+// dynamic program over layers in topological order, with the layouts of the live values as state (DAGs:
+// residual adds and branches), keeping the Pareto front of (time, backward time, parameter, activation and
+// buffer bytes) per state. Exact for the space described (tests compare with brute force) while no front
+// exceeds its cap. Deterministic: the same inputs give the same plan byte for byte. Pure: no devices touched.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+#include "planner/cost_model.h"
+#include "planner/evaluate.h"
+#include "planner/plan.h"
+
+namespace braid::planner {
+
+struct SearchOptions {
+  int devices = 0;            // 0: every device of the cluster
+  // Constraints: a plan read from a file; its pinned fields (Pins) are kept. nullptr: none.
+  const Plan* pins = nullptr;
+  int front_cap = 32;         // Pareto entries kept per live-value state, and per cut-DP cell
+  bool tp_within_node = true; // tensor groups no larger than a node
+};
+
+struct SearchStats {
+  int configs = 0;            // (dp, tp, stages, micro-batch, schedule) shapes considered
+  int configs_searched = 0;   // not pruned by the lower bound
+  bool capped = false;        // some front hit its cap (the result may be short of the optimum)
+  double seconds = 0;
+};
+
+struct SearchResult {
+  bool found = false;
+  Plan plan;                  // complete (validated), predictions filled in
+  StepPrediction prediction;
+  double searched_step_time_s = 0;  // what the search's DP computed (equals prediction.step_time_s)
+  SearchStats stats;
+  std::string why_none;       // when !found: what ruled every shape out
+};
+
+// Searches; `g` is the forward graph (at any batch: shapes are rescaled to the micro-batch).
+SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSettings& ts, const SearchOptions& o = {});
+
+// The pure strategies for --explain: all data parallel, all tensor parallel, all pipeline (each the best
+// plan of that shape, or found == false with the reason).
+struct PureStrategies {
+  SearchResult data, tensor, pipeline;
+};
+PureStrategies pure_strategies(const graph::Graph& g, const CostModel& model, const TrainSettings& ts,
+                               const SearchOptions& o = {});
+
+// Per layer whose choice is not the default: the best other option (same plan otherwise) and its predicted
+// step time difference (> 0: slower); "" when no other option fits.
+struct LayerAlternative {
+  std::string layer, chosen, runner_up;  // "column x2", "replicated"
+  double delta_s = 0;
+  bool runner_up_fits = true;
+};
+std::vector<LayerAlternative> layer_alternatives(const Plan& plan, const graph::Graph& g, const CostModel& model,
+                                                 const TrainSettings& ts);
+
+}  // namespace braid::planner
