@@ -25,8 +25,8 @@ class StageLowering {
  public:
   StageLowering(const Graph& model, const planner::Plan& plan, StageProgram& out,
                 const std::map<std::string, const planner::LayerPlan*>& layer_plans,
-                const std::vector<bool>& requires_grad)
-      : model_(model), plan_(plan), p_(out), layer_plans_(layer_plans), requires_grad_(requires_grad),
+                const std::vector<bool>& requires_grad, const LowerOptions& options)
+      : model_(model), plan_(plan), p_(out), layer_plans_(layer_plans), requires_grad_(requires_grad), options_(options),
         local_(model.values().size()), layout_(model.values().size()) {}
 
   void add_recv(const BoundaryValue& b, ValueId model_value) {
@@ -72,8 +72,17 @@ class StageLowering {
                         "replicate the loss layer (tensor_parallel 1); its input may still arrive split");
     std::vector<TensorDesc> local_out;
     for (size_t k = 0; k < out_descs.size(); ++k) local_out.push_back(shard_desc(out_descs[k], sig.outputs[k], tp));
-    auto outs = p_.g.add_node_with_outputs(*n.op, n.attrs, inputs, n.num_data_inputs, n.name, n.layer, n.loc, false,
-                                           local_out);
+    std::vector<ValueId> outs;
+    if (n.op->name == "batch_norm" && options_.sync_batch_norm && p_.dp > 1) {
+      if (tp > 1 && sig.inputs[0] == Sbp::S(0))
+        throw UserError(lp->loc, "layer " + q(n.layer) + ": synchronised batch norm does not combine with splitting the "
+                                     "batch over the tensor group (signature 'data')",
+                        "replicate the layer in its tensor group, or split it by channel");
+      outs = sync_batch_norm(n, inputs, local_out);
+    } else {
+      outs = p_.g.add_node_with_outputs(*n.op, n.attrs, inputs, n.num_data_inputs, n.name, n.layer, n.loc, false,
+                                        local_out);
+    }
     auto& node = const_cast<Node&>(p_.g.node(p_.g.value(outs[0]).producer));
     node.sharded = split_op;
     if (tp > 1 && !sig.inputs.empty() && sig.inputs[0] == Sbp::S(0))
@@ -115,6 +124,27 @@ class StageLowering {
   void set(ValueId model_value, ValueId local, Sbp layout) {
     local_[model_value.idx()] = local;
     layout_[model_value.idx()] = layout;
+  }
+
+  // batch_norm over the data-parallel group: local sums, all-reduced, then the normalisation (lower.h).
+  std::vector<ValueId> sync_batch_norm(const Node& n, const std::vector<ValueId>& in,
+                                       const std::vector<TensorDesc>& out) {
+    const TensorDesc& x = p_.g.value(in[0]).desc;
+    const int64_t total = x.shape.numel() / x.shape[1] * p_.dp;
+    auto add = [&](const std::string& op, ops::Attrs attrs, const std::vector<ValueId>& inputs, int num_data) {
+      const ops::OpDef& def = ops::Registry::get().at(op);
+      ops::complete_attrs(def, attrs);
+      return p_.g.add_node(def, attrs, inputs, num_data, n.name + "/" + op, n.layer, n.loc, false);
+    };
+    const ops::Attrs group{{"group", std::string("data")}, {"parts", static_cast<int64_t>(p_.dp)}};
+    ValueId s1 = add("comm_all_reduce", group, {add("bn_sync_sum", {}, {in[0]}, 1)[0]}, 1)[0];
+    ValueId s2 = add("comm_all_reduce", group, {add("bn_sync_sqdev", {{"total", total}}, {in[0], s1}, 2)[0]}, 1)[0];
+    ops::Attrs attrs{{"eps", n.attrs.f("eps")}, {"momentum", n.attrs.f("momentum")}, {"total", total},
+                     {"parts", static_cast<int64_t>(p_.dp)}};
+    std::vector<ValueId> inputs{in[0], s1, s2};
+    inputs.insert(inputs.end(), in.begin() + 1, in.end());
+    return p_.g.add_node_with_outputs(ops::Registry::get().at("bn_sync_apply"), attrs, inputs, 3, n.name, n.layer,
+                                      n.loc, false, out);
   }
 
   ValueId emit(const std::string& op, ops::Attrs attrs, ValueId x, const std::string& at) {
@@ -184,6 +214,7 @@ class StageLowering {
   StageProgram& p_;
   const std::map<std::string, const planner::LayerPlan*>& layer_plans_;
   const std::vector<bool>& requires_grad_;
+  const LowerOptions& options_;
   std::vector<ValueId> local_;
   std::vector<Sbp> layout_;
   std::map<std::tuple<int32_t, std::string, bool>, ValueId> cache_;
@@ -243,7 +274,7 @@ TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts) {
   return TensorDesc{Shape(dims), d.dtype};
 }
 
-std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan) {
+std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options) {
   const Graph model = graph::build_graph(m, plan.summary.micro_batch, {});
   const auto fwd = planner::forward_layers(model);
   std::map<std::string, int> layer_index;
@@ -278,7 +309,7 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
     p.tp = tensor_group_size(sp);
     p.dp = static_cast<int>(sp.mesh.empty() ? 1 : sp.mesh[0]);
     p.g = Graph(plan.summary.micro_batch);
-    StageLowering low(model, plan, p, layer_plans, needs);
+    StageLowering low(model, plan, p, layer_plans, needs, options);
     if (s > 0)
       for (ValueId v : crossing[static_cast<size_t>(s - 1)]) {
         BoundaryValue b{model.value(v).name, model.value(v).desc, needs[v.idx()]};

@@ -65,7 +65,13 @@ struct StageProgram {
 // program per stage. Throws UserError for what lowering does not support (naming the layer): a layer
 // split over fewer devices than its stage's tensor group, a parameter used by two layers with different
 // layouts.
-std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan);
+struct LowerOptions {
+  // Batch norm over the data-parallel group: on stages with data_parallel > 1, every batch_norm becomes the
+  // bn_sync_* ops (src/ops/defs/batch_norm.cpp), whose statistics and gradients are those of one device
+  // over the whole micro-batch. Off: per-device statistics, as PyTorch's DDP without SyncBatchNorm.
+  bool sync_batch_norm = false;
+};
+std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options = {});
 
 // The tensor-group size of a stage's mesh [dp, t1, t2, ...] (the product of the axes after the first).
 int tensor_group_size(const planner::StagePlan& s);

@@ -47,10 +47,10 @@ const ParamShard& shard_of(const StageProgram& p, const std::string& name) {
 }  // namespace
 
 PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan,
-                       uint64_t seed, PlanRunnerOptions)
+                       uint64_t seed, PlanRunnerOptions options)
     : plan_(plan),
       seed_(seed),
-      programs_(lower_plan(m, plan)),
+      programs_(lower_plan(m, plan, LowerOptions{options.sync_batch_norm})),
       schedule_(make_schedule(plan.summary)),
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),

@@ -33,7 +33,7 @@
 namespace braid::exec {
 
 struct PlanRunnerOptions {
-  bool sync_batch_norm = false;  // reserved: batch norm statistics over the data-parallel group
+  bool sync_batch_norm = false;  // batch norm statistics over the data-parallel group (LowerOptions)
 };
 
 class PlanRunner {

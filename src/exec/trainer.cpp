@@ -85,7 +85,24 @@ int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
 // The run's plan file, read and validated against the model and devices (every mistake located, exit 2);
 // nullopt when the run has none.
 std::optional<planner::Plan> load_plan(const io::RunConfig& cfg) {
-  if (cfg.parallel.plan == "auto") return std::nullopt;
+  if (cfg.parallel.plan == "auto") {
+    // Synchronised batch norm runs through the plan lowering: data parallelism as a one-stage plan.
+    planner::DeviceSpec dev;
+    std::string err;
+    if (!cfg.parallel.sync_batch_norm || !planner::parse_devices(cfg.devices, &dev, &err) || dev.kind != "cpu" ||
+        dev.count <= 1)
+      return std::nullopt;
+    const int64_t micro = cfg.train.micro_batch.value_or(cfg.train.batch);
+    if (micro % dev.count != 0) return std::nullopt;  // data_parallel_degree() reports it
+    const graph::Graph g = graph::build_graph(cfg.model, micro / dev.count, {});
+    planner::Plan plan = planner::single_device_plan(g, cfg.train.batch, micro);
+    plan.summary.devices = plan.summary.data_parallel = dev.count;
+    plan.summary.micro_batch = micro / dev.count;
+    plan.stages[0].devices.clear();
+    for (int d = 0; d < dev.count; ++d) plan.stages[0].devices.push_back(d);
+    plan.stages[0].mesh = {dev.count, 1};
+    return plan;
+  }
   planner::DeviceSpec dev;
   std::string err;
   if (!planner::parse_devices(cfg.devices, &dev, &err))
@@ -131,12 +148,13 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   // evaluation and initial weights, gathered from the devices when needed and scattered to them after loading.
   std::optional<planner::Plan> plan = load_plan(cfg);
   std::unique_ptr<PlanRunner> pr;
-  if (dp_degree > 1) {
+  if (dp_degree > 1 && !plan) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {
     own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed);
   }
-  if (plan) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed);
+  if (plan) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
+                                              PlanRunnerOptions{cfg.parallel.sync_batch_norm});
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
   // Tracing: a lane per device; forward/backward per micro-batch, all-reduce, optimizer, eval, checkpoints.

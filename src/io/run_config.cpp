@@ -425,10 +425,11 @@ void read_sections(Reader& r, const YNode& root, RunConfig& rc) {
     }
   }
   // parallel, checkpoint, log, eval
-  if (const YNode* p = r.section(root, "parallel", "'parallel'", {"plan", "schedule"})) {
+  if (const YNode* p = r.section(root, "parallel", "'parallel'", {"plan", "schedule", "sync_batch_norm"})) {
     if (auto plan = r.string(p, "plan", "parallel.plan"))
       rc.parallel.plan = *plan == "auto" || p->get("plan")->loc.file == kCmdLine ? *plan : resolve_relative(*plan, r.run_path());
     rc.parallel.schedule = r.choice(p, "schedule", "pipeline schedule", {"gpipe", "1f1b", "interleaved"}).value_or("1f1b");
+    rc.parallel.sync_batch_norm = r.boolean(p, "sync_batch_norm", "parallel.sync_batch_norm").value_or(false);
   }
   if (const YNode* c = r.section(root, "checkpoint", "'checkpoint'", {"dir", "every_steps", "keep"})) {
     rc.checkpoint.dir = r.path(c, "dir", "checkpoint.dir", false).value_or("");

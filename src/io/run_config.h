@@ -63,6 +63,7 @@ struct LrScheduleSpec {
 struct ParallelSpec {
   std::string plan = "auto";      // auto | path of a plan file
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  bool sync_batch_norm = false;   // batch norm statistics over data-parallel devices (docs/parallel.md)
 };
 
 struct CheckpointSpec {

@@ -130,7 +130,7 @@ def weights(d):
     out = {}
     with h5py.File(os.path.join(d, "final.h5"), "r") as f:
         def visit(n, obj):
-            if isinstance(obj, h5py.Dataset) and n.startswith("params/"):
+            if isinstance(obj, h5py.Dataset) and (n.startswith("params/") or n.startswith("buffers/")):
                 out[n] = obj[()]
         f.visititems(visit)
     return out

@@ -243,6 +243,171 @@ Cost bn_grad_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const 
   return c;
 }
 
+// ---- synchronised batch norm (plan lowering with parallel.sync_batch_norm) ---------------------------------
+// batch_norm over the data-parallel group, exact as one device over the whole micro-batch: the lowering
+// replaces a batch_norm node by
+//   s1 = bn_sync_sum(x); S1 = comm_all_reduce(s1); s2 = bn_sync_sqdev(x, S1); S2 = comm_all_reduce(s2);
+//   y, mean, invstd = bn_sync_apply(x, S1, S2, weight, bias, running_mean, running_var, num_batches_tracked)
+// with `total` the number of values per channel over the group (the statistics are those of batch_norm:
+// sums in double, mean = S1 / total, biased variance S2 / total, running variance unbiased over total).
+// Backward (bn_sync_apply's rule): local sums of dy and dy * xhat, all-reduced over the group, give every
+// replica its part of the whole batch's dx; dweight and dbias stay the replica's own sums (the runner's
+// data-parallel average completes them, as for every parameter).
+std::vector<TensorDesc> infer_channel_sums(const Attrs&, std::span<const TensorDesc> in) {
+  return {TensorDesc{Shape{channels_of(in[0])}, DType::f64}};
+}
+
+void bn_sync_sum_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[0].shape());
+  double* s = out[0].data<double>();
+  dispatch_float(in[0].dtype(), [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    for (int64_t c = 0; c < l.C; ++c) {
+      double sum = 0;
+      for (int64_t b = 0; b < l.B; ++b)
+        for (int64_t e = 0; e < l.S; ++e) sum += x[l.at(b, c) + e];
+      s[c] = sum;
+    }
+  });
+}
+
+void bn_sync_sqdev_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[0].shape());
+  const double total = static_cast<double>(a.i("total"));
+  const double* s1 = in[1].data<double>();
+  double* s2 = out[0].data<double>();
+  dispatch_float(in[0].dtype(), [&]<typename T>() {
+    const T* x = in[0].data<T>();
+    for (int64_t c = 0; c < l.C; ++c) {
+      const double m = s1[c] / total;
+      double sq = 0;
+      for (int64_t b = 0; b < l.B; ++b)
+        for (int64_t e = 0; e < l.S; ++e) {
+          double d = x[l.at(b, c) + e] - m;
+          sq += d * d;
+        }
+      s2[c] = sq;
+    }
+  });
+}
+
+enum : int { kSX = 0, kS1, kS2, kSWeight, kSBias, kSRunningMean, kSRunningVar, kSNumBatches };
+
+std::vector<TensorDesc> infer_bn_sync_apply(const Attrs&, std::span<const TensorDesc> in) {
+  TensorDesc stat{Shape{channels_of(in[kSX])}, in[kSX].dtype};
+  return {in[kSX], stat, stat};
+}
+
+void bn_sync_apply_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  BRAID_ASSERT(ctx.training, "bn_sync_apply runs in training only (evaluation uses batch_norm)");
+  Layout l = layout_of(in[kSX].shape());
+  const double eps = a.f("eps"), mom = a.f("momentum"), total = static_cast<double>(a.i("total"));
+  const double* s1 = in[kS1].data<double>();
+  const double* s2 = in[kS2].data<double>();
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* x = in[kSX].data<T>();
+    const T* w = in[kSWeight].data<T>();
+    const T* bias = in[kSBias].data<T>();
+    T* rm = in[kSRunningMean].data<T>();
+    T* rv = in[kSRunningVar].data<T>();
+    T* y = out[0].data<T>();
+    T* mean = out[1].data<T>();
+    T* invstd = out[2].data<T>();
+    for (int64_t c = 0; c < l.C; ++c) {
+      const double m = s1[c] / total, inv = 1.0 / std::sqrt(s2[c] / total + eps);
+      const double unbiased = total > 1 ? s2[c] / (total - 1) : 0.0;
+      rm[c] = static_cast<T>((1 - mom) * rm[c] + mom * m);
+      rv[c] = static_cast<T>((1 - mom) * rv[c] + mom * unbiased);
+      mean[c] = static_cast<T>(m);
+      invstd[c] = static_cast<T>(inv);
+      const double scale = w[c] * inv, shift = bias[c] - m * scale;
+      for (int64_t b = 0; b < l.B; ++b)
+        for (int64_t e = 0; e < l.S; ++e) y[l.at(b, c) + e] = static_cast<T>(x[l.at(b, c) + e] * scale + shift);
+    }
+  });
+  const Tensor& nbt = in[kSNumBatches];
+  if (nbt.dtype() == DType::i64)
+    nbt.data<int64_t>()[0] += 1;
+  else
+    nbt.data<int32_t>()[0] += 1;
+}
+
+void bn_sync_apply_grad(GradCtx& c) {
+  if (!c.dout[0].valid() || !(c.needs[kSX] || c.needs[kSWeight] || c.needs[kSBias])) return;
+  ValueId dy = c.dout[0], x = c.inputs[kSX], mean = c.outputs[1], invstd = c.outputs[2];
+  ValueId local = c.g.emit("bn_sync_grad_sums", {}, {dy, x, mean, invstd})[0];
+  Attrs group{{"group", std::string("data")}, {"parts", c.attrs.i("parts")}};
+  ValueId global = c.g.emit("comm_all_reduce", group, {local})[0];
+  auto g = c.g.emit("bn_sync_grad", {{"total", c.attrs.i("total")}},
+                    {dy, x, c.inputs[kSWeight], mean, invstd, local, global});
+  if (c.needs[kSX]) c.din[kSX] = g[0];
+  if (c.needs[kSWeight]) c.din[kSWeight] = g[1];
+  if (c.needs[kSBias]) c.din[kSBias] = g[2];
+}
+
+std::vector<TensorDesc> infer_grad_sums(const Attrs&, std::span<const TensorDesc> in) {
+  return {TensorDesc{Shape{2, channels_of(in[1])}, DType::f64}};
+}
+
+// (dy, x, mean, invstd) -> [2, C]: per channel, sum dy and sum dy * xhat over this replica's values.
+void bn_sync_grad_sums_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[1].shape());
+  double* s = out[0].data<double>();
+  dispatch_float(in[1].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* mean = in[2].data<T>();
+    const T* invstd = in[3].data<T>();
+    for (int64_t c = 0; c < l.C; ++c) {
+      const double m = mean[c], inv = invstd[c];
+      double sdy = 0, sdyx = 0;
+      for (int64_t b = 0; b < l.B; ++b)
+        for (int64_t e = 0; e < l.S; ++e) {
+          int64_t i = l.at(b, c) + e;
+          sdy += dy[i];
+          sdyx += dy[i] * (x[i] - m) * inv;
+        }
+      s[c] = sdy;
+      s[l.C + c] = sdyx;
+    }
+  });
+}
+
+std::vector<TensorDesc> infer_sync_grad(const Attrs&, std::span<const TensorDesc> in) {
+  TensorDesc stat{Shape{in[1].shape[1]}, in[1].dtype};
+  return {in[1], stat, stat};
+}
+
+// (dy, x, weight, mean, invstd, local sums, group sums) -> (dx, dweight, dbias), as batch_norm_grad in
+// training with the group's sums over `total` values.
+void bn_sync_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  Layout l = layout_of(in[1].shape());
+  const double n = static_cast<double>(a.i("total"));
+  const double* local = in[5].data<double>();
+  const double* global = in[6].data<double>();
+  dispatch_float(out[0].dtype(), [&]<typename T>() {
+    const T* dy = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* w = in[2].data<T>();
+    const T* mean = in[3].data<T>();
+    const T* invstd = in[4].data<T>();
+    T* dx = out[0].data<T>();
+    T* dw = out[1].data<T>();
+    T* db = out[2].data<T>();
+    for (int64_t c = 0; c < l.C; ++c) {
+      const double m = mean[c], inv = invstd[c], sdy = global[c], sdyx = global[l.C + c];
+      db[c] = static_cast<T>(local[c]);
+      dw[c] = static_cast<T>(local[l.C + c]);
+      const double k = w[c] * inv;
+      for (int64_t b = 0; b < l.B; ++b)
+        for (int64_t e = 0; e < l.S; ++e) {
+          int64_t i = l.at(b, c) + e;
+          dx[i] = static_cast<T>(k * (dy[i] - (sdy + (x[i] - m) * inv * sdyx) / n));
+        }
+    }
+  });
+}
+
 }  // namespace
 
 void register_batch_norm(Registry& r) {
@@ -283,6 +448,43 @@ void register_batch_norm(Registry& r) {
     d.cost = bn_grad_cost;
     d.cpu = bn_grad_cpu;
     r.add(d);
+  }
+  // Synchronised batch norm: internal ops that plan lowering puts in place of batch_norm (see above).
+  {
+    AttrSpec total{"total", AttrKind::Int, std::nullopt, false, {}, 0, true, false, "values per channel over the group"};
+    AttrSpec parts{"parts", AttrKind::Int, std::nullopt, false, {}, 0, true, false, "the data-parallel group's size"};
+    AttrSpec eps{"eps", AttrKind::Float, AttrValue(1e-5), false, {}, 0, false, false, "added to the variance"};
+    AttrSpec mom{"momentum", AttrKind::Float, AttrValue(0.1), false, {}, 0, false, false, "running statistics weight"};
+    OpDef sum = internal_op("bn_sync_sum", "per-channel sum of x in double (synchronised batch norm)", 1);
+    sum.infer = infer_channel_sums;
+    sum.cpu = bn_sync_sum_cpu;
+    r.add(sum);
+    OpDef sq = internal_op("bn_sync_sqdev", "per-channel sum of (x - S1 / total)^2 in double", 2);
+    sq.attrs = {total};
+    sq.infer = infer_channel_sums;
+    sq.cpu = bn_sync_sqdev_cpu;
+    r.add(sq);
+    OpDef apply = internal_op("bn_sync_apply", "batch_norm in training with the group's sums S1 and S2", 8);
+    apply.attrs = {eps, mom, total, parts};
+    apply.differentiable = true;
+    apply.nondiff_inputs = {kS1, kS2};
+    apply.public_outputs = 1;
+    apply.mutated_inputs = {kSRunningMean, kSRunningVar, kSNumBatches};
+    apply.infer = infer_bn_sync_apply;
+    apply.grad = bn_sync_apply_grad;
+    apply.cost = bn_cost;
+    apply.cpu = bn_sync_apply_cpu;
+    r.add(apply);
+    OpDef gs = internal_op("bn_sync_grad_sums", "(dy, x, mean, invstd) -> per-channel [sum dy; sum dy xhat]", 4);
+    gs.infer = infer_grad_sums;
+    gs.cpu = bn_sync_grad_sums_cpu;
+    r.add(gs);
+    OpDef g = internal_op("bn_sync_grad", "batch_norm_grad with the group's sums", 7);
+    g.attrs = {total};
+    g.infer = infer_sync_grad;
+    g.cost = bn_grad_cost;
+    g.cpu = bn_sync_grad_cpu;
+    r.add(g);
   }
 }
 
