@@ -356,7 +356,6 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   }
   // The loss (held by the loss stage's tensor rank 0 of each replica) and the global gradient norm: sums
   // over the world in rank order. A gradient counts once: replica 0's, tensor rank 0's unless it is a slice.
-  io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
   Tensor sums = Tensor::empty(TensorDesc{Shape{2}, DType::f64});
   double sq = 0;
   if (job.clip > 0)
@@ -375,7 +374,11 @@ void PlanRunner::run_step(Device& d, const Job& job) {
     }
   sums.data<double>()[0] = loss_sum;
   sums.data<double>()[1] = sq;
-  d.world->all_reduce(sums, ReduceOp::Sum);
+  {
+    io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce loss, norm"});
+    d.world->all_reduce(sums, ReduceOp::Sum);
+  }
+  io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
   d.result.loss = sums.data<double>()[0];
   d.result.grad_norm = -1;
   if (job.clip > 0) {
