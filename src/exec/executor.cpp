@@ -181,6 +181,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
       ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
       n.op->cpu(ctx, n.attrs, ins[i], outs[i]);
     }
+    if (after_node_) (*after_node_)(i);
     if (node_seconds_) {
       auto t1 = Clock::now();
       node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();

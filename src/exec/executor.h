@@ -6,6 +6,7 @@
 // forward to its backward (MemoryPlan::in_slot), so that that many micro-batches may be in flight at once;
 // values that live only inside a forward or a backward share one region.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ class Executor {
   // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
   // untimed loop then reads no clock.
   void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
+  // Called with each node's index right after it ran (nullptr: off). For hooks such as starting a gradient
+  // all-reduce as soon as the gradients it needs exist, while the rest of backward runs.
+  void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
   // Tracing (`braid train --trace`): while set, run() records one forward and one backward event on the
   // lane, named by the layer range and the micro-batch given by set_trace_micro_batch, with each collective
   // inside them as an event of its own. nullptr: off.
@@ -69,6 +73,7 @@ class Executor {
   size_t first_backward_ = 0;                // index of the first backward node (= node count if none)
   std::string first_layer_, last_layer_;     // forward layer range, for trace names
   double* node_seconds_ = nullptr;
+  const std::function<void(size_t)>* after_node_ = nullptr;
   Communicator* tensor_comm_ = nullptr;
   Communicator* data_comm_ = nullptr;
   int tensor_rank_ = 0;

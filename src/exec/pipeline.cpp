@@ -30,6 +30,39 @@ void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
   });
 }
 
+// Buckets of gradients in the order backward produces them (their producer nodes), each up to `limit` bytes
+// (a larger gradient is a bucket of its own).
+template <typename ChunkT>
+void make_buckets(ChunkT& c, ParamStore& store, size_t limit) {
+  const graph::Graph& g = c.prog->g;
+  std::vector<size_t> order(c.grads.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return g.value(c.grads[a].first).producer.v < g.value(c.grads[b].first).producer.v;
+  });
+  c.grads_at_node.assign(g.nodes().size(), {});
+  c.bucket_of.assign(c.grads.size(), 0);
+  size_t bytes = 0;
+  for (size_t gi : order) {
+    const Tensor& grad = store.entries()[c.grads[gi].second].grad;
+    c.grads_at_node[g.value(c.grads[gi].first).producer.idx()].push_back(gi);
+    if (c.buckets.empty() || (bytes + grad.bytes() > limit && bytes > 0) ||
+        grad.dtype() != store.entries()[c.grads[c.buckets.back().grads.front()].second].grad.dtype()) {
+      c.buckets.emplace_back();
+      bytes = 0;
+    }
+    c.buckets.back().grads.push_back(gi);
+    c.bucket_of[gi] = c.buckets.size() - 1;
+    bytes += grad.bytes();
+  }
+  for (auto& b : c.buckets) {
+    if (b.grads.size() < 2) continue;
+    int64_t n = 0;
+    for (size_t gi : b.grads) n += store.entries()[c.grads[gi].second].grad.numel();
+    b.flat = Tensor::empty(TensorDesc{Shape{n}, store.entries()[c.grads[b.grads[0]].second].grad.dtype()});
+  }
+}
+
 Schedule make_schedule(const planner::Summary& s) {
   if (s.schedule == "gpipe") return gpipe(s.pipeline_stages, static_cast<int>(s.micro_batches));
   if (s.schedule == "interleaved")
@@ -55,7 +88,8 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
       micro_(plan.summary.micro_batch),
-      world_(plan.summary.devices, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1}) {
+      world_(plan.summary.devices, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1}),
+      options_(options) {
   check_ = check_schedule(schedule_);
   BRAID_ASSERT(check_.ok, "the ", schedule_.name, " schedule does not check: ", check_.message);
   BRAID_ASSERT(schedule_.stages == static_cast<int>(programs_.size()), "schedule has ", schedule_.stages,
@@ -108,6 +142,7 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       c.exec = std::make_unique<Executor>(p.g, d.store, p.keep, eo);
       for (const auto& pi : p.g.params())
         if (pi.grad.valid()) c.grads.emplace_back(pi.grad, d.store.index_of(pi.name));
+      if (p.dp > 1) make_buckets(c, d.store, options.bucket_bytes);
       // The dataset fills every model input in model order: the ones the stage does not read go to scratch.
       for (int s = 0; s < eo.slots; ++s)
         for (const auto& mi : m.inputs) {
@@ -129,11 +164,14 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
     d->world = world_.communicator(d->id);
   }
   const int per_device = std::max(1, braid::num_threads() / n);
-  for (auto& d : devices_)
+  for (auto& d : devices_) {
     threads_.emplace_back([this, dev = d.get(), per_device]() {
       omp_set_num_threads(per_device);
       worker(*dev);
     });
+    if (std::any_of(d->chunks.begin(), d->chunks.end(), [](const Chunk& c) { return !c.buckets.empty(); }))
+      d->comm_thread = std::thread([this, dev = d.get()]() { comm_worker(*dev); });
+  }
 }
 
 PlanRunner::~PlanRunner() {
@@ -143,6 +181,82 @@ PlanRunner::~PlanRunner() {
   }
   start_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  for (auto& d : devices_) {
+    {
+      std::lock_guard<std::mutex> lock(d->comm_mu);
+      d->comm_quit = true;
+    }
+    d->comm_cv.notify_all();
+    if (d->comm_thread.joinable()) d->comm_thread.join();
+  }
+}
+
+void PlanRunner::comm_worker(Device& d) {
+  for (;;) {
+    CommJob job;
+    {
+      std::unique_lock<std::mutex> lock(d.comm_mu);
+      d.comm_cv.wait(lock, [&]() { return d.comm_quit || !d.comm_queue.empty(); });
+      if (d.comm_queue.empty()) return;
+      job = d.comm_queue.front();
+      d.comm_queue.pop_front();
+    }
+    Chunk& c = *job.chunk;
+    auto& b = c.buckets[job.bucket];
+    auto& entries = d.store.entries();
+    try {
+      if (!d.comm_error) {
+        double bytes = b.flat.defined() ? static_cast<double>(b.flat.bytes())
+                                        : static_cast<double>(entries[c.grads[b.grads[0]].second].grad.bytes());
+        io::TraceScope scope(d.comm_trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads",
+                                                          -1, -1, bytes});
+        if (!b.flat.defined()) {
+          c.bucket_comm->all_reduce(entries[c.grads[b.grads[0]].second].grad, ReduceOp::Avg);
+        } else {
+          c.bucket_comm->all_reduce(b.flat, ReduceOp::Avg);
+          auto* flat = static_cast<char*>(b.flat.raw());
+          for (size_t gi : b.grads) {
+            Tensor& g = entries[c.grads[gi].second].grad;
+            std::memcpy(g.raw(), flat, g.bytes());
+            flat += g.bytes();
+          }
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(d.comm_mu);
+      d.comm_error = std::current_exception();
+      c.bucket_comm->abort("the gradient all-reduce of device " + std::to_string(d.id) + " failed");
+    }
+    {
+      std::lock_guard<std::mutex> lock(d.comm_mu);
+      --c.outstanding;
+    }
+    d.comm_cv.notify_all();
+  }
+}
+
+void PlanRunner::submit_bucket(Device& d, Chunk& c, size_t bucket) {
+  auto& b = c.buckets[bucket];
+  if (b.flat.defined()) {  // pack now; the comm thread reduces and unpacks
+    auto* flat = static_cast<char*>(b.flat.raw());
+    for (size_t gi : b.grads) {
+      const Tensor& g = d.store.entries()[c.grads[gi].second].grad;
+      std::memcpy(flat, g.raw(), g.bytes());
+      flat += g.bytes();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(d.comm_mu);
+    ++c.outstanding;
+    d.comm_queue.push_back(CommJob{&c, bucket});
+  }
+  d.comm_cv.notify_all();
+}
+
+void PlanRunner::wait_buckets(Device& d, Chunk& c) {
+  std::unique_lock<std::mutex> lock(d.comm_mu);
+  d.comm_cv.wait(lock, [&]() { return c.outstanding == 0; });
+  if (d.comm_error) std::rethrow_exception(d.comm_error);
 }
 
 int PlanRunner::device_at(int stage, int replica, int tensor_rank) const {
@@ -199,6 +313,7 @@ void PlanRunner::worker(Device& d) {
         std::vector<int> ranks;
         for (int r = 0; r < p.dp; ++r) ranks.push_back(device_at(p.stage, r, c.tensor_rank));
         c.data_comm = d.world->split(ranks);
+        if (!c.buckets.empty()) c.bucket_comm = d.world->split(ranks);  // the comm thread's own
       }
       c.exec->set_groups(c.tensor_comm.get(), c.data_comm.get());
     }
@@ -238,6 +353,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
     c.free_slots.clear();
     for (int s = c.exec->slots(); s-- > 0;) c.free_slots.push_back(s);
     c.slot_of.assign(static_cast<size_t>(M), -1);
+    for (auto& b : c.buckets) b.pending = static_cast<int>(b.grads.size());
   }
   auto slot_for = [](Chunk& c, int mb) {
     int& s = c.slot_of[static_cast<size_t>(mb)];
@@ -279,10 +395,26 @@ void PlanRunner::run_step(Device& d, const Job& job) {
       case InstrKind::Backward: {
         int slot = slot_for(c, mb);
         c.exec->set_trace_micro_batch(mb);
-        c.exec->run_backward(slot, seed_, stream, offset);
         const size_t ci = static_cast<size_t>(&c - d.chunks.data());
-        for (const auto& [grad, entry] : c.grads)
-          accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, backwards[ci] == 0);
+        const bool first = backwards[ci] == 0;
+        if (!c.buckets.empty() && backwards[ci] == M - 1) {
+          // The step's last backward of this stage: each gradient is accumulated as soon as its node has run,
+          // and a bucket whose gradients are all there starts its all-reduce while backward goes on.
+          std::function<void(size_t)> hook = [&, slot, first](size_t node) {
+            for (size_t gi : c.grads_at_node[node]) {
+              const auto& [grad, entry] = c.grads[gi];
+              accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, first);
+              if (--c.buckets[c.bucket_of[gi]].pending == 0) submit_bucket(d, c, c.bucket_of[gi]);
+            }
+          };
+          c.exec->set_after_node(&hook);
+          c.exec->run_backward(slot, seed_, stream, offset);
+          c.exec->set_after_node(nullptr);
+        } else {
+          c.exec->run_backward(slot, seed_, stream, offset);
+          for (const auto& [grad, entry] : c.grads)
+            accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, first);
+        }
         ++backwards[ci];
         if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
         break;
@@ -343,11 +475,9 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         break;
       }
       case InstrKind::AllReduceGrads: {
-        if (!c.data_comm) break;
-        double bytes = 0;
-        for (const auto& [grad, entry] : c.grads) bytes += static_cast<double>(d.store.entries()[entry].grad.bytes());
-        io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads", -1, -1, bytes});
-        for (const auto& [grad, entry] : c.grads) c.data_comm->all_reduce(d.store.entries()[entry].grad, ReduceOp::Avg);
+        if (c.buckets.empty()) break;
+        io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "wait all_reduce grads"});
+        wait_buckets(d, c);  // started during the last backward; usually done by now
         break;
       }
       case InstrKind::OptimizerStep:
@@ -446,9 +576,24 @@ void PlanRunner::scatter(const ParamStore& full, Optimizer* full_opt) {
   }
 }
 
-void PlanRunner::set_trace(int device, io::TraceLane* lane) {
+std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
+  const Device& d = *devices_.at(static_cast<size_t>(device));
+  std::vector<std::vector<size_t>> out;
+  for (const auto& c : d.chunks) {
+    out.emplace_back();
+    for (const auto& b : c.buckets) {
+      size_t bytes = 0;
+      for (size_t gi : b.grads) bytes += d.store.entries()[c.grads[gi].second].grad.bytes();
+      out.back().push_back(bytes);
+    }
+  }
+  return out;
+}
+
+void PlanRunner::set_trace(int device, io::TraceLane* lane, io::TraceLane* comm_lane) {
   Device& d = *devices_.at(static_cast<size_t>(device));
   d.trace = lane;
+  d.comm_trace = comm_lane;
   for (auto& c : d.chunks) c.exec->set_trace(lane);
 }
 

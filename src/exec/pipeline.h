@@ -12,6 +12,8 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,7 @@ namespace braid::exec {
 
 struct PlanRunnerOptions {
   bool sync_batch_norm = false;  // batch norm statistics over the data-parallel group (LowerOptions)
+  size_t bucket_bytes = size_t{25} << 20;  // data-parallel gradient buckets (PyTorch DDP's default)
 };
 
 class PlanRunner {
@@ -62,7 +65,11 @@ class PlanRunner {
   void gather(ParamStore& full, Optimizer* full_opt) const;
   // Every device takes its shards of the whole tensors.
   void scatter(const ParamStore& full, Optimizer* full_opt);
-  void set_trace(int device, io::TraceLane* lane);
+  // `lane` records the device's compute, sends, receives and the step; `comm_lane` (may be null) its
+  // gradient all-reduce thread.
+  void set_trace(int device, io::TraceLane* lane, io::TraceLane* comm_lane = nullptr);
+  // Per chunk of `device` (stage order): its gradient buckets' sizes in bytes, in all-reduce order.
+  std::vector<std::vector<size_t>> bucket_bytes(int device) const;
 
  private:
   struct Chunk {  // one stage program on one device
@@ -75,6 +82,22 @@ class PlanRunner {
     std::vector<Tensor> model_inputs;  // [slot][model input], model order: arena views or scratch
     size_t num_model_inputs = 0;
     std::vector<std::pair<ValueId, size_t>> grads;  // gradient value, store entry
+    // Data-parallel gradient sync overlapped with the step's last backward: grads_at_node[k] lists the
+    // gradients node k produces; each fills its bucket, and a full bucket goes to the device's comm thread.
+    struct Bucket {
+      std::vector<size_t> grads;  // indices into `grads`, in the order backward produces them
+      Tensor flat;                // packed (undefined for a bucket of one tensor: reduced in place)
+      int pending = 0;            // gradients still to come in this step
+    };
+    std::vector<std::vector<size_t>> grads_at_node;
+    std::vector<Bucket> buckets;
+    std::vector<size_t> bucket_of;  // per gradient
+    std::unique_ptr<Communicator> bucket_comm;  // the data group, used by the comm thread only
+    int outstanding = 0;            // buckets submitted and not yet reduced (guarded by the device's comm_mu)
+  };
+  struct CommJob {
+    Chunk* chunk = nullptr;
+    size_t bucket = 0;
   };
   struct Device {
     int id = 0;
@@ -88,6 +111,14 @@ class PlanRunner {
     DpStepResult result;
     std::exception_ptr error;
     io::TraceLane* trace = nullptr;
+    io::TraceLane* comm_trace = nullptr;
+    // The gradient all-reduce thread: buckets in submission order (the same on every replica).
+    std::thread comm_thread;
+    std::mutex comm_mu;
+    std::condition_variable comm_cv;
+    std::deque<CommJob> comm_queue;
+    bool comm_quit = false;
+    std::exception_ptr comm_error;
   };
   struct Job {
     io::Dataset* data = nullptr;
@@ -97,6 +128,9 @@ class PlanRunner {
   };
 
   void worker(Device& d);
+  void comm_worker(Device& d);
+  void submit_bucket(Device& d, Chunk& c, size_t bucket);
+  void wait_buckets(Device& d, Chunk& c);
   void run_step(Device& d, const Job& job);
   Chunk* chunk_of(Device& d, int stage);
   int device_at(int stage, int replica, int tensor_rank) const;
@@ -121,6 +155,7 @@ class PlanRunner {
   bool quit_ = false;
   Job job_;
   std::exception_ptr first_error_;
+  PlanRunnerOptions options_;
 };
 
 }  // namespace braid::exec

@@ -161,10 +161,14 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<io::TraceRecorder> tracer;
   io::TraceLane* lane0 = nullptr;
   if (!opts.trace.empty()) {
-    tracer = std::make_unique<io::TraceRecorder>(io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu"));
+    auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu");
+    if (pr)  // each device's gradient all-reduce thread: a lane of its own
+      for (int d = 0; d < pr->devices(); ++d)
+        lanes.push_back({pr->devices() + d, "device " + std::to_string(d) + " all-reduce"});
+    tracer = std::make_unique<io::TraceRecorder>(lanes);
     lane0 = &tracer->lane(0);
     if (pr)
-      for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d));
+      for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d), &tracer->lane(pr->devices() + d));
     else if (dp)
       for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
     else

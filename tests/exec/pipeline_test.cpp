@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "exec/lower.h"
+#include "exec/runner.h"
+#include "io/dataset.h"
 #include "exec/pipeline.h"
 #include "graph/build.h"
 #include "io/run_config.h"
@@ -18,7 +21,7 @@ namespace {
 
 io::RunConfig tiny_gpt() {
   return io::load_run_or_model(std::string(BRAID_SOURCE_DIR) + "/configs/tiny_gpt.yaml",
-                               {"vars.d=32", "vars.seq=16", "vars.n_layer=2", "vars.dropout=0.0"});
+                               {"vars.d=32", "vars.seq=16", "vars.n_layer=2", "vars.dropout=0.0", "data.train.seq=16"});
 }
 
 // A pipeline of `stages` single-device stages over the model's forward layers, cut evenly.
@@ -65,6 +68,44 @@ TEST(PipelineMemory, GPipeHoldsEveryMicroBatchAndOneFOneBAtMostTheStagesAhead) {
                 gp.stage_slots()[static_cast<size_t>(s)], g_arena[static_cast<size_t>(s)],
                 fb.stage_slots()[static_cast<size_t>(s)], f_arena[static_cast<size_t>(s)]);
   }
+}
+
+// Data-parallel gradients go in buckets that start during the last backward; how they are bucketed does not
+// change a bit of the result (the all-reduce is element-wise), and small buckets make several.
+TEST(PipelineBuckets, BucketSizeChangesNothingButTheNumberOfBuckets) {
+  auto cfg = tiny_gpt();
+  graph::Graph g = graph::build_graph(cfg.model, 2, {});
+  auto plan = [&]() {
+    planner::Plan p = pipeline_plan(cfg.model, 2, 2, "1f1b");
+    p.summary.devices = 4;
+    p.summary.data_parallel = 2;
+    p.stages[0].devices = {0, 1};
+    p.stages[1].devices = {2, 3};
+    for (auto& st : p.stages) st.mesh = {2, 1};
+    return p;
+  }();
+  PlanRunnerOptions small;
+  small.bucket_bytes = 4096;
+  PlanRunner a(cfg.model, cfg.optimizer, plan, 1), b(cfg.model, cfg.optimizer, plan, 1, small);
+  EXPECT_EQ(a.bucket_bytes(0).at(0).size(), 1u);
+  EXPECT_GT(b.bucket_bytes(0).at(0).size(), 3u);
+  auto data = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
+  io::BatchSampler sa(data->size(), 8, true, 1), sb(data->size(), 8, true, 1);
+  for (int step = 0; step < 3; ++step) {
+    auto ra = a.step(*data, sa.next_view(), step, 1e-3, 1.0);
+    auto rb = b.step(*data, sb.next_view(), step, 1e-3, 1.0);
+    EXPECT_EQ(ra.loss, rb.loss) << "step " << step;
+    EXPECT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
+  }
+  ParamStore wa, wb;
+  graph::Graph train = graph::build_graph(cfg.model, 2, {});
+  wa.create(train, 1);
+  wb.create(train, 1);
+  a.gather(wa, nullptr);
+  b.gather(wb, nullptr);
+  for (size_t i = 0; i < wa.entries().size(); ++i)
+    EXPECT_EQ(std::memcmp(wa.entries()[i].value.raw(), wb.entries()[i].value.raw(), wa.entries()[i].value.bytes()), 0)
+        << wa.entries()[i].name;
 }
 
 TEST(Lowering, TensorParallelMlpHoldsShardsAndExplicitReshards) {
