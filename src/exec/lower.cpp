@@ -23,10 +23,9 @@ std::string q(const std::string& s) { return "'" + s + "'"; }
 // holds it and that value's layout, and inserting reshards (cached per value and target layout).
 class StageLowering {
  public:
-  StageLowering(const Graph& model, const planner::Plan& plan, StageProgram& out,
-                const std::map<std::string, const planner::LayerPlan*>& layer_plans,
-                const std::vector<bool>& requires_grad, const LowerOptions& options)
-      : model_(model), plan_(plan), p_(out), layer_plans_(layer_plans), requires_grad_(requires_grad), options_(options),
+  StageLowering(const Graph& model, StageProgram& out, const std::map<std::string, const planner::LayerPlan*>& layer_plans,
+                const LowerOptions& options)
+      : model_(model), p_(out), layer_plans_(layer_plans), options_(options),
         local_(model.values().size()), layout_(model.values().size()) {}
 
   void add_recv(const BoundaryValue& b, ValueId model_value) {
@@ -210,10 +209,8 @@ class StageLowering {
   }
 
   const Graph& model_;
-  const planner::Plan& plan_;
   StageProgram& p_;
   const std::map<std::string, const planner::LayerPlan*>& layer_plans_;
-  const std::vector<bool>& requires_grad_;
   const LowerOptions& options_;
   std::vector<ValueId> local_;
   std::vector<Sbp> layout_;
@@ -309,7 +306,7 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
     p.tp = tensor_group_size(sp);
     p.dp = static_cast<int>(sp.mesh.empty() ? 1 : sp.mesh[0]);
     p.g = Graph(plan.summary.micro_batch);
-    StageLowering low(model, plan, p, layer_plans, needs, options);
+    StageLowering low(model, p, layer_plans, options);
     if (s > 0)
       for (ValueId v : crossing[static_cast<size_t>(s - 1)]) {
         BoundaryValue b{model.value(v).name, model.value(v).desc, needs[v.idx()]};

@@ -19,6 +19,7 @@ class Optimizer {
   int64_t steps_taken() const { return step_; }
   // Named state per parameter ("exp_avg", ...), for checkpoints.
   std::map<std::string, std::map<std::string, Tensor>>& state() { return state_; }
+  const std::map<std::string, std::map<std::string, Tensor>>& state() const { return state_; }
   void set_steps_taken(int64_t s) { step_ = s; }
 
  private:

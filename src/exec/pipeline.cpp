@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -544,7 +545,7 @@ void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) const {
         BRAID_ASSERT(dst, "the whole model has no parameter ", sh.name);
         put(d->store.find(sh.name)->value, dst->value);
         if (!full_opt || sh.buffer) continue;
-        auto& mine = const_cast<Optimizer&>(*d->opt).state();
+        const auto& mine = std::as_const(*d->opt).state();
         auto it = mine.find(sh.name);
         if (it == mine.end()) continue;
         for (auto& [key, t] : it->second) put(t, full_opt->state().at(sh.name).at(key));
