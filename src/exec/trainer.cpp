@@ -1,5 +1,7 @@
-// Training loop on one CPU device, or data parallel on `cpu:N` (exec/data_parallel.h: N replicas, replica 0's
-// parameters, buffers and optimizer state are what checkpoints save and evaluation runs). Steps:
+// Training loop on one CPU device, data parallel on `cpu:N` (exec/data_parallel.h: N replicas, replica 0's
+// parameters, buffers and optimizer state are what checkpoints save and evaluation runs), or under a plan
+// (exec/pipeline.h: the devices' shards are gathered into whole tensors for checkpoints and evaluation and
+// scattered back after loading). Steps:
 //   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
 //   2. open the datasets bound to the model inputs;
 //   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
@@ -7,24 +9,22 @@
 //   4. final evaluation and report.
 #include "exec/trainer.h"
 
-#include <optional>
-
-#include "exec/pipeline.h"
-#include "graph/build.h"
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "exec/data_parallel.h"
-#include "exec/runner.h"
 #include "exec/optimizer.h"
+#include "exec/pipeline.h"
+#include "exec/runner.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
-#include "io/dataset.h"
+#include "graph/build.h"
 #include "io/checkpoint.h"
+#include "io/dataset.h"
 #include "io/metrics.h"
 #include "io/progress.h"
 #include "io/trace.h"
