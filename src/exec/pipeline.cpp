@@ -81,7 +81,7 @@ const ParamShard& shard_of(const StageProgram& p, const std::string& name) {
 }  // namespace
 
 PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan,
-                       uint64_t seed, PlanRunnerOptions options)
+                       uint64_t seed, PlanRunnerOptions options, const PlanWorld* world)
     : plan_(plan),
       seed_(seed),
       programs_(lower_plan(m, plan, LowerOptions{options.sync_batch_norm})),
@@ -89,7 +89,6 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
       micro_(plan.summary.micro_batch),
-      world_(plan.summary.devices, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1}),
       options_(options) {
   check_ = check_schedule(schedule_);
   BRAID_ASSERT(check_.ok, "the ", schedule_.name, " schedule does not check: ", check_.message);
@@ -114,13 +113,24 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
     }
   }
   const int n = plan.summary.devices;
-  for (int id = 0; id < n; ++id) {
+  std::vector<int> local;
+  if (world) {
+    local = world->local;
+  } else {
+    inproc_ = std::make_unique<InProcWorld>(n, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1});
+    for (int id = 0; id < n; ++id) local.push_back(id);
+  }
+  local_index_.assign(static_cast<size_t>(n), -1);
+  for (int id : local) {
+    BRAID_ASSERT(id >= 0 && id < n && local_index_[static_cast<size_t>(id)] < 0, "local device ", id, " of ", n);
+    local_index_[static_cast<size_t>(id)] = static_cast<int>(devices_.size());
     devices_.push_back(std::make_unique<Device>());
     devices_.back()->id = id;
   }
   for (const StageProgram& p : programs_) {
     for (size_t k = 0; k < p.devices.size(); ++k) {
-      Device& d = *devices_.at(static_cast<size_t>(p.devices[k]));
+      if (!local_of(p.devices[k])) continue;
+      Device& d = *local_of(p.devices[k]);
       d.position = p.stage % plan.summary.pipeline_stages;
       Chunk c;
       c.prog = &p;
@@ -162,9 +172,9 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
   for (auto& d : devices_) {
     BRAID_ASSERT(!d->chunks.empty(), "device ", d->id, " holds no stage");
     d->opt = std::make_unique<Optimizer>(opt, d->store);
-    d->world = world_.communicator(d->id);
+    d->world = world ? world->communicator(d->id) : inproc_->communicator(d->id);
   }
-  const int per_device = std::max(1, braid::num_threads() / n);
+  const int per_device = std::max(1, braid::num_threads() / static_cast<int>(devices_.size()));
   for (auto& d : devices_) {
     threads_.emplace_back([this, dev = d.get(), per_device]() {
       omp_set_num_threads(per_device);
@@ -265,6 +275,18 @@ int PlanRunner::device_at(int stage, int replica, int tensor_rank) const {
   return p.devices.at(static_cast<size_t>(replica * p.tp + tensor_rank));
 }
 
+PlanRunner::Device* PlanRunner::local_of(int device) const {
+  if (device < 0 || device >= static_cast<int>(local_index_.size())) return nullptr;
+  int i = local_index_[static_cast<size_t>(device)];
+  return i < 0 ? nullptr : devices_[static_cast<size_t>(i)].get();
+}
+
+std::vector<int> PlanRunner::local_devices() const {
+  std::vector<int> out;
+  for (const auto& d : devices_) out.push_back(d->id);
+  return out;
+}
+
 PlanRunner::Chunk* PlanRunner::chunk_of(Device& d, int stage) {
   for (auto& c : d.chunks)
     if (c.prog->stage == stage) return &c;
@@ -289,7 +311,7 @@ DpStepResult PlanRunner::step(io::Dataset& data, std::span<const int64_t> batch_
                " samples for a plan of ", micro_batches_, " x ", dp_, " x ", micro_);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = Job{&data, batch_idx, step, lr, clip};
-  pending_ = devices();
+  pending_ = static_cast<int>(devices_.size());
   ++generation_;
   start_cv_.notify_all();
   done_cv_.wait(lock, [&]() { return pending_ == 0; });
@@ -528,30 +550,57 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   d.opt->step(job.lr);
 }
 
-void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) const {
-  for (const auto& d : devices_)
-    for (const auto& c : d->chunks) {
-      if (c.replica != 0) continue;
-      for (const auto& sh : c.prog->params) {
+void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) {
+  // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice), in one order all processes
+  // agree on: programs, then their devices, then parameters. Device 0's process assembles; a shard of another
+  // process travels over the world communicators (the workers are idle, so the main thread may use them).
+  Device* root = local_of(0);
+  int shard_index = 0;  // counts the same shards in every process: message tags agree
+  for (const StageProgram& p : programs_)
+    for (int t = 0; t < p.tp; ++t) {
+      const int owner = p.devices[static_cast<size_t>(t)];  // replica 0
+      Device* mine = local_of(owner);
+      for (const auto& sh : p.params) {
         const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
-        if (!slice && c.tensor_rank != 0) continue;
-        auto put = [&](const Tensor& local, Tensor& whole) {
+        if (!slice && t != 0) continue;
+        int tag = (1 << 28) + 8 * shard_index++;
+        if (!mine && !root) continue;
+        // The tensors of this shard: value, then optimizer state in key order.
+        std::vector<std::pair<Tensor, Tensor*>> parts;  // (the owner's shard or a buffer, the whole tensor)
+        std::vector<Tensor> owned;
+        if (mine) {
+          owned.push_back(mine->store.find(sh.name)->value);
+          if (full_opt && !sh.buffer)
+            if (auto it = std::as_const(*mine->opt).state().find(sh.name); it != mine->opt->state().end())
+              for (const auto& [key, st] : it->second) owned.push_back(st);
+        }
+        std::vector<Tensor*> wholes;
+        if (root) {
+          wholes.push_back(&full.find(sh.name)->value);
+          if (full_opt && !sh.buffer)
+            if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
+              for (auto& [key, st] : it->second) wholes.push_back(&st);
+        }
+        const size_t count = mine ? owned.size() : wholes.size();
+        for (size_t k = 0; k < count; ++k, ++tag) {
+          Tensor part;
+          if (mine && root) {
+            part = owned[k];
+          } else if (mine) {
+            mine->world->send(owned[k], 0, tag);
+            continue;
+          } else {
+            part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
+            root->world->recv(part, owner, tag);
+          }
           if (slice)
-            copy_chunk(local, whole, sh.layout.axis, c.tensor_rank, sh.parts, true);
+            copy_chunk(part, *wholes[k], sh.layout.axis, t, sh.parts, true);
           else
-            whole.copy_from(local);
-        };
-        ParamEntry* dst = full.find(sh.name);
-        BRAID_ASSERT(dst, "the whole model has no parameter ", sh.name);
-        put(d->store.find(sh.name)->value, dst->value);
-        if (!full_opt || sh.buffer) continue;
-        const auto& mine = std::as_const(*d->opt).state();
-        auto it = mine.find(sh.name);
-        if (it == mine.end()) continue;
-        for (auto& [key, t] : it->second) put(t, full_opt->state().at(sh.name).at(key));
+            wholes[k]->copy_from(part);
+        }
       }
     }
-  if (full_opt) full_opt->set_steps_taken(devices_[0]->opt->steps_taken());
+  if (full_opt && root) full_opt->set_steps_taken(devices_[0]->opt->steps_taken());
 }
 
 void PlanRunner::scatter(const ParamStore& full, Optimizer* full_opt) {
@@ -578,8 +627,9 @@ void PlanRunner::scatter(const ParamStore& full, Optimizer* full_opt) {
 }
 
 std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
-  const Device& d = *devices_.at(static_cast<size_t>(device));
   std::vector<std::vector<size_t>> out;
+  if (!local_of(device)) return out;
+  const Device& d = *local_of(device);
   for (const auto& c : d.chunks) {
     out.emplace_back();
     for (const auto& b : c.buckets) {
@@ -592,7 +642,8 @@ std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
 }
 
 void PlanRunner::set_trace(int device, io::TraceLane* lane, io::TraceLane* comm_lane) {
-  Device& d = *devices_.at(static_cast<size_t>(device));
+  if (!local_of(device)) return;
+  Device& d = *local_of(device);
   d.trace = lane;
   d.comm_trace = comm_lane;
   for (auto& c : d.chunks) c.exec->set_trace(lane);

@@ -39,17 +39,27 @@ struct PlanRunnerOptions {
   size_t bucket_bytes = size_t{25} << 20;  // data-parallel gradient buckets (PyTorch DDP's default)
 };
 
+// Where the devices of a plan run. In-process (the default, `cpu:N`): every device in this process, one
+// InProcWorld. Between processes (`braid launch`): this process runs `local` (device ids = world ranks) and
+// `communicator(id)` gives each its world communicator (TCP, NCCL); everything else is unchanged.
+struct PlanWorld {
+  std::vector<int> local;
+  std::function<std::unique_ptr<Communicator>(int device)> communicator;
+};
+
 class PlanRunner {
  public:
   // Lowers `plan` (validated) and builds every device's programs, parameters (initialised from `seed` as the
   // whole model would be, then sliced) and optimizer. Checks the schedule before returning.
   PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan, uint64_t seed,
-             PlanRunnerOptions options = {});
+             PlanRunnerOptions options = {}, const PlanWorld* world = nullptr);
   ~PlanRunner();
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
 
-  int devices() const { return static_cast<int>(devices_.size()); }
+  int devices() const { return plan_.summary.devices; }  // in the plan; local_devices() run here
+  std::vector<int> local_devices() const;
+  bool is_local(int device) const { return local_of(device) != nullptr; }
   const Schedule& schedule() const { return schedule_; }
   const ScheduleCheck& schedule_check() const { return check_; }
   const std::vector<StageProgram>& programs() const { return programs_; }
@@ -62,7 +72,9 @@ class PlanRunner {
   DpStepResult step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip);
 
   // Whole tensors from the devices' shards (replica 0's): parameters, buffers, optimizer state and steps.
-  void gather(ParamStore& full, Optimizer* full_opt) const;
+  // Between processes it is a collective of every process (call it on all of them, workers idle): the
+  // whole tensors arrive in the process of device 0; the others' `full` is left as it was.
+  void gather(ParamStore& full, Optimizer* full_opt);
   // Every device takes its shards of the whole tensors.
   void scatter(const ParamStore& full, Optimizer* full_opt);
   // `lane` records the device's compute, sends, receives and the step; `comm_lane` (may be null) its
@@ -133,6 +145,7 @@ class PlanRunner {
   void wait_buckets(Device& d, Chunk& c);
   void run_step(Device& d, const Job& job);
   Chunk* chunk_of(Device& d, int stage);
+  Device* local_of(int device) const;
   int device_at(int stage, int replica, int tensor_rank) const;
 
   planner::Plan plan_;
@@ -143,8 +156,9 @@ class PlanRunner {
   std::vector<int> stage_slots_;
   int dp_ = 1, micro_batches_ = 1;
   int64_t micro_ = 1;  // per replica
-  InProcWorld world_;
-  std::vector<std::unique_ptr<Device>> devices_;
+  std::unique_ptr<InProcWorld> inproc_;          // the in-process world (no PlanWorld given)
+  std::vector<std::unique_ptr<Device>> devices_;  // the local devices, by id
+  std::vector<int> local_index_;                  // per device id: index in devices_, -1 when remote
   std::vector<std::thread> threads_;
   std::mutex data_mutex_;
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "exec/lower.h"
 #include "exec/runner.h"
@@ -106,6 +107,60 @@ TEST(PipelineBuckets, BucketSizeChangesNothingButTheNumberOfBuckets) {
   for (size_t i = 0; i < wa.entries().size(); ++i)
     EXPECT_EQ(std::memcmp(wa.entries()[i].value.raw(), wb.entries()[i].value.raw(), wa.entries()[i].value.bytes()), 0)
         << wa.entries()[i].name;
+}
+
+// A plan split over two "processes": two PlanRunners in one process, each running half the devices and talking
+// only through world communicators (here from one InProcWorld; between processes, TCP). Their steps and
+// their collective gather equal one runner holding every device, bit for bit.
+TEST(PipelineWorld, DevicesSplitOverRunnersTrainAndGatherAsOne) {
+  auto cfg = tiny_gpt();
+  graph::Graph g = graph::build_graph(cfg.model, 2, {});
+  planner::Plan plan = pipeline_plan(cfg.model, 2, 2, "1f1b");
+  plan.summary.devices = 4;
+  plan.summary.data_parallel = 2;
+  plan.stages[0].devices = {0, 1};
+  plan.stages[1].devices = {2, 3};
+  for (auto& st : plan.stages) st.mesh = {2, 1};
+  PlanRunner whole(cfg.model, cfg.optimizer, plan, 1);
+  InProcWorld world(4);
+  PlanWorld wa{{0, 1}, [&](int d) { return world.communicator(d); }};
+  PlanWorld wb{{2, 3}, [&](int d) { return world.communicator(d); }};
+  PlanRunner a(cfg.model, cfg.optimizer, plan, 1, {}, &wa), b(cfg.model, cfg.optimizer, plan, 1, {}, &wb);
+  EXPECT_EQ(a.local_devices(), (std::vector<int>{0, 1}));
+  auto data = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
+  io::BatchSampler s0(data->size(), 8, true, 1), s1(data->size(), 8, true, 1), s2(data->size(), 8, true, 1);
+  // Each "process" reads its own Dataset, as processes would.
+  auto data_b = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
+  for (int step = 0; step < 3; ++step) {
+    auto rw = whole.step(*data, s0.next_view(), step, 1e-3, 1.0);
+    DpStepResult ra, rb;
+    auto ia = s1.next_view();
+    auto vb = s2.next_view();
+    std::vector<int64_t> ib(vb.begin(), vb.end());
+    std::thread tb([&]() { rb = b.step(*data_b, ib, step, 1e-3, 1.0); });
+    ra = a.step(*data, ia, step, 1e-3, 1.0);
+    tb.join();
+    EXPECT_EQ(ra.loss, rw.loss) << "step " << step;
+    EXPECT_EQ(rb.loss, rw.loss) << "step " << step;
+    EXPECT_EQ(ra.grad_norm, rw.grad_norm) << "step " << step;
+  }
+  graph::Graph train = graph::build_graph(cfg.model, 2, {});
+  ParamStore fw, fa, fb;
+  fw.create(train, 1);
+  fa.create(train, 1);
+  fb.create(train, 1);
+  Optimizer ow(cfg.optimizer, fw), oa(cfg.optimizer, fa), ob(cfg.optimizer, fb);
+  whole.gather(fw, &ow);
+  std::thread tb([&]() { b.gather(fb, &ob); });
+  a.gather(fa, &oa);
+  tb.join();
+  for (size_t i = 0; i < fw.entries().size(); ++i)
+    EXPECT_EQ(std::memcmp(fw.entries()[i].value.raw(), fa.entries()[i].value.raw(), fw.entries()[i].value.bytes()), 0)
+        << fw.entries()[i].name;
+  for (auto& [name, st] : ow.state())
+    for (auto& [key, t] : st)
+      EXPECT_EQ(std::memcmp(t.raw(), oa.state().at(name).at(key).raw(), t.bytes()), 0) << name << "/" << key;
+  EXPECT_EQ(oa.steps_taken(), 3);
 }
 
 TEST(Lowering, TensorParallelMlpHoldsShardsAndExplicitReshards) {
