@@ -18,18 +18,6 @@ namespace {
 // Message tags: one per (cut, value, direction); messages of one tag arrive in micro-batch order.
 int tag_of(int cut, size_t value, bool grad) { return (cut * 2 + (grad ? 1 : 0)) * 4096 + static_cast<int>(value); }
 
-void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
-  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
-    T* d = dst.data<T>();
-    const T* s = src.data<T>();
-    const T k = T(scale);
-    const int64_t n = dst.numel();
-    if (first)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
-    else
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
-  });
-}
 
 // Buckets of gradients in the order backward produces them (their producer nodes), each up to `limit` bytes
 // (a larger gradient is a bucket of its own).

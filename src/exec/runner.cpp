@@ -11,23 +11,6 @@
 namespace braid::exec {
 namespace {
 
-// Adds scale * src into dst (same desc).
-void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
-  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
-    T* d = dst.data<T>();
-    const T* s = src.data<T>();
-    const T k = T(scale);
-    const int64_t n = dst.numel();
-    if (first && scale == 1.0)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
-    else if (first)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
-    else
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
-  });
-}
-
-
 }  // namespace
 
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
@@ -60,6 +43,22 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
 }
 
 double scalar(const Tensor& t) { return get_as_double(t, 0); }
+
+void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
+  ops::cpu::dispatch_float(dst.dtype(), [&]<typename T>() {
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    const T k = T(scale);
+    const int64_t n = dst.numel();
+    if (first && scale == 1.0)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    else if (first)
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
+  });
+}
+
 
 double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
                         int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,

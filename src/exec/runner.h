@@ -49,5 +49,7 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
                         int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
                         const Shard& shard = {}, PhaseTimes* times = nullptr);
 double scalar(const Tensor& t);
+// dst = scale * src (first) or dst += scale * src: gradient accumulation over micro-batches (same desc).
+void accumulate(Tensor& dst, const Tensor& src, double scale, bool first);
 
 }  // namespace braid::exec

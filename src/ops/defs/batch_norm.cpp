@@ -38,6 +38,61 @@ struct Layout {
 };
 Layout layout_of(const Shape& s) { return {s[0], s[1], s.numel() / std::max<int64_t>(1, s[0] * s[1])}; }
 
+// Shared by batch_norm and its synchronised form (bn_sync_*), so that both compute bit for bit the same.
+// Training: running statistics take the batch mean and the unbiased variance (sq = sum of squared deviations
+// over n values; one value falls back to 0, where PyTorch refuses).
+template <typename T>
+void update_running(T* rm, T* rv, int64_t c, double m, double sq, double n, double mom) {
+  double unbiased = n > 1 ? sq / (n - 1) : 0.0;
+  rm[c] = static_cast<T>((1 - mom) * rm[c] + mom * m);
+  rv[c] = static_cast<T>((1 - mom) * rv[c] + mom * unbiased);
+}
+
+// y = (x - m) * inv * w + b over channel c; the statistics used are saved for backward.
+template <typename T>
+void normalise_channel(const Layout& l, int64_t c, double m, double inv, const T* x, const T* w, const T* bias, T* y,
+                       T* mean, T* invstd) {
+  mean[c] = static_cast<T>(m);
+  invstd[c] = static_cast<T>(inv);
+  const double scale = w[c] * inv, shift = bias[c] - m * scale;
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t e = 0; e < l.S; ++e) y[l.at(b, c) + e] = static_cast<T>(x[l.at(b, c) + e] * scale + shift);
+}
+
+void count_batch(const Tensor& nbt) {
+  if (nbt.dtype() == DType::i64)
+    nbt.data<int64_t>()[0] += 1;
+  else
+    nbt.data<int32_t>()[0] += 1;
+}
+
+// Channel c's sums of dy and of dy * xhat, xhat = (x - m) * inv.
+template <typename T>
+std::pair<double, double> grad_sums(const Layout& l, int64_t c, const T* dy, const T* x, double m, double inv) {
+  double sdy = 0, sdyx = 0;
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t e = 0; e < l.S; ++e) {
+      int64_t i = l.at(b, c) + e;
+      sdy += dy[i];
+      sdyx += dy[i] * (x[i] - m) * inv;
+    }
+  return {sdy, sdyx};
+}
+
+// dx over channel c: k (dy - (sdy + xhat sdyx) / n) in training (the statistics depend on x), k dy in eval;
+// k = weight * invstd.
+template <typename T>
+void write_dx(const Layout& l, int64_t c, const T* dy, const T* x, double m, double inv, double k, double sdy,
+              double sdyx, double n, bool train, T* dx) {
+  for (int64_t b = 0; b < l.B; ++b)
+    for (int64_t e = 0; e < l.S; ++e) {
+      int64_t i = l.at(b, c) + e;
+      double g = dy[i];
+      if (train) g -= (sdy + (x[i] - m) * inv * sdyx) / n;
+      dx[i] = static_cast<T>(k * g);
+    }
+}
+
 std::vector<ParamSpec> bn_params(const Attrs&, std::span<const TensorDesc> data) {
   int64_t C = channels_of(data[0]);
   DType t = data[0].dtype;
@@ -105,29 +160,16 @@ void bn_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, st
               sq += d * d;
             }
           inv = 1.0 / std::sqrt(sq / static_cast<double>(l.n()) + eps);
-          // PyTorch rejects one value per channel in training; here the unbiased variance falls back to 0.
-          double unbiased = l.n() > 1 ? sq / static_cast<double>(l.n() - 1) : 0.0;
-          rm[c] = static_cast<T>((1 - mom) * rm[c] + mom * m);
-          rv[c] = static_cast<T>((1 - mom) * rv[c] + mom * unbiased);
+          update_running(rm, rv, c, m, sq, static_cast<double>(l.n()), mom);
         } else {
           m = rm[c];
           inv = 1.0 / std::sqrt(static_cast<double>(rv[c]) + eps);
         }
-        mean[c] = static_cast<T>(m);
-        invstd[c] = static_cast<T>(inv);
-        const double scale = w[c] * inv, shift = bias[c] - m * scale;
-        for (int64_t b = 0; b < l.B; ++b)
-          for (int64_t e = 0; e < l.S; ++e) y[l.at(b, c) + e] = static_cast<T>(x[l.at(b, c) + e] * scale + shift);
+        normalise_channel(l, c, m, inv, x, w, bias, y, mean, invstd);
       }
     });
   });
-  if (train) {
-    const Tensor& nbt = in[kNumBatches];
-    if (nbt.dtype() == DType::i64)
-      nbt.data<int64_t>()[0] += 1;
-    else
-      nbt.data<int32_t>()[0] += 1;
-  }
+  if (train) count_batch(in[kNumBatches]);
 }
 
 void bn_grad(GradCtx& c) {
@@ -204,23 +246,10 @@ void bn_grad_cpu(const KernelCtx& ctx, const Attrs&, std::span<const Tensor> in,
     parallel_for(l.C, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, l.n())), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const double m = mean[c], inv = invstd[c];
-        double sdy = 0, sdyx = 0;
-        for (int64_t b = 0; b < l.B; ++b)
-          for (int64_t e = 0; e < l.S; ++e) {
-            int64_t i = l.at(b, c) + e;
-            sdy += dy[i];
-            sdyx += dy[i] * (x[i] - m) * inv;
-          }
+        auto [sdy, sdyx] = grad_sums(l, c, dy, x, m, inv);
         db[c] = static_cast<T>(sdy);
         dw[c] = static_cast<T>(sdyx);
-        const double k = w[c] * inv;
-        for (int64_t b = 0; b < l.B; ++b)
-          for (int64_t e = 0; e < l.S; ++e) {
-            int64_t i = l.at(b, c) + e;
-            double g = dy[i];
-            if (train) g -= (sdy + (x[i] - m) * inv * sdyx) / n;
-            dx[i] = static_cast<T>(k * g);
-          }
+        write_dx(l, c, dy, x, m, inv, w[c] * inv, sdy, sdyx, n, train, dx);
       }
     });
   });
@@ -315,21 +344,11 @@ void bn_sync_apply_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Ten
     T* invstd = out[2].data<T>();
     for (int64_t c = 0; c < l.C; ++c) {
       const double m = s1[c] / total, inv = 1.0 / std::sqrt(s2[c] / total + eps);
-      const double unbiased = total > 1 ? s2[c] / (total - 1) : 0.0;
-      rm[c] = static_cast<T>((1 - mom) * rm[c] + mom * m);
-      rv[c] = static_cast<T>((1 - mom) * rv[c] + mom * unbiased);
-      mean[c] = static_cast<T>(m);
-      invstd[c] = static_cast<T>(inv);
-      const double scale = w[c] * inv, shift = bias[c] - m * scale;
-      for (int64_t b = 0; b < l.B; ++b)
-        for (int64_t e = 0; e < l.S; ++e) y[l.at(b, c) + e] = static_cast<T>(x[l.at(b, c) + e] * scale + shift);
+      update_running(rm, rv, c, m, s2[c], total, mom);
+      normalise_channel(l, c, m, inv, x, w, bias, y, mean, invstd);
     }
   });
-  const Tensor& nbt = in[kSNumBatches];
-  if (nbt.dtype() == DType::i64)
-    nbt.data<int64_t>()[0] += 1;
-  else
-    nbt.data<int32_t>()[0] += 1;
+  count_batch(in[kSNumBatches]);
 }
 
 void bn_sync_apply_grad(GradCtx& c) {
@@ -359,14 +378,7 @@ void bn_sync_grad_sums_cpu(const KernelCtx&, const Attrs&, std::span<const Tenso
     const T* mean = in[2].data<T>();
     const T* invstd = in[3].data<T>();
     for (int64_t c = 0; c < l.C; ++c) {
-      const double m = mean[c], inv = invstd[c];
-      double sdy = 0, sdyx = 0;
-      for (int64_t b = 0; b < l.B; ++b)
-        for (int64_t e = 0; e < l.S; ++e) {
-          int64_t i = l.at(b, c) + e;
-          sdy += dy[i];
-          sdyx += dy[i] * (x[i] - m) * inv;
-        }
+      auto [sdy, sdyx] = grad_sums(l, c, dy, x, static_cast<double>(mean[c]), static_cast<double>(invstd[c]));
       s[c] = sdy;
       s[l.C + c] = sdyx;
     }
@@ -395,15 +407,10 @@ void bn_sync_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> 
     T* dw = out[1].data<T>();
     T* db = out[2].data<T>();
     for (int64_t c = 0; c < l.C; ++c) {
-      const double m = mean[c], inv = invstd[c], sdy = global[c], sdyx = global[l.C + c];
+      const double m = mean[c], inv = invstd[c];
       db[c] = static_cast<T>(local[c]);
       dw[c] = static_cast<T>(local[l.C + c]);
-      const double k = w[c] * inv;
-      for (int64_t b = 0; b < l.B; ++b)
-        for (int64_t e = 0; e < l.S; ++e) {
-          int64_t i = l.at(b, c) + e;
-          dx[i] = static_cast<T>(k * (dy[i] - (sdy + (x[i] - m) * inv * sdyx) / n));
-        }
+      write_dx(l, c, dy, x, m, inv, w[c] * inv, global[c], global[l.C + c], n, true, dx);
     }
   });
 }
