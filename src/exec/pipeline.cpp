@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -271,7 +272,9 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           job.data->read(d.scratch, views);
         }
         c.exec->set_trace_micro_batch(mb);
+        auto t0 = std::chrono::steady_clock::now();
         c.exec->run_forward(slot, seed_, stream, offset);
+        d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (p.loss.valid() && c.tensor_rank == 0)
           loss_sum += scalar(c.exec->value(p.loss, slot)) / static_cast<double>(M * dp_);
         break;
@@ -279,7 +282,9 @@ void PlanRunner::run_step(Device& d, const Job& job) {
       case InstrKind::Backward: {
         int slot = slot_for(c, mb);
         c.exec->set_trace_micro_batch(mb);
+        auto t0 = std::chrono::steady_clock::now();
         c.exec->run_backward(slot, seed_, stream, offset);
+        d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const size_t ci = static_cast<size_t>(&c - d.chunks.data());
         for (const auto& [grad, entry] : c.grads)
           accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, backwards[ci] == 0);
@@ -441,6 +446,12 @@ void PlanRunner::scatter(const ParamStore& full, Optimizer* full_opt) {
       }
     if (full_opt) d->opt->set_steps_taken(full_opt->steps_taken());
   }
+}
+
+std::vector<double> PlanRunner::busy_seconds() const {
+  std::vector<double> out;
+  for (const auto& d : devices_) out.push_back(d->busy_s);
+  return out;
 }
 
 void PlanRunner::set_trace(int device, io::TraceLane* lane) {

@@ -63,6 +63,10 @@ class PlanRunner {
   // Every device takes its shards of the whole tensors.
   void scatter(const ParamStore& full, Optimizer* full_opt);
   void set_trace(int device, io::TraceLane* lane);
+  // Per device: seconds spent in Forward and Backward instructions (its stage executors) since construction.
+  // Read between steps (the closed loop compares them with the predicted stage times).
+  std::vector<double> busy_seconds() const;
+  int micro_batches() const { return micro_batches_; }
 
  private:
   struct Chunk {  // one stage program on one device
@@ -88,6 +92,7 @@ class PlanRunner {
     DpStepResult result;
     std::exception_ptr error;
     io::TraceLane* trace = nullptr;
+    double busy_s = 0;  // Forward and Backward wall time
   };
   struct Job {
     io::Dataset* data = nullptr;
