@@ -19,15 +19,17 @@ MODELS = {
                                            "train.batch=16", "vars.dropout=0.0"]),
     "mlp": ("configs/bench/mlp.yaml", ["vars.hidden1=512", "vars.hidden2=512", "train.batch=128"]),
 }
-# Plan shapes: summary pins (None: the planner's choice, parallel.plan=auto).
+# Plan shapes (dp, tp, pp, micro-batches, schedule), written as a plan file's summary: every field is a pin,
+# `braid plan` completes the stages and layer splits. None: the planner's choice (parallel.plan=auto).
 PLANS = {
-    2: {"chosen": None, "dp": dict(data_parallel=2, pipeline_stages=1), "tp": dict(data_parallel=1, pipeline_stages=1),
-        "pp": dict(data_parallel=1, pipeline_stages=2, tensor_parallel=1)},
-    4: {"chosen": None, "dp": dict(data_parallel=4, pipeline_stages=1), "tp": dict(data_parallel=1, pipeline_stages=1),
-        "pp": dict(data_parallel=1, pipeline_stages=4, tensor_parallel=1),
-        "dp2xpp2": dict(data_parallel=2, pipeline_stages=2, tensor_parallel=1),
-        "dp2xtp2": dict(data_parallel=2, pipeline_stages=1), "tp2xpp2": dict(data_parallel=1, pipeline_stages=2)},
+    2: {"chosen": None, "dp": (2, 1, 1, 1, "1f1b"), "tp": (1, 2, 1, 1, "1f1b"), "pp": (1, 1, 2, 4, "1f1b")},
+    4: {"chosen": None, "dp": (4, 1, 1, 1, "1f1b"), "tp": (1, 4, 1, 1, "1f1b"), "pp": (1, 1, 4, 8, "1f1b"),
+        "dp2xpp2": (2, 1, 2, 4, "1f1b"), "dp2xtp2": (2, 2, 1, 1, "1f1b"), "tp2xpp2": (1, 2, 2, 4, "gpipe")},
 }
+
+
+def batch_of(sets):
+    return int(next(s for s in sets if s.startswith("train.batch=")).split("=")[1])
 
 
 def run(cmd):
@@ -47,8 +49,12 @@ def measure(braid, root, work, n, steps, warmup):
             plan = "auto"
             if pins is not None:
                 pin_file = os.path.join(work, f"{model}_cpu{n}_{name}_pins.yaml")
+                dp, tp, pp, m, sched = pins
+                mb = batch_of(sets) // dp // m
                 with open(pin_file, "w") as f:
-                    f.write("summary: {" + ", ".join(f"{k}: {v}" for k, v in pins.items()) + "}\nstages: []\nlayers: []\n")
+                    f.write(f"summary: {{devices: {n}, data_parallel: {dp}, tensor_parallel: {tp}, pipeline_stages: {pp}, "
+                            f"virtual_stages: 1, micro_batch: {mb}, micro_batches: {m}, schedule: {sched}}}\n"
+                            "stages: []\nlayers: []\n")
                 plan = os.path.join(work, f"{model}_cpu{n}_{name}.yaml")
                 run([braid, "plan", run_file] + base + ["--set", f"parallel.plan={pin_file}", "--out", plan])
             csv_file = os.path.join(work, f"{model}_cpu{n}_{name}.csv")

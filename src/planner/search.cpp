@@ -60,7 +60,9 @@ bool dominates(const Entry& x, const Entry& y) {
   return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers;
 }
 
-// Adds e to the front unless dominated; drops what e dominates; keeps at most `cap` (least t first).
+// Adds e to the front unless dominated; drops what e dominates; keeps at most `cap`: the cap / 2 with the least
+// t, and of the others those with the least memory (4 p + a + buf + buffers: a pipeline stage holds several
+// micro-batches' activations), so that a capped front still holds the plans that fit. Sorted by t.
 void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
   for (const Entry& f : front)
     if (dominates(f, e)) return;
@@ -68,7 +70,11 @@ void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
   auto at = std::upper_bound(front.begin(), front.end(), e, [](const Entry& a, const Entry& b) { return a.t < b.t; });
   front.insert(at, std::move(e));
   if (static_cast<int>(front.size()) > cap) {
+    auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
+    auto rest = front.begin() + cap / 2;
+    std::stable_sort(rest, front.end(), [&](const Entry& a, const Entry& b) { return mem(a) < mem(b); });
     front.resize(static_cast<size_t>(cap));
+    std::stable_sort(rest, front.end(), [](const Entry& a, const Entry& b) { return a.t < b.t; });
     *capped = true;
   }
 }
