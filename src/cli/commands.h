@@ -69,6 +69,15 @@ struct PlanArgs {
 };
 int plan(const PlanArgs& a, FILE* out);
 
+// `braid calibrate`: measures this machine for cpu:N and caches the profile the planner reads
+// (exec/calibrate.h, docs/planner.md "Calibration").
+struct CalibrateArgs {
+  std::string devices = "cpu:2";
+  double budget_s = 40;   // seconds for op measurements (collectives take a few more)
+  bool print = false;     // also print the profile
+};
+int calibrate(const CalibrateArgs& a, FILE* out);
+
 // `braid ops`: every op usable in model files with its attributes and defaults.
 int list_ops(FILE* out);
 

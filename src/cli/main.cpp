@@ -68,6 +68,12 @@ int main(int argc, char** argv) {
   pl->add_option("--dot", planning.dot, "write the plan's stages and splits as Graphviz DOT to this file");
   pl->add_flag("--explain", planning.explain, "show why: runner-up per layer, the pure strategies, what bound the choice");
 
+  braid::cli::CalibrateArgs calib;
+  auto* cal = app.add_subcommand("calibrate", "measure this machine's ops and collectives for the planner; cache the profile");
+  cal->add_option("--devices", calib.devices, "the cpu:N to measure for")->capture_default_str();
+  cal->add_option("--budget", calib.budget_s, "seconds for op measurements")->capture_default_str();
+  cal->add_flag("--print", calib.print, "print the profile");
+
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
   try {
@@ -83,6 +89,7 @@ int main(int argc, char** argv) {
     if (b->parsed()) return braid::cli::bench(bench, stdout);
     if (tm->parsed()) return braid::cli::time_layers(timing, stdout);
     if (pl->parsed()) return braid::cli::plan(planning, stdout);
+    if (cal->parsed()) return braid::cli::calibrate(calib, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
   } catch (const braid::UserError& e) {
     std::fflush(stdout);

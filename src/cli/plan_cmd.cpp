@@ -1,7 +1,7 @@
 // `braid plan`: loads a run, picks the cluster (--cluster file or preset, --devices cpu:N, or the run's devices),
 // searches (planner/search.h) keeping the pins of the run's plan file, writes the plan file, and with --explain
 // prints the runner-up of every non-default layer, the pure strategies and what bound the choice.
-// A cpu:N cluster takes its figures from the calibration profile when one is cached (docs/planner.md).
+// A cpu:N cluster takes its figures from the calibration profile when one is cached (exec/calibrate.h).
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "exec/calibrate.h"
 #include "graph/build.h"
 #include "io/run_config.h"
 #include "planner/cluster.h"
@@ -19,28 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace planner;
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? "cpu" : line.substr(c + 2);
-    }
-  return "cpu";
-}
-
-// $XDG_CACHE_HOME/braid (else ~/.cache/braid)/profile-<machine>-<version>.yaml
-std::string profile_path() {
-  std::string machine = cpu_model() + "-" + std::to_string(std::thread::hardware_concurrency()) + "c";
-  for (char& c : machine)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path dir = xdg && *xdg ? fs::path(xdg) / "braid" : fs::path(home ? home : ".") / ".cache" / "braid";
-  return (dir / ("profile-" + machine + "-0.1.0.yaml")).string();
-}
 
 std::string gib(double bytes) {
   char buf[32];
@@ -103,6 +82,7 @@ int plan(const PlanArgs& a, FILE* out) {
   // 1. The cluster.
   Cluster cluster;
   std::unique_ptr<CostModel> model;
+  std::string model_note = "analytic";
   std::string devices = a.devices.empty() ? cfg.devices : a.devices;
   if (!a.cluster.empty()) {
     if (fs::exists(a.cluster)) {
@@ -120,21 +100,10 @@ int plan(const PlanArgs& a, FILE* out) {
     if (spec.kind != "cpu")
       throw UserError(cli, "braid plan --devices takes cpu:N; plan GPUs with --cluster",
                       "e.g. --cluster h200x8 or --cluster dgx-a100-80gb:4");
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    std::string pp = profile_path();
-    if (fs::exists(pp)) {
-      Diagnostics d;
-      std::ifstream in(pp);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      Profile prof = parse_profile(ss.str(), pp, d);
-      d.throw_if_any();
-      cluster = cluster_preset("cpu:" + std::to_string(spec.count), prof.cpu, cli);
-      model = calibrated_cost_model(cluster, prof);
-    } else {
-      cluster = cluster_preset("cpu:" + std::to_string(spec.count), fallback_cpu_figures(spec.count, cores), cli);
-      model = analytic_cost_model(cluster);
-    }
+    exec::CpuModel cm = exec::cpu_cost_model(spec.count);
+    model = std::move(cm.model);
+    cluster = model->cluster();
+    model_note = cm.description;
   }
   // 2. The forward graph, the pins of the run's plan file, the search.
   graph::BuildOptions bo;
@@ -173,7 +142,7 @@ int plan(const PlanArgs& a, FILE* out) {
                gib(cluster.device.memory_bytes).c_str(), p.bound_by.c_str());
   std::fprintf(out, "  busiest stage: compute %s, communication %s, bubble %s per step\n", secs(p.compute_s).c_str(),
                secs(p.comm_s).c_str(), secs(p.bubble_s).c_str());
-  std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s\n", model->name().c_str(),
+  std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s\n", model_note.c_str(),
                cluster.name.c_str(), cluster.devices(), r.stats.configs_searched, r.stats.configs, r.stats.seconds,
                r.stats.capped ? " (a front hit its cap: the optimum may be missed)" : "");
   PureStrategies pure = pure_strategies(g, *model, ts, so);

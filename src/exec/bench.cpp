@@ -9,6 +9,9 @@
 
 #include "core/parallel.h"
 #include "exec/optimizer.h"
+#include "exec/pipeline.h"
+#include "exec/run_plan.h"
+#include "graph/build.h"
 #include "exec/runner.h"
 #include "graph/print.h"
 #include "io/dataset.h"
@@ -37,9 +40,59 @@ std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>
   return rows;
 }
 
+// train()'s plan path: PlanRunner::step on the plan's devices, over the same sampler and dataset.
+BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchOptions& opts) {
+  if (opts.per_node)
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "braid time times one device; this run has a plan for " + cfg.devices,
+                    "use --set devices=cpu --set parallel.plan=auto, or braid bench");
+  BenchResult res;
+  const uint64_t seed = cfg.train.seed;
+  const planner::Summary& s = rp.plan.summary;
+  PlanRunner pr(cfg.model, cfg.optimizer, rp.plan, seed);
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(cfg.model, s.micro_batch, bo);
+  auto inputs = dataset_inputs(cfg.model, g);
+  auto data = io::open_dataset(cfg.data.train, inputs, seed);
+  const int64_t batch = cfg.train.batch;
+  if (data->size() < batch)
+    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
+                                            " samples, fewer than one batch of " + std::to_string(batch));
+  io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, seed);
+  const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
+  res.model = cfg.model.name;
+  res.batch = batch;
+  res.micro_batch = s.micro_batch;
+  res.threads = num_threads();
+  for (const auto& pi : g.params())
+    if (!pi.spec.buffer) res.params += pi.spec.desc.numel();
+  for (const auto& b : pr.arena_bytes()) res.arena_bytes = std::max(res.arena_bytes, b);
+  for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
+  res.train_flops_per_step *= static_cast<double>(s.micro_batches * s.data_parallel);
+  for (const auto& in : inputs)
+    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
+      res.tokens_per_sample = in.sample.shape.numel();
+      break;
+    }
+  res.plan = rp.summary;
+  res.predicted_step_s = rp.prediction.step_time_s;
+  for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
+    auto t0 = Clock::now();
+    std::span<const int64_t> batch_idx = sampler.next_view();
+    double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, i % std::max<int64_t>(total_steps, 1), total_steps);
+    auto r = pr.step(*data, batch_idx, i, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
+    if (!std::isfinite(r.loss))
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(r.loss) + " at step " +
+                                                    std::to_string(i + 1), "lower the learning rate or enable clip_grad_norm");
+    if (i >= opts.warmup) res.step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return res;
+}
+
 }  // namespace
 
 BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
+  if (auto rp = run_plan(cfg)) return bench_plan(cfg, *rp, opts);
   BenchResult res;
   const uint64_t seed = cfg.train.seed;
   const int64_t batch = cfg.train.batch;

@@ -1,7 +1,8 @@
 // Steady-state measurement of a run file's training step, for `braid bench` and `braid time`. What is timed
 // is exactly train()'s step (same graph from make_runner, same dataset, sampler, forward_backward, clipping,
 // schedule and optimizer), without checkpoints, evaluation, metrics files or progress output.
-// Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results.
+// Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results. A run with a plan
+// (a plan file, or plan: auto on cpu:N) times PlanRunner::step, exactly as train() runs it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,6 +35,10 @@ struct BenchResult {
   // per_node only: layers in model order, and the step's other phases (seconds over the timed steps).
   std::vector<LayerTime> layers;
   double data_s = 0, accumulate_s = 0, optimizer_s = 0;
+  // Runs under a plan (a plan file, or plan: auto on cpu:N): PlanRunner's step is timed; the plan in one line
+  // and the cost model's predicted step time (exec/run_plan.h). Empty / 0 on one device.
+  std::string plan;
+  double predicted_step_s = 0;
 };
 
 BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts);

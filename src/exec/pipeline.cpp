@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -398,7 +399,9 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           job.data->read(d.scratch, views);
         }
         c.exec->set_trace_micro_batch(mb);
+        auto t0 = std::chrono::steady_clock::now();
         c.exec->run_forward(slot, seed_, stream, offset);
+        d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (p.loss.valid() && c.tensor_rank == 0)
           loss_sum += scalar(c.exec->value(p.loss, slot)) / static_cast<double>(M * dp_);
         break;
@@ -408,6 +411,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         c.exec->set_trace_micro_batch(mb);
         const size_t ci = static_cast<size_t>(&c - d.chunks.data());
         const bool first = backwards[ci] == 0;
+        auto t0 = std::chrono::steady_clock::now();
         if (!c.buckets.empty() && backwards[ci] == M - 1) {
           // The step's last backward of this stage: each gradient is accumulated as soon as its node has run,
           // and a bucket whose gradients are all there starts its all-reduce while backward goes on.
@@ -426,6 +430,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           for (const auto& [grad, entry] : c.grads)
             accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, first);
         }
+        d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++backwards[ci];
         if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
         break;
@@ -626,6 +631,12 @@ std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
       out.back().push_back(bytes);
     }
   }
+  return out;
+}
+
+std::vector<double> PlanRunner::busy_seconds() const {
+  std::vector<double> out;
+  for (const auto& d : devices_) out.push_back(d->busy_s);
   return out;
 }
 

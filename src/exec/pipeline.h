@@ -82,6 +82,11 @@ class PlanRunner {
   void set_trace(int device, io::TraceLane* lane, io::TraceLane* comm_lane = nullptr);
   // Per chunk of `device` (stage order): its gradient buckets' sizes in bytes, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_bytes(int device) const;
+  void set_trace(int device, io::TraceLane* lane);
+  // Per device: seconds spent in Forward and Backward instructions (its stage executors) since construction.
+  // Read between steps (the closed loop compares them with the predicted stage times).
+  std::vector<double> busy_seconds() const;
+  int micro_batches() const { return micro_batches_; }
 
  private:
   struct Chunk {  // one stage program on one device
@@ -131,6 +136,7 @@ class PlanRunner {
     std::deque<CommJob> comm_queue;
     bool comm_quit = false;
     std::exception_ptr comm_error;
+    double busy_s = 0;  // Forward and Backward wall time
   };
   struct Job {
     io::Dataset* data = nullptr;

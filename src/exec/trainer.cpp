@@ -18,7 +18,9 @@
 
 #include "exec/data_parallel.h"
 #include "exec/optimizer.h"
+#include "exec/closed_loop.h"
 #include "exec/pipeline.h"
+#include "exec/run_plan.h"
 #include "exec/runner.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
@@ -82,43 +84,6 @@ int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
   return dev.count;
 }
 
-// The run's plan file, read and validated against the model and devices (every mistake located, exit 2);
-// nullopt when the run has none.
-std::optional<planner::Plan> load_plan(const io::RunConfig& cfg) {
-  if (cfg.parallel.plan == "auto") {
-    // Synchronised batch norm runs through the plan lowering: data parallelism as a one-stage plan.
-    planner::DeviceSpec dev;
-    std::string err;
-    if (!cfg.parallel.sync_batch_norm || !planner::parse_devices(cfg.devices, &dev, &err) || dev.kind != "cpu" ||
-        dev.count <= 1)
-      return std::nullopt;
-    const int64_t micro = cfg.train.micro_batch.value_or(cfg.train.batch);
-    if (micro % dev.count != 0) return std::nullopt;  // data_parallel_degree() reports it
-    const graph::Graph g = graph::build_graph(cfg.model, micro / dev.count, {});
-    planner::Plan plan = planner::single_device_plan(g, cfg.train.batch, micro);
-    plan.summary.devices = plan.summary.data_parallel = dev.count;
-    plan.summary.micro_batch = micro / dev.count;
-    plan.stages[0].devices.clear();
-    for (int d = 0; d < dev.count; ++d) plan.stages[0].devices.push_back(d);
-    plan.stages[0].mesh = {dev.count, 1};
-    return plan;
-  }
-  planner::DeviceSpec dev;
-  std::string err;
-  if (!planner::parse_devices(cfg.devices, &dev, &err))
-    throw UserError(SourceLoc{cfg.path, 0, 0}, "devices '" + cfg.devices + "': " + err);
-  if (dev.kind != "cpu")
-    throw UserError(SourceLoc{cfg.path, 0, 0}, "plan files run on cpu:N devices in this build, not " + cfg.devices);
-  Diagnostics diags;
-  planner::Plan plan = planner::read_plan(cfg.parallel.plan, diags);
-  diags.throw_if_any();
-  const graph::Graph g = graph::build_graph(cfg.model, plan.summary.micro_batch, {});
-  planner::add_default_layers(plan, g);
-  planner::validate_plan(plan, g, cfg.train.batch, dev, diags);
-  diags.throw_if_any();
-  return plan;
-}
-
 std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
   std::string s;
   char buf[64];
@@ -140,13 +105,16 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t num_micro = batch / micro;
 
   // 1. Graph and parameters: one runner, or N data-parallel replicas (replica 0 is `store` and `opt`).
-  const int dp_degree = data_parallel_degree(cfg, micro);
+  // With a plan (a plan file, or the planner's choice for plan: auto on cpu:N): the PlanRunner's devices train;
+  // `store` and `opt` hold whole tensors for checkpoints, evaluation and initial weights, gathered from the
+  // devices when needed and scattered to them after loading. DataParallel only when the planner finds nothing.
+  std::optional<RunPlan> run = run_plan(cfg);
+  std::optional<planner::Plan> plan;
+  if (run) plan = run->plan;
+  const int dp_degree = plan ? 1 : data_parallel_degree(cfg, micro);
   std::unique_ptr<DataParallel> dp;
   ParamStore own_store;
   std::unique_ptr<Runner> own_runner;
-  // With a plan file: the PlanRunner's devices train; `store` and `opt` hold whole tensors for checkpoints,
-  // evaluation and initial weights, gathered from the devices when needed and scattered to them after loading.
-  std::optional<planner::Plan> plan = load_plan(cfg);
   std::unique_ptr<PlanRunner> pr;
   if (dp_degree > 1 && !plan) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
@@ -243,10 +211,12 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     for (int sl : pr->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
     std::fprintf(opts.out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
                  "%lld micro-batches of %lld per replica; in flight per stage: %s\n",
-                 cfg.parallel.plan.c_str(), cfg.devices.c_str(), static_cast<int>(pr->programs().size()),
+                 run->automatic ? "auto" : cfg.parallel.plan.c_str(), cfg.devices.c_str(), static_cast<int>(pr->programs().size()),
                  plan->summary.data_parallel, plan->summary.tensor_parallel, plan->summary.schedule.c_str(),
                  static_cast<long long>(plan->summary.micro_batches), static_cast<long long>(plan->summary.micro_batch),
                  slots.c_str());
+    if (run->automatic)
+      std::fprintf(opts.out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
   }
   if (dp)
     std::fprintf(opts.out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
@@ -259,15 +229,22 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   auto step_start = window_start;
   int64_t window_samples = 0;
   const int64_t first_step = state.step;
+  ClosedLoop loop;
   for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
     double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
     double loss = 0, norm = -1;
     if (pr) {
       // The plan's schedule on every device: forward, backward, sends, all-reduces, clipping, the update.
+      auto t0 = Clock::now();
       auto r = pr->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
       loss = r.loss;
       norm = r.grad_norm;
+      loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *pr);
+      if (auto rec = loop.report(step - first_step, total_steps - first_step, run->prediction, *pr, opts.out); rec && metrics) {
+        rec->step = step + 1;
+        metrics->write(*rec);
+      }
     } else if (dp) {
       // Forward, backward, gradient all-reduce, clipping and the update on every replica.
       auto r = dp->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));

@@ -46,6 +46,7 @@ struct CpuFigures {
   double memory_bytes = 0;       // of one logical device
   double link_bandwidth = 0;     // in-process collective bandwidth (bytes/s)
   double link_latency = 0;       // in-process collective latency (s)
+  double op_overhead = 0;        // seconds per op launch (measured by calibration; 0: the analytic default)
 };
 // The documented fallback figures for one of N logical CPU devices sharing `cores` cores (docs/planner.md).
 CpuFigures fallback_cpu_figures(int n, int cores);

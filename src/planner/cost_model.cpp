@@ -102,8 +102,22 @@ class Analytic : public CostModel {
 
 class Calibrated : public Analytic {
  public:
-  Calibrated(Cluster c, Profile p, AnalyticFigures f) : Analytic(std::move(c), f), p_(std::move(p)) {}
+  Calibrated(Cluster c, Profile p, AnalyticFigures f) : Analytic(std::move(c), f), p_(std::move(p)) {
+    if (p_.cpu.op_overhead > 0) f_.op_overhead_s = p_.cpu.op_overhead;
+  }
   std::string name() const override { return "calibrated"; }
+  // Measured ops: the roofline max(flops / peak, bytes / bandwidth) over the measured fraction of it, plus the
+  // measured per-op overhead (what calibration fitted); others: the analytic figures.
+  double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                      std::span<const TensorDesc> out) const override {
+    auto it = p_.efficiency.find(op.name);
+    if (it == p_.efficiency.end() || it->second.empty()) return Analytic::forward_time(op, attrs, in, out);
+    ops::Cost k = op_cost(op, attrs, in, out);
+    DType t = out.empty() ? DType::f32 : out[0].dtype;
+    double peak = c_.device.peak(t), bw = c_.device.memory_bandwidth;
+    double roof = std::max(peak > 0 ? k.flops / peak : 0, bw > 0 ? k.bytes / bw : 0);
+    return roof / std::max(1e-6, efficiency(op.name, k.flops)) + f_.op_overhead_s;
+  }
   double collective_time(Collective c, double bytes, const Group& g) const override {
     auto it = p_.collectives.find(to_string(c));
     if (it == p_.collectives.end() || g.nodes > 1) return Analytic::collective_time(c, bytes, g);
@@ -120,12 +134,16 @@ class Calibrated : public Analytic {
   double efficiency(const std::string& op, double flops) const override {
     auto it = p_.efficiency.find(op);
     if (it == p_.efficiency.end()) return f_.compute_efficiency;
-    auto jt = it->second.find(shape_class(flops));
-    if (jt != it->second.end()) return jt->second;
-    // The nearest measured class.
-    double sum = 0;
-    for (const auto& [k, v] : it->second) sum += v;
-    return it->second.empty() ? f_.compute_efficiency : sum / static_cast<double>(it->second.size());
+    if (it->second.empty()) return f_.compute_efficiency;
+    // The op's class, else the nearest measured one (small < medium < large).
+    static const char* kClasses[] = {"small", "medium", "large"};
+    std::string cls = shape_class(flops);
+    int want = cls == "small" ? 0 : cls == "medium" ? 1 : 2;
+    for (int d = 0; d < 3; ++d)
+      for (int c : {want - d, want + d})
+        if (c >= 0 && c < 3)
+          if (auto jt = it->second.find(kClasses[c]); jt != it->second.end()) return jt->second;
+    return f_.compute_efficiency;
   }
   double backward_ratio(const std::string& op) const override {
     auto it = p_.backward_ratio.find(op);
@@ -199,7 +217,8 @@ std::string to_yaml(const Profile& p) {
   out += "devices: " + std::to_string(p.devices) + "\n";
   out += "cpu: {peak_flops_f32: " + num(p.cpu.peak_flops_f32) + ", memory_bandwidth: " + num(p.cpu.memory_bandwidth) +
          ", memory_bytes: " + num(p.cpu.memory_bytes) + ", link_bandwidth: " + num(p.cpu.link_bandwidth) +
-         ", link_latency: " + num(p.cpu.link_latency) + "}\n";
+         ", link_latency: " + num(p.cpu.link_latency) +
+         (p.cpu.op_overhead > 0 ? ", op_overhead: " + num(p.cpu.op_overhead) : std::string()) + "}\n";
   out += "efficiency:\n";
   for (const auto& [op, m] : p.efficiency) {
     out += "  " + op + ": {";
@@ -239,8 +258,10 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     }
   };
   if (auto* c = root.get("cpu"); c && c->is_map()) {
-    io::check_keys(*c, {"peak_flops_f32", "memory_bandwidth", "memory_bytes", "link_bandwidth", "link_latency"},
+    io::check_keys(*c, {"peak_flops_f32", "memory_bandwidth", "memory_bytes", "link_bandwidth", "link_latency",
+                        "op_overhead"},
                    "cpu", diags);
+    if (auto* n = c->get("op_overhead")) number(*n, "cpu.op_overhead", &p.cpu.op_overhead);
     std::pair<const char*, double*> fields[] = {{"peak_flops_f32", &p.cpu.peak_flops_f32},
                                                 {"memory_bandwidth", &p.cpu.memory_bandwidth},
                                                 {"memory_bytes", &p.cpu.memory_bytes},

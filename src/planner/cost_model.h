@@ -78,8 +78,10 @@ struct AnalyticFigures {
   double backward_factor = 2.0;
 };
 std::unique_ptr<CostModel> analytic_cost_model(const Cluster& c, const AnalyticFigures& f = {});
-// The analytic model with the profile's measured efficiency per (op, shape class), backward ratio per op
-// and alpha/beta per collective (ring); figures the profile lacks fall back to the analytic ones.
+// The analytic model with the profile's figures: a measured op takes roofline / efficiency + the measured
+// per-op overhead, where roofline = max(flops / peak, bytes / bandwidth) and efficiency is the profile's
+// for (op, shape class) (the nearest measured class when its own is missing); backward = the op's measured
+// ratio x forward; alpha/beta per collective (ring formula); what the profile lacks falls back to analytic.
 std::unique_ptr<CostModel> calibrated_cost_model(const Cluster& c, const Profile& p, const AnalyticFigures& f = {});
 
 // For tests: compute = flops / flops_per_s (backward 2x), no memory term; every collective on group n:

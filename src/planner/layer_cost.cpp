@@ -61,6 +61,9 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
       };
       for (size_t k = 0; k < s.inputs.size(); ++k) check(n.inputs[k], s.inputs[k]);
       for (size_t k = 0; k < s.outputs.size(); ++k) check(n.outputs[k], s.outputs[k]);
+      // Lowering does not combine a partial scalar (a per-device mean, e.g. a loss split over the batch).
+      for (size_t k = 0; k < s.outputs.size(); ++k)
+        if (s.outputs[k].kind == ops::Sbp::Kind::Partial && g.value(n.outputs[k]).desc.shape.rank() == 0) even = false;
       if (even) options_[i].push_back(make_option(n, &s, tp));
     }
   }

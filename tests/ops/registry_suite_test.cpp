@@ -23,7 +23,9 @@ TEST(OpRegistry, EveryPublicOpIsComplete) {
     EXPECT_NE(d->cpu, nullptr) << "no CPU kernel";
     ASSERT_NE(d->samples, nullptr) << "no test samples";
     EXPECT_FALSE(d->samples().empty());
-    if (d->differentiable) EXPECT_NE(d->grad, nullptr);
+    if (d->differentiable) {
+      EXPECT_NE(d->grad, nullptr);
+    }
   }
 }
 
@@ -41,14 +43,18 @@ TEST(OpRegistry, InferenceOfSamples) {
       ASSERT_EQ(outs.size(), out.size());
       for (size_t k = 0; k < out.size(); ++k) EXPECT_EQ(outs[k].desc(), out[k]);
       for (int64_t i = 0; i < outs[0].numel(); ++i)
-        if (is_float(outs[0].dtype())) ASSERT_TRUE(std::isfinite(get_as_double(outs[0], i))) << "at " << i;
+        if (is_float(outs[0].dtype())) {
+          ASSERT_TRUE(std::isfinite(get_as_double(outs[0], i))) << "at " << i;
+        }
       if (d->splits) {
         for (const auto& sig : d->splits(inst.attrs, descs, out)) {
           EXPECT_EQ(sig.inputs.size(), descs.size()) << sig.name;
           EXPECT_EQ(sig.outputs.size(), out.size()) << sig.name;
         }
       }
-      if (d->cost) EXPECT_GE(d->cost(inst.attrs, descs, out).flops, 0);
+      if (d->cost) {
+        EXPECT_GE(d->cost(inst.attrs, descs, out).flops, 0);
+      }
     }
   }
 }

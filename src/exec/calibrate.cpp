@@ -1,0 +1,420 @@
+// `braid calibrate` (calibrate.h): op efficiencies from per-node timing of small training graphs on N
+// concurrent workers, memory bandwidth, collective alpha/beta on an InProcWorld; the profile's cache path;
+// the cost model for cpu:N. Formulas: docs/planner.md ("Calibration").
+#include "exec/calibrate.h"
+
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/parallel.h"
+#include "exec/comm/inproc.h"
+#include "exec/runner.h"
+#include "planner/cluster.h"
+
+namespace braid::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+constexpr const char* kVersion = "0.1.0";  // the braid version profiles are keyed by (main.cpp's --version)
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? "cpu" : line.substr(c + 2);
+    }
+  return "cpu";
+}
+
+// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives a device.
+template <typename F>
+void on_workers(int n, const F& fn) {
+  const int per = std::max(1, num_threads() / n);
+  std::vector<std::thread> ts;
+  std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r]() {
+      omp_set_num_threads(per);
+      try {
+        fn(r);
+      } catch (...) {
+        errs[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+}
+
+// ---- op efficiencies ---------------------------------------------------------------------------------------------
+struct Workload {
+  std::string name, text;
+  int64_t batch;
+};
+
+std::string gpt(int d, int seq, int heads) {
+  return "name: gpt\nvars: {vocab: 256, seq: " + std::to_string(seq) + ", d: " + std::to_string(d) +
+         ", heads: " + std::to_string(heads) +
+         "}\ninputs:\n  tokens: {shape: [seq], dtype: i32}\n  targets: {shape: [seq], dtype: i32}\nlayers:\n"
+         "  - {name: tok, op: embedding, from: tokens, num: vocab, dim: d}\n"
+         "  - {name: pos, op: position_embedding, max_len: seq}\n"
+         "  - {name: ln1, op: layer_norm}\n  - {name: attn, op: attention, heads: heads, causal: true, dropout: 0.1}\n"
+         "  - {name: res1, op: add, from: [attn, pos]}\n  - {name: ln2, op: layer_norm}\n"
+         "  - {name: fc, op: linear, out: 4 * d}\n  - {name: act, op: gelu, approximate: tanh}\n"
+         "  - {name: proj, op: linear, out: d}\n  - {name: drop, op: dropout, p: 0.1}\n"
+         "  - {name: res2, op: add, from: [drop, res1]}\n  - {name: ln_f, op: layer_norm}\n"
+         "  - {name: logits, op: linear, out: vocab, bias: false}\n"
+         "  - {name: loss, op: cross_entropy, from: [logits, targets]}\noutputs: [loss]\n";
+}
+
+std::string mlp(int in, int h1, int h2) {
+  return "name: mlp\ninputs:\n  image: {shape: [" + std::to_string(in) +
+         "]}\n  label: {shape: [], dtype: i32}\nlayers:\n  - {name: fc1, op: linear, from: image, out: " +
+         std::to_string(h1) + "}\n  - {name: act1, op: relu}\n  - {name: fc2, op: linear, out: " + std::to_string(h2) +
+         "}\n  - {name: act2, op: relu}\n  - {name: logits, op: linear, out: 10}\n"
+         "  - {name: loss, op: cross_entropy, from: [logits, label]}\noutputs: [loss]\n";
+}
+
+std::string lenet(int c1, int c2, int hidden) {
+  return "name: lenet\ninputs:\n  image: {shape: [1, 28, 28]}\n  label: {shape: [], dtype: i32}\nlayers:\n"
+         "  - {name: conv1, op: conv2d, from: image, out: " + std::to_string(c1) + ", kernel: 5}\n"
+         "  - {name: bn1, op: batch_norm}\n  - {name: act1, op: relu}\n  - {name: pool1, op: max_pool2d, kernel: 2}\n"
+         "  - {name: conv2, op: conv2d, out: " + std::to_string(c2) + ", kernel: 5}\n"
+         "  - {name: bn2, op: batch_norm}\n  - {name: act2, op: relu}\n  - {name: pool2, op: max_pool2d, kernel: 2}\n"
+         "  - {name: flat, op: flatten}\n  - {name: fc1, op: linear, out: " + std::to_string(hidden) + "}\n"
+         "  - {name: act3, op: relu}\n  - {name: logits, op: linear, out: 10}\n"
+         "  - {name: loss, op: cross_entropy, from: [logits, label]}\noutputs: [loss]\n";
+}
+
+// Small to large, so that a tight budget still covers every op family at some size.
+std::vector<Workload> workloads() {
+  return {{"overhead", mlp(4, 4, 4), 1},
+          {"gpt d32", gpt(32, 16, 2), 4},   {"mlp 64", mlp(784, 64, 32), 8},   {"lenet 4/8", lenet(4, 8, 32), 4},
+          {"gpt d64", gpt(64, 32, 4), 4},   {"mlp 256", mlp(784, 256, 128), 32}, {"gpt d128", gpt(128, 64, 4), 4},
+          {"lenet 8/16", lenet(8, 16, 128), 16}, {"mlp 1024", mlp(784, 1024, 1024), 64},
+          {"gpt d256", gpt(256, 128, 4), 4}, {"gpt d128 b16", gpt(128, 64, 4), 16}};
+}
+
+struct LayerSample {
+  std::string op;
+  double flops = 0, bytes = 0;
+  double forward_s = 0, backward_s = 0;  // per run, averaged over workers and runs
+};
+
+// Per forward layer of the workload's training graph: its cost and measured forward / backward seconds.
+std::vector<LayerSample> measure_workload(const Workload& w, int n, double target_s) {
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(w.text, "<calibrate " + w.name + ">", {}, diags);
+  diags.throw_if_any();
+  std::vector<std::vector<double>> node_s(static_cast<size_t>(n));
+  std::vector<int> runs(static_cast<size_t>(n), 0);
+  std::vector<LayerSample> out;
+  std::map<std::string, size_t> row;
+  std::vector<std::pair<int, bool>> node_row;  // per node: its layer's row (-1: none), backward
+  on_workers(n, [&](int r) {
+    ParamStore store;
+    auto runner = make_runner(spec, w.batch, true, store, 1);
+    // Refilled before every run: the memory plan reuses an input's bytes after its last reader.
+    auto fill = [&]() {
+      for (Tensor& t : runner->inputs) {
+        if (is_float(t.dtype())) {
+          float* p = t.data<float>();
+          for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>((i * 7919 % 1000) / 1000.0 - 0.5);
+        } else {
+          t.zero();  // token 0, class 0: valid for every integer input
+        }
+      }
+    };
+    fill();
+    auto& ns = node_s[static_cast<size_t>(r)];
+    ns.assign(runner->g.nodes().size(), 0.0);
+    auto t0 = Clock::now();
+    runner->exec->run(true, 1, 0);  // warm-up: caches, page faults
+    double once = std::max(1e-5, seconds_since(t0));
+    int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
+    runner->exec->set_node_timing(ns.data());
+    std::fill(ns.begin(), ns.end(), 0.0);
+    for (int i = 0; i < iters; ++i) {
+      fill();
+      runner->exec->run(true, 1, static_cast<uint64_t>(i + 1));
+    }
+    runner->exec->set_node_timing(nullptr);
+    runs[static_cast<size_t>(r)] = iters;
+    if (r != 0) return;
+    const graph::Graph& g = runner->g;
+    for (const auto& node : g.nodes()) {
+      if (node.backward) continue;
+      std::vector<TensorDesc> in, o;
+      for (ValueId v : node.inputs) in.push_back(g.value(v).desc);
+      for (ValueId v : node.outputs) o.push_back(g.value(v).desc);
+      ops::Cost c = node.op->cost ? node.op->cost(node.attrs, in, o) : ops::default_cost(in, o);
+      row.emplace(node.layer, out.size());
+      out.push_back(LayerSample{node.op->name, c.flops, c.bytes, 0, 0});
+    }
+    for (const auto& node : g.nodes()) {
+      auto it = row.find(node.layer);
+      node_row.emplace_back(it == row.end() ? -1 : static_cast<int>(it->second), node.backward);
+    }
+  });
+  // Averaged over workers: every worker built the same graph, so node indices agree.
+  for (size_t i = 0; i < node_row.size(); ++i) {
+    auto [k, backward] = node_row[i];
+    if (k < 0) continue;
+    double s = 0;
+    for (int r = 0; r < n; ++r) s += node_s[static_cast<size_t>(r)][i] / runs[static_cast<size_t>(r)];
+    s /= n;
+    (backward ? out[static_cast<size_t>(k)].backward_s : out[static_cast<size_t>(k)].forward_s) += s;
+  }
+  return out;
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  size_t k = xs.size() / 2;
+  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
+}
+
+// ---- memory bandwidth --------------------------------------------------------------------------------------------
+double measure_bandwidth(int n) {
+  const size_t bytes = 32u << 20;
+  std::vector<double> per(static_cast<size_t>(n));
+  on_workers(n, [&](int r) {
+    std::vector<char> a(bytes, 1), b(bytes, 2);
+    std::memcpy(b.data(), a.data(), bytes);  // fault the pages in
+    auto t0 = Clock::now();
+    int reps = 0;
+    while (reps < 4 || seconds_since(t0) < 0.3) {
+      std::memcpy(reps % 2 ? a.data() : b.data(), reps % 2 ? b.data() : a.data(), bytes);
+      ++reps;
+    }
+    per[static_cast<size_t>(r)] = 2.0 * static_cast<double>(bytes) * reps / seconds_since(t0);  // read + write
+  });
+  return median(per);
+}
+
+// ---- collectives -------------------------------------------------------------------------------------------------
+// Least squares of relative error (weights 1 / t^2, so small messages count as much as large ones):
+// t = c + beta x over the points; alpha = c / steps. Both clamped at >= 0.
+std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, double steps) {
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (auto [x, t] : xt) {
+    double w = 1 / std::max(1e-12, t * t);
+    sw += w, sx += w * x, st += w * t, sxx += w * x * x, sxt += w * x * t;
+  }
+  double den = sw * sxx - sx * sx;
+  double beta = den > 0 ? (sw * sxt - sx * st) / den : 0;
+  beta = std::max(beta, 0.0);
+  double c = std::max(0.0, (st - beta * sx) / sw);
+  return {c / std::max(1.0, steps), beta};
+}
+
+std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE* log) {
+  std::map<std::string, std::pair<double, double>> out;
+  if (n < 2) return out;
+  const std::vector<int64_t> sizes{4 << 10, 64 << 10, 1 << 20, 8 << 20};  // bytes of the whole tensor
+  const double frac = static_cast<double>(n - 1) / n;
+  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    const std::string k = kind;
+    std::vector<std::pair<double, double>> pts;  // (traffic per rank, seconds)
+    for (int64_t bytes : sizes) {
+      const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
+      const int reps = static_cast<int>(std::clamp<int64_t>((16 << 20) / bytes, 4, 256));
+      InProcWorld world(n);
+      std::vector<double> t(static_cast<size_t>(n));
+      on_workers(n, [&](int r) {
+        auto comm = world.communicator(r);
+        Tensor whole = Tensor::empty(TensorDesc{Shape{elems}, DType::f32});
+        Tensor part = Tensor::empty(TensorDesc{Shape{elems / n}, DType::f32});
+        auto once = [&]() {
+          if (k == "all_reduce") comm->all_reduce(whole, ReduceOp::Sum);
+          else if (k == "all_gather") comm->all_gather(part, whole, 0);
+          else if (k == "reduce_scatter") comm->reduce_scatter(whole, part, 0);
+          else if (r == 0) comm->send(whole, 1, 0), comm->recv(whole, 1, 1);
+          else if (r == 1) comm->recv(whole, 0, 0), comm->send(whole, 0, 1);
+        };
+        once();
+        comm->barrier();
+        auto t0 = Clock::now();
+        for (int i = 0; i < reps; ++i) once();
+        t[static_cast<size_t>(r)] = seconds_since(t0) / reps;
+        comm->barrier();
+      });
+      double s = k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end());
+      double b = static_cast<double>(elems) * 4;
+      double traffic = k == "all_reduce" ? 2 * frac * b : k == "send_recv" ? b : frac * b;
+      pts.emplace_back(traffic, s);
+    }
+    double steps = k == "all_reduce" ? 2.0 * (n - 1) : k == "send_recv" ? 1.0 : n - 1.0;
+    out[k] = fit(pts, steps);
+    if (log)
+      std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", kind, out[k].first * 1e6,
+                   out[k].second > 0 ? 1e-9 / out[k].second : 0.0);
+  }
+  return out;
+}
+
+}  // namespace
+
+int machine_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+double core_peak_flops() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, flags;
+  double ghz = 0;
+  while (std::getline(f, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (key == "cpu MHz" && ghz == 0) ghz = std::atof(line.c_str() + colon + 1) / 1000.0;
+    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
+  }
+  auto has = [&](const char* fl) { return flags.find(" " + std::string(fl) + " ") != std::string::npos; };
+  int per_cycle = has("fma") && has("avx2") ? 32 : has("avx") ? 16 : 8;
+  return ghz > 0 ? ghz * 1e9 * per_cycle : 64e9;
+}
+
+planner::Profile calibrate(const CalibrateOptions& o) {
+  if (o.devices < 1) throw UserError(SourceLoc{"<command line>", 0, 0}, "--devices must be cpu:N with N >= 1");
+  const int n = o.devices, cores = machine_cores();
+  planner::Profile p;
+  p.machine = cpu_model() + " x " + std::to_string(cores) + " cores";
+  p.braid_version = kVersion;
+  p.devices = n;
+  // 1. Device figures: the theoretical peak of the device's share of the cores; measured bandwidth.
+  p.cpu.peak_flops_f32 = core_peak_flops() * cores / n;
+  p.cpu.memory_bandwidth = measure_bandwidth(n);
+  p.cpu.memory_bytes = 0.8 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / n;
+  if (o.log)
+    std::fprintf(o.log, "braid calibrate: cpu:%d on %s; peak %.1f GFLOP/s per device (theoretical), memory %.1f GB/s "
+                 "per device (measured)\n", n, p.machine.c_str(), p.cpu.peak_flops_f32 / 1e9, p.cpu.memory_bandwidth / 1e9);
+  // 2. Ops: per (op, shape class) the roofline time over the measured time less the per-op overhead.
+  auto start = Clock::now();
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> eff;  // op -> class -> (roof, time)
+  std::map<std::string, std::pair<double, double>> ratio;                     // op -> (backward, forward)
+  double overhead = 5e-6;
+  const double peak = p.cpu.peak_flops_f32, bw = p.cpu.memory_bandwidth;
+  for (const Workload& w : workloads()) {
+    if (w.name != "overhead" && seconds_since(start) > o.budget_s) {
+      if (o.log) std::fprintf(o.log, "  (budget of %.0f s spent: later workloads skipped)\n", o.budget_s);
+      break;
+    }
+    auto t0 = Clock::now();
+    auto rows = measure_workload(w, n, w.name == "overhead" ? 0.05 : 0.4);
+    if (w.name == "overhead") {
+      std::vector<double> ts;
+      for (const auto& r : rows) ts.push_back(r.forward_s);
+      overhead = std::max(1e-7, median(ts));
+      if (o.log) std::fprintf(o.log, "  %-15s %.2f us per op\n", "op overhead", overhead * 1e6);
+      continue;
+    }
+    for (const auto& r : rows) {
+      if (r.forward_s <= 0) continue;
+      double roof = std::max(r.flops / peak, r.bytes / bw);
+      auto& e = eff[r.op][planner::shape_class(r.flops)];
+      e.first += roof;
+      e.second += std::max(r.forward_s - overhead, 0.05 * r.forward_s);
+      if (r.backward_s > 0) ratio[r.op].first += r.backward_s, ratio[r.op].second += r.forward_s;
+    }
+    if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), seconds_since(t0));
+  }
+  p.cpu.op_overhead = overhead;
+  for (const auto& [op, classes] : eff)
+    for (const auto& [cls, rt] : classes)
+      if (rt.second > 0) p.efficiency[op][cls] = std::min(100.0, rt.first / rt.second);  // > 1: OpDef::cost overcounts
+  for (const auto& [op, bf] : ratio)
+    if (bf.second > 0) p.backward_ratio[op] = bf.first / bf.second;
+  // 3. Collectives and point to point on the in-process backend.
+  p.collectives = measure_collectives(n, o.log);
+  if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {
+    p.cpu.link_latency = it->second.first;
+    p.cpu.link_bandwidth = it->second.second > 0 ? 1 / it->second.second : 5e9;
+  } else {
+    planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
+    p.cpu.link_latency = f.link_latency;
+    p.cpu.link_bandwidth = f.link_bandwidth;
+  }
+  return p;
+}
+
+std::string profile_path() {
+  std::string machine = cpu_model() + "-" + std::to_string(machine_cores()) + "c";
+  for (char& c : machine)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path dir = xdg && *xdg ? fs::path(xdg) / "braid" : fs::path(home ? home : ".") / ".cache" / "braid";
+  return (dir / ("profile-" + machine + "-" + kVersion + ".yaml")).string();
+}
+
+std::optional<planner::Profile> load_profile() {
+  std::string path = profile_path();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Diagnostics d;
+  planner::Profile p = planner::parse_profile(ss.str(), path, d);
+  if (p.devices < 1) d.error(SourceLoc{path, 1, 1}, "the profile needs 'devices' (the N of cpu:N it measured)");
+  if (!d.empty())
+    throw UserError(d.all()[0].loc, d.all()[0].message, "run `braid calibrate --devices cpu:N` again, or delete " + path);
+  return p;
+}
+
+std::string save_profile(const planner::Profile& p) {
+  std::string path = profile_path();
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f || !(f << planner::to_yaml(p)) || !f.flush())
+      throw UserError(SourceLoc{path, 0, 0}, "cannot write the calibration profile", "set XDG_CACHE_HOME to a writable folder");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw UserError(SourceLoc{path, 0, 0}, "cannot write the calibration profile", "set XDG_CACHE_HOME to a writable folder");
+  return path;
+}
+
+CpuModel cpu_cost_model(int n) {
+  CpuModel m;
+  const int cores = machine_cores();
+  const std::string name = "cpu:" + std::to_string(n);
+  if (auto prof = load_profile()) {
+    planner::Profile p = *prof;
+    // Per-device figures scale with the device's share of the machine: measured for p.devices, used for n.
+    double k = static_cast<double>(p.devices) / n;
+    p.cpu.peak_flops_f32 *= k;
+    p.cpu.memory_bandwidth *= k;
+    p.cpu.memory_bytes *= k;
+    m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
+    m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
+    return m;
+  }
+  m.model = planner::analytic_cost_model(planner::cluster_preset(name, planner::fallback_cpu_figures(n, cores)));
+  m.description = "analytic (no calibration profile at " + profile_path() + ": run `braid calibrate --devices " + name + "`)";
+  return m;
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,49 @@
+// `braid calibrate`: measures this machine for the calibrated cost model (planner/cost_model.h) and caches
+// the profile; and the one place that turns a `cpu:N` into a cost model (profile when cached, else the
+// documented fallbacks), shared by `braid plan`, `braid bench` and the trainer's `plan: auto`.
+// What is measured (docs/planner.md, "Calibration"): small training graphs of the shipped op families run
+// through the real Executor on N worker threads at once (as PlanRunner runs them), timed per node, giving
+// per (op, shape class) the achieved fraction of the roofline and per op the backward/forward ratio; the
+// memory bandwidth of N concurrent copies; alpha/beta of all_reduce, all_gather, reduce_scatter and
+// send/recv on an InProcWorld of N ranks (least squares over message sizes). Never writes half a profile.
+#pragma once
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "planner/cost_model.h"
+
+namespace braid::exec {
+
+struct CalibrateOptions {
+  int devices = 2;        // cpu:N
+  double budget_s = 40;   // op measurements stop starting new workloads after this (collectives follow)
+  FILE* log = nullptr;    // one line per workload and collective; nullptr: quiet
+};
+
+planner::Profile calibrate(const CalibrateOptions& o);
+
+// $XDG_CACHE_HOME/braid/profile-<cpu model>-<cores>c-<version>.yaml (else ~/.cache/braid/...); the cpu model
+// with every character other than a letter or digit replaced by '_'.
+std::string profile_path();
+// The cached profile, if any; a malformed one is a UserError naming its place (delete it or recalibrate).
+std::optional<planner::Profile> load_profile();
+// Writes `p` to profile_path() (through a temporary file and a rename); returns the path.
+std::string save_profile(const planner::Profile& p);
+
+// The cluster and cost model for `cpu:N` on this machine: the calibrated model with the cached profile's
+// figures (per logical device, rescaled by min(1, cores / N) / min(1, cores / profile.devices) when the
+// profile was measured for another N), else the analytic model with fallback_cpu_figures.
+struct CpuModel {
+  std::unique_ptr<planner::CostModel> model;
+  std::string description;  // "calibrated (profile PATH, measured on cpu:4)" or "analytic (no profile: ...)"
+};
+CpuModel cpu_cost_model(int n);
+
+// The machine's cores (sched_getaffinity) and theoretical f32 peak of one core (cores x GHz x FLOP/cycle
+// from /proc/cpuinfo, as `braid bench` reports it; 64e9 when unknown).
+int machine_cores();
+double core_peak_flops();
+
+}  // namespace braid::exec

@@ -1,0 +1,73 @@
+// run_plan(): the run's plan file or the planner's choice, with its prediction (run_plan.h).
+#include "exec/run_plan.h"
+
+#include <filesystem>
+
+#include "exec/calibrate.h"
+#include "graph/build.h"
+#include "planner/search.h"
+
+namespace braid::exec {
+
+std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
+  const SourceLoc at{cfg.path, 0, 0};
+  planner::DeviceSpec dev;
+  std::string err;
+  const bool automatic = cfg.parallel.plan == "auto";
+  if (!planner::parse_devices(cfg.devices, &dev, &err)) {
+    if (automatic) return std::nullopt;  // the caller reports the devices as before
+    throw UserError(at, "devices '" + cfg.devices + "': " + err);
+  }
+  if (dev.kind != "cpu") {
+    if (automatic) return std::nullopt;
+    throw UserError(at, "plan files run on cpu:N devices in this build, not " + cfg.devices);
+  }
+  if (automatic && dev.count <= 1) return std::nullopt;
+  graph::BuildOptions bo;
+  const graph::Graph fwd = graph::build_graph(cfg.model, cfg.train.batch, bo);
+  planner::TrainSettings ts;
+  ts.batch = cfg.train.batch;
+  ts.optimizer_states = planner::optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
+  RunPlan r;
+  r.automatic = automatic;
+  if (automatic) {
+    CpuModel cm = cpu_cost_model(dev.count);
+    // The run's micro-batch is the user's word: the plan streams the same micro-batches (so that random
+    // masks, batch statistics and the loss curve are those of one device), however it splits them.
+    planner::Plan pins;
+    planner::SearchOptions so;
+    if (cfg.train.micro_batch) {
+      pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
+      pins.summary.pinned.set("micro_batches", at);
+      so.pins = &pins;
+    }
+    planner::SearchResult s = planner::search(fwd, *cm.model, ts, so);
+    if (!s.found) return std::nullopt;
+    r.plan = std::move(s.plan);
+    r.prediction = s.prediction;
+    r.cost_model = cm.description;
+    r.search_s = s.stats.seconds;
+  } else {
+    Diagnostics diags;
+    r.plan = planner::read_plan(cfg.parallel.plan, diags);
+    diags.throw_if_any();
+    const graph::Graph g = graph::build_graph(cfg.model, r.plan.summary.micro_batch, {});
+    planner::add_default_layers(r.plan, g);
+    planner::validate_plan(r.plan, g, cfg.train.batch, dev, diags);
+    diags.throw_if_any();
+    CpuModel cm = cpu_cost_model(r.plan.summary.devices);
+    r.prediction = planner::predict(r.plan, fwd, *cm.model, ts);
+    r.cost_model = cm.description;
+  }
+  const planner::Summary& s = r.plan.summary;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "dp %d x tp %d x pp %d%s, %lld micro-batches of %lld, %s; predicted step %.1f ms (%s)",
+                s.data_parallel, s.tensor_parallel, s.pipeline_stages,
+                s.virtual_stages > 1 ? (" (x" + std::to_string(s.virtual_stages) + " chunks)").c_str() : "",
+                static_cast<long long>(s.micro_batches), static_cast<long long>(s.micro_batch), s.schedule.c_str(),
+                r.prediction.step_time_s * 1e3, r.cost_model.c_str());
+  r.summary = buf;
+  return r;
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,27 @@
+// The plan a run trains (or benchmarks) with on cpu:N: its plan file, read and validated (every mistake
+// located), or with `parallel: {plan: auto}` and N > 1 the planner's choice for cpu:N (planner/search.h) on
+// the calibrated cost model when a profile is cached, else the analytic one (exec/calibrate.h). Either way
+// with the cost model's prediction of its step time, for the closed loop (trainer) and bench.
+// nullopt: one device, or plan auto where the planner finds nothing (the caller falls back to DataParallel).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "io/run_config.h"
+#include "planner/evaluate.h"
+#include "planner/plan.h"
+
+namespace braid::exec {
+
+struct RunPlan {
+  planner::Plan plan;                  // complete and validated
+  bool automatic = false;              // chosen by the planner (plan: auto)
+  planner::StepPrediction prediction;  // of `plan` by the cost model below
+  std::string cost_model;              // its description
+  double search_s = 0;                 // planning time (automatic only)
+  std::string summary;                 // one line: the shape, schedule, prediction and cost model
+};
+
+std::optional<RunPlan> run_plan(const io::RunConfig& cfg);
+
+}  // namespace braid::exec

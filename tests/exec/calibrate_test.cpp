@@ -1,0 +1,68 @@
+// braid calibrate (exec/calibrate.h): a short calibration on cpu:2 gives a profile with every shipped op family's
+// efficiency, backward ratios and the four collectives' alpha/beta; it round-trips through its YAML form, is
+// cached where profile_path() says (XDG_CACHE_HOME), and cpu_cost_model then uses it (rescaled for another N).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "exec/calibrate.h"
+#include "planner/cost_model.h"
+
+using namespace braid;
+
+TEST(Calibrate, ShortRunGivesAUsableProfile) {
+  auto dir = std::filesystem::temp_directory_path() / "braid_calibrate_test";
+  std::filesystem::remove_all(dir);
+  setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  EXPECT_EQ(exec::cpu_cost_model(2).model->name(), "analytic");
+  exec::CalibrateOptions o;
+  o.devices = 2;
+  o.budget_s = 2;
+  planner::Profile p = exec::calibrate(o);
+  EXPECT_EQ(p.devices, 2);
+  for (const char* op : {"linear", "attention", "layer_norm", "embedding", "cross_entropy"}) {
+    ASSERT_TRUE(p.efficiency.count(op)) << op;
+    for (const auto& [cls, e] : p.efficiency.at(op)) EXPECT_GT(e, 0) << op << " " << cls;
+    EXPECT_GT(p.backward_ratio.at(op), 0) << op;
+  }
+  for (const char* c : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+    ASSERT_TRUE(p.collectives.count(c)) << c;
+    EXPECT_GE(p.collectives.at(c).first, 0);
+    EXPECT_GT(p.collectives.at(c).second, 0) << c;  // some bandwidth cost per byte
+  }
+  EXPECT_GT(p.cpu.peak_flops_f32, 0);
+  EXPECT_GT(p.cpu.memory_bandwidth, 0);
+  Diagnostics d;
+  planner::Profile back = planner::parse_profile(planner::to_yaml(p), "p.yaml", d);
+  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  EXPECT_EQ(planner::to_yaml(back), planner::to_yaml(p));
+  std::string path = exec::save_profile(p);
+  EXPECT_EQ(path, exec::profile_path());
+  EXPECT_EQ(path.rfind(dir.string(), 0), 0u) << path;
+  auto m2 = exec::cpu_cost_model(2), m4 = exec::cpu_cost_model(4);
+  EXPECT_EQ(m2.model->name(), "calibrated");
+  EXPECT_DOUBLE_EQ(m4.model->cluster().device.peak(DType::f32) * 2, m2.model->cluster().device.peak(DType::f32));
+  std::filesystem::remove_all(dir);
+  unsetenv("XDG_CACHE_HOME");
+}
+
+TEST(Calibrate, MalformedProfileIsALocatedError) {
+  auto dir = std::filesystem::temp_directory_path() / "braid_calibrate_bad";
+  std::filesystem::remove_all(dir);
+  setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  std::filesystem::create_directories(std::filesystem::path(exec::profile_path()).parent_path());
+  {
+    std::ofstream f(exec::profile_path());
+    f << "devices: 2\ncpu: {peak_flops_f32: -1}\n";
+  }
+  try {
+    exec::load_profile();
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.format().find(exec::profile_path() + ":2:"), std::string::npos) << e.format();
+  }
+  std::filesystem::remove_all(dir);
+  unsetenv("XDG_CACHE_HOME");
+}
