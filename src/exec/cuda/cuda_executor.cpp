@@ -1,0 +1,286 @@
+// CudaExecutor: arena layout, per-node device views prepared once (per slot), the run loop and the comm_*
+// nodes, following exec/executor.cpp step for step (see cuda_executor.h).
+#include "exec/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/rng.h"
+#include "ops/cuda/kernels.h"
+
+namespace braid::exec {
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace
+
+void device_copy_chunk(const cuda::Ctx& c, const Tensor& in, const Tensor& out, int axis, int index, int parts,
+                       bool scatter) {
+  const Tensor& whole = scatter ? out : in;
+  const Tensor& part = scatter ? in : out;
+  const auto& dims = whole.shape().dims();
+  BRAID_ASSERT(axis >= 0 && axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(axis)] % parts == 0,
+               "device_copy_chunk: axis ", axis, " of ", whole.desc().str(), " in ", parts, " parts");
+  size_t elem = dtype_size(whole.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) outer *= dims[static_cast<size_t>(a)];
+  for (size_t a = static_cast<size_t>(axis) + 1; a < dims.size(); ++a) inner *= dims[a];
+  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * elem;
+  const size_t row = chunk * static_cast<size_t>(parts);
+  char* w = static_cast<char*>(whole.raw()) + static_cast<size_t>(index) * chunk;
+  char* p = static_cast<char*>(part.raw());
+  if (scatter) cuda::copy_2d(c, w, row, p, chunk, chunk, static_cast<size_t>(outer));
+  else cuda::copy_2d(c, p, chunk, w, row, chunk, static_cast<size_t>(outer));
+}
+
+CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
+                           const ExecutorOptions& options, const CudaExecutorOptions& cuda_options)
+    : g_(g),
+      params_(params),
+      plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)),
+      cuda_(cuda_options),
+      keep_(keep) {
+  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+  // 1. Every node has a CUDA kernel (or is a collective); the largest workspace any node asks for.
+  for (const auto& n : g.nodes()) {
+    if (n.op->collective) {
+      kernels_.push_back(nullptr);
+      continue;
+    }
+    const ops::CudaKernel* k = ops::cuda_kernel(n.op->name);
+    if (k == nullptr)
+      throw UserError(SourceLoc{}, "op '" + n.op->name + "' (layer '" + n.layer + "') has no CUDA kernel",
+                      "run this model on cpu devices, or add the op to src/ops/cuda");
+    kernels_.push_back(reinterpret_cast<const void*>(k));
+    std::vector<TensorDesc> in, out;
+    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    workspace_bytes_ = std::max(workspace_bytes_, ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out));
+  }
+  // 2. One arena: shared activations, slots, parameters and buffers, workspace.
+  const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
+  size_t param_bytes = 0;
+  for (const auto& v : g.values())
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) param_bytes += align256(v.desc.bytes());
+  const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
+                       align256(workspace_bytes_) + 4096;
+  stream_ = std::make_unique<cuda::Stream>(cuda_.device);
+  arena_ = std::make_unique<cuda::DeviceArena>(cuda_.device, total);
+  char* base = static_cast<char*>(arena_->take(shared + slot_bytes * static_cast<size_t>(options.slots), "activations"));
+  if (workspace_bytes_) workspace_ = arena_->take(workspace_bytes_, "workspace");
+  // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
+  views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
+  staging_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
+  mirror_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
+  for (const auto& v : g.values()) {
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      ParamEntry* e = params.find(v.name);
+      BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+      BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+                   v.desc.str(), " in the graph");
+      Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
+      param_views_.emplace_back(params.index_of(v.name), d);
+      for (auto& views : views_) views[v.id.idx()] = d;
+      continue;
+    }
+    int64_t off = plan_.offset[v.id.idx()];
+    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
+    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
+    for (size_t s = 0; s < views_.size(); ++s) {
+      size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
+      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
+    }
+  }
+  for (const auto& in : g.inputs())
+    for (auto& st : staging_) st[in.idx()] = Tensor::empty(g.value(in).desc);
+  for (ValueId v : keep)
+    for (auto& m : mirror_) m[v.idx()] = Tensor::empty(g.value(v).desc);
+  node_in_.resize(views_.size());
+  node_out_.resize(views_.size());
+  for (size_t s = 0; s < views_.size(); ++s)
+    for (const auto& n : g.nodes()) {
+      std::vector<Tensor> in, out;
+      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
+      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
+      node_in_[s].push_back(std::move(in));
+      node_out_[s].push_back(std::move(out));
+    }
+  for (const auto& n : g.nodes()) node_keys_.push_back(name_hash(n.name));
+  first_backward_ = g.nodes().size();
+  for (const auto& n : g.nodes()) {
+    if (n.backward) {
+      first_backward_ = std::min(first_backward_, n.id.idx());
+      continue;
+    }
+    if (n.op->collective) continue;
+    if (first_layer_.empty()) first_layer_ = n.layer;
+    last_layer_ = n.layer;
+  }
+  upload_params();
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+void CudaExecutor::upload_params() {
+  for (const auto& [idx, d] : param_views_) stream_->upload(d.raw(), params_.entries()[idx].value.raw(), d.bytes());
+  stream_->synchronize();
+}
+
+void CudaExecutor::download_params() {
+  for (const auto& [idx, d] : param_views_) stream_->download(params_.entries()[idx].value.raw(), d.raw(), d.bytes());
+}
+
+const Tensor& CudaExecutor::device_param(const std::string& name) const {
+  size_t idx = params_.index_of(name);
+  for (const auto& [i, d] : param_views_)
+    if (i == idx) return d;
+  BRAID_ASSERT(false, "parameter ", name, " is not used by this executor's graph");
+  return param_views_.front().second;
+}
+
+void CudaExecutor::set_groups(Communicator* tensor, Communicator* data) {
+  tensor_comm_ = tensor;
+  data_comm_ = data;
+  tensor_rank_ = tensor ? tensor->rank() : 0;
+}
+
+const Tensor& CudaExecutor::input(const std::string& name, int slot) const {
+  ValueId v = g_.find_input(name);
+  BRAID_ASSERT(v.valid(), "no model input named ", name);
+  return staging_.at(static_cast<size_t>(slot))[v.idx()];
+}
+
+const Tensor& CudaExecutor::value(ValueId v, int slot) const {
+  const Tensor& m = mirror_.at(static_cast<size_t>(slot)).at(v.idx());
+  BRAID_ASSERT(m.defined() && m.raw() != nullptr, "value ", g_.value(v).name,
+               " is not kept by this CUDA executor (host mirrors exist for `keep` values only)");
+  return m;
+}
+
+void CudaExecutor::fetch(ValueId v, const Tensor& out, int slot) const {
+  const Tensor& d = device_value(v, slot);
+  BRAID_ASSERT(out.desc() == d.desc(), "fetch: ", out.desc().str(), " for ", d.desc().str());
+  stream_->download(out.raw(), d.raw(), d.bytes());
+}
+
+void CudaExecutor::stage_inputs(int slot) {
+  for (const auto& in : g_.inputs()) {
+    const Tensor& h = staging_[static_cast<size_t>(slot)][in.idx()];
+    stream_->upload(views_[static_cast<size_t>(slot)][in.idx()].raw(), h.raw(), h.bytes());
+  }
+}
+
+void CudaExecutor::finish_run(int slot) {
+  if (cuda_.mirror_keep)
+    for (ValueId v : keep_) {
+      const Tensor& m = mirror_[static_cast<size_t>(slot)][v.idx()];
+      stream_->download(m.raw(), views_[static_cast<size_t>(slot)][v.idx()].raw(), m.bytes());
+    }
+  int bad = stream_->take_error_flag();  // synchronises
+  if (bad & cuda::kBadToken)
+    throw UserError(SourceLoc{}, "embedding: a token id is outside [0, num) of its embedding table",
+                    "the data holds ids the embedding's 'num' does not cover; raise 'num' (the CPU run names the id)");
+  if (bad & cuda::kBadTarget)
+    throw UserError(SourceLoc{}, "cross_entropy: a target is outside [0, C) for its logits",
+                    "class ids must be at least 0 and below the size of the logits' last axis");
+}
+
+void CudaExecutor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  stage_inputs(0);
+  if (trace_) {
+    {
+      io::TraceScope f(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
+      stream_->synchronize();
+    }
+    if (has_backward()) {
+      io::TraceScope b(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+      stream_->synchronize();
+    }
+  } else {
+    run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
+  }
+  finish_run(0);
+}
+
+void CudaExecutor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  stage_inputs(slot);
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
+  stream_->synchronize();
+}
+
+void CudaExecutor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+  finish_run(slot);
+}
+
+void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  const std::string& op = n.op->name;
+  const int parts = static_cast<int>(n.attrs.i("parts"));
+  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
+               " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
+                                              static_cast<double>(in[0].bytes())});
+  cuda::Ctx c = stream_->ctx();
+  const Tensor& x = in[0];
+  Tensor y = out[0];
+  // The communicator runs on its own stream: everything before this node must be done.
+  stream_->synchronize();
+  if (op == "comm_slice") {
+    device_copy_chunk(c, x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
+  } else if (op == "comm_all_gather") {
+    comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
+  } else if (op == "comm_all_reduce") {
+    if (y.raw() != x.raw()) cuda::copy(c, y.raw(), x.raw(), x.bytes());
+    stream_->synchronize();
+    comm->all_reduce(y, ReduceOp::Sum);
+  } else if (op == "comm_reduce_scatter") {
+    comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
+  } else if (op == "comm_copy") {
+    cuda::copy(c, y.raw(), x.raw(), x.bytes());
+  } else if (op == "comm_to_partial") {
+    if (comm->rank() == 0) cuda::copy(c, y.raw(), x.raw(), x.bytes());
+    else stream_->memset(y.raw(), 0, y.bytes());
+  } else {
+    BRAID_ASSERT(false, "unknown communication op ", op);
+  }
+}
+
+void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
+                             size_t from, size_t to) {
+  cuda::Ctx ctx = stream_->ctx();
+  ctx.training = training;
+  ctx.workspace = workspace_;
+  ctx.workspace_bytes = workspace_bytes_;
+  const uint64_t run_key = hash_key(seed, rng_stream);
+  const auto& nodes = g_.nodes();
+  const auto& ins = node_in_[static_cast<size_t>(slot)];
+  const auto& outs = node_out_[static_cast<size_t>(slot)];
+  using Clock = std::chrono::steady_clock;
+  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
+  for (size_t i = from; i < to; ++i) {
+    const graph::Node& n = nodes[i];
+    if (n.op->collective) {
+      run_collective(n, ins[i], outs[i]);
+    } else {
+      ctx.rng_key = hash_key(run_key, node_keys_[i]);
+      ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
+      (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
+    }
+    if (after_node_) {
+      stream_->synchronize();  // the hook may read this node's outputs
+      (*after_node_)(i);
+    }
+    if (node_seconds_) {
+      stream_->synchronize();
+      auto t1 = Clock::now();
+      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+  }
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,103 @@
+// Runs one graph on one CUDA device, as exec::Executor does on a CPU and with the same public API, so that
+// a plan runner can pick the executor by device kind: the same MemoryPlan (values at its offsets in one
+// device arena), the same node loop (each op's CUDA kernel from ops/cuda/kernels.h; comm_* nodes through
+// the Communicator of set_groups, which must take device tensors: NcclCommunicator), the same RNG keys.
+// Device memory: one DeviceArena per executor, sized at construction (activations, slots, parameters and
+// buffers, the largest CUDA workspace); nothing is allocated inside run(). Parameters and buffers are
+// uploaded from the ParamStore at construction (upload_params) and written back by download_params.
+// Host side: input() is a host staging tensor copied to the device at the start of run(); value() of a
+// `keep` value is its host mirror, copied back at the end of run() (options.mirror_keep); device_value() is
+// the device view. An op without a CUDA kernel is an error at construction naming it, never a CPU fallback.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/comm/comm.h"
+#include "exec/executor.h"
+#include "exec/memory_plan.h"
+#include "exec/param_store.h"
+#include "graph/ir.h"
+#include "io/trace.h"
+#include "ops/cuda/runtime.h"
+
+namespace braid::exec {
+
+struct CudaExecutorOptions {
+  int device = 0;
+  bool mirror_keep = true;  // copy every `keep` value to host after run() (off: fetch() what is needed)
+};
+
+class CudaExecutor {
+ public:
+  CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
+               const ExecutorOptions& options = {}, const CudaExecutorOptions& cuda = {});
+  ~CudaExecutor();
+  const Tensor& input(const std::string& name, int slot = 0) const;
+  const Tensor& value(ValueId v, int slot = 0) const;
+  const Tensor& device_value(ValueId v, int slot = 0) const { return views_.at(static_cast<size_t>(slot)).at(v.idx()); }
+  // Copies one value (any, kept or not while it is live) to host memory `out` (same desc).
+  void fetch(ValueId v, const Tensor& out, int slot = 0) const;
+  void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
+  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  void set_groups(Communicator* tensor, Communicator* data);
+  // Per-node timing synchronises the stream after every node (so that each node's time is its own).
+  void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
+  void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
+  void set_trace(io::TraceLane* lane) { trace_ = lane; }
+  void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
+  const MemoryPlan& plan() const { return plan_; }
+  const graph::Graph& graph() const { return g_; }
+  int slots() const { return static_cast<int>(views_.size()); }
+  bool has_backward() const { return first_backward_ < g_.nodes().size(); }
+
+  // Parameters and buffers: host ParamStore -> device, and back (values only; gradients are graph values).
+  void upload_params();
+  void download_params();
+  // The device view of parameter or buffer `name` ("h.0.fc.weight").
+  const Tensor& device_param(const std::string& name) const;
+  cuda::Stream& stream() { return *stream_; }
+  cuda::DeviceArena& arena() { return *arena_; }
+  size_t device_bytes() const { return arena_->used(); }
+
+ private:
+  void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
+                 size_t to);
+  void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  void stage_inputs(int slot);
+  void finish_run(int slot);
+
+  const graph::Graph& g_;
+  ParamStore& params_;
+  MemoryPlan plan_;
+  CudaExecutorOptions cuda_;
+  std::unique_ptr<cuda::Stream> stream_;
+  std::unique_ptr<cuda::DeviceArena> arena_;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::vector<std::vector<Tensor>> views_;                            // [slot][value], device
+  std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
+  std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*
+  std::vector<std::vector<Tensor>> staging_;                          // [slot][value]: host inputs
+  std::vector<std::vector<Tensor>> mirror_;                           // [slot][value]: host copies of keep
+  std::vector<ValueId> keep_;
+  std::vector<std::pair<size_t, Tensor>> param_views_;                // (store index, device view)
+  std::vector<uint64_t> node_keys_;
+  io::TraceLane* trace_ = nullptr;
+  int trace_mb_ = -1;
+  size_t first_backward_ = 0;
+  std::string first_layer_, last_layer_;
+  double* node_seconds_ = nullptr;
+  const std::function<void(size_t)>* after_node_ = nullptr;
+  Communicator* tensor_comm_ = nullptr;
+  Communicator* data_comm_ = nullptr;
+  int tensor_rank_ = 0;
+};
+
+// Device version of copy_chunk (executor.h): chunk `index` of `parts` along `axis`, through 2-D copies.
+void device_copy_chunk(const cuda::Ctx& c, const Tensor& in, const Tensor& out, int axis, int index, int parts,
+                       bool scatter = false);
+
+}  // namespace braid::exec

@@ -1,0 +1,138 @@
+// The attention core of ops/defs/attention.cpp on GPU: per sample, the scores of all heads by one strided
+// batched GEMM into the probs output (q k^T scaled by 1/sqrt(dh), as the CPU), a row kernel for the causal
+// mask, softmax and dropout (core/rng.h's hash: the CPU's mask bit for bit), then probs v by another batched
+// GEMM. The backward follows the CPU's formulas with one (h, T, T) scratch per sample. The op's contract
+// saves the full probabilities for backward, so this is not a flash-style kernel (docs/gpu.md).
+#include <cmath>
+
+#include "ops/cuda/device_util.cuh"
+
+namespace braid::cuda {
+namespace {
+
+// One row i of one (sample, head) plane per block: mask, softmax, dropout.
+template <typename T>
+__global__ void softmax_mask_dropout(T* probs, T* dropped, int64_t t, bool causal, double p, uint64_t key,
+                                     uint64_t plane_base, float keep_scale) {
+  int64_t row = blockIdx.x;  // over planes * t rows of the sample
+  int64_t i = row % t;
+  int64_t valid = causal ? i + 1 : t;
+  T* r = probs + row * t;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, to_f(r[j]));
+  mx = block_max(mx);
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(to_f(r[j]) - mx);
+  float inv = 1.f / static_cast<float>(block_sum(s));
+  for (int64_t j = threadIdx.x; j < t; j += blockDim.x) {
+    float v = j < valid ? __fmul_rn(expf(to_f(r[j]) - mx), inv) : 0.f;
+    r[j] = from_f<T>(v);
+    if (dropped) {
+      float dv = v;
+      if (p > 0 && j < valid)
+        dv = uniform_at(key, plane_base + static_cast<uint64_t>(row * t + j)) >= p ? __fmul_rn(v, keep_scale) : 0.f;
+      dropped[row * t + j] = from_f<T>(dv);
+    }
+  }
+}
+
+// dS = P * (dP - rowsum(dP * P)) with dP = dD (* mask); in place on the scratch rows.
+template <typename T>
+__global__ void softmax_backward_rows(T* g, const T* probs, const T* dropped, int64_t t, bool causal, double p,
+                                      float keep_scale) {
+  int64_t row = blockIdx.x, i = row % t, valid = causal ? i + 1 : t;
+  T* gr = g + row * t;
+  const T* pr = probs + row * t;
+  const T* dr = dropped ? dropped + row * t : nullptr;
+  double dot = 0;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
+    float v = to_f(gr[j]);
+    if (dr && p > 0) v = to_f(dr[j]) != 0.f ? __fmul_rn(v, keep_scale) : 0.f;
+    dot += static_cast<double>(v) * to_f(pr[j]);
+  }
+  float d = static_cast<float>(block_sum(dot));
+  for (int64_t j = threadIdx.x; j < t; j += blockDim.x) {
+    float v = 0.f;
+    if (j < valid) {
+      v = to_f(gr[j]);
+      if (dr && p > 0) v = to_f(dr[j]) != 0.f ? __fmul_rn(v, keep_scale) : 0.f;
+      v = to_f(pr[j]) * (v - d);
+    }
+    gr[j] = from_f<T>(v);
+  }
+}
+
+size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
+
+}  // namespace
+
+void attention_forward(const Ctx& c, DType t, const void* qkv, void* probs, void* dropped, void* context, int64_t B,
+                       int64_t T_, int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
+  if (B * T_ == 0) return;
+  const int64_t dh = d / h, ld = 3 * d, plane = T_ * T_;
+  const float scale = 1.f / sqrtf(static_cast<float>(dh)), keep_scale = static_cast<float>(1.0 / (1.0 - p));
+  const size_t es = esize(t);
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = static_cast<const char*>(qkv) + static_cast<size_t>(b * T_ * ld) * es;
+    const char* k = q + static_cast<size_t>(d) * es;
+    const char* v = q + static_cast<size_t>(2 * d) * es;
+    char* pb = static_cast<char*>(probs) + static_cast<size_t>(b * h * plane) * es;
+    char* db = dropped ? static_cast<char*>(dropped) + static_cast<size_t>(b * h * plane) * es : nullptr;
+    // scores[h] (T, T) = scale q_h k_h^T
+    gemm(c, t, false, true, T_, T_, dh, scale, q, ld, dh, k, ld, dh, 0.f, pb, T_, plane, h);
+    dispatch(t, "attention", [&](auto tag) {
+      using E = decltype(tag);
+      softmax_mask_dropout<E><<<static_cast<unsigned>(h * T_), 128, 0, stream_of(c)>>>(
+          reinterpret_cast<E*>(pb), reinterpret_cast<E*>(db), T_, causal, p, key,
+          mask_base + static_cast<uint64_t>(b * h * plane), keep_scale);
+      BRAID_LAUNCH_CHECK("softmax_mask_dropout");
+    });
+    // context_h (T, dh) = P_h v_h, written at column h dh of context (B, T, d)
+    char* cb = static_cast<char*>(context) + static_cast<size_t>(b * T_ * d) * es;
+    gemm(c, t, false, false, T_, dh, T_, 1.f, db ? db : pb, T_, plane, v, ld, dh, 0.f, cb, d, dh, h);
+  }
+}
+
+size_t attention_backward_workspace(DType t, int64_t T_, int64_t h) {
+  return static_cast<size_t>(h * T_ * T_) * (t == DType::f32 ? 4 : 2);
+}
+
+void attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* probs,
+                        const void* dropped, void* dqkv, int64_t B, int64_t T_, int64_t d, int64_t h, bool causal,
+                        double p) {
+  if (B * T_ == 0) return;
+  if (c.workspace_bytes < attention_backward_workspace(t, T_, h))
+    throw InternalError("attention_grad: CUDA workspace of " + std::to_string(c.workspace_bytes) + " bytes, needs " +
+                        std::to_string(attention_backward_workspace(t, T_, h)));
+  const int64_t dh = d / h, ld = 3 * d, plane = T_ * T_;
+  const float scale = 1.f / sqrtf(static_cast<float>(dh)), keep_scale = static_cast<float>(1.0 / (1.0 - p));
+  const size_t es = esize(t);
+  void* g = c.workspace;
+  for (int64_t b = 0; b < B; ++b) {
+    const char* q = static_cast<const char*>(qkv) + static_cast<size_t>(b * T_ * ld) * es;
+    const char* k = q + static_cast<size_t>(d) * es;
+    const char* v = q + static_cast<size_t>(2 * d) * es;
+    char* dq = static_cast<char*>(dqkv) + static_cast<size_t>(b * T_ * ld) * es;
+    char* dk = dq + static_cast<size_t>(d) * es;
+    char* dv = dq + static_cast<size_t>(2 * d) * es;
+    const char* dc = static_cast<const char*>(dcontext) + static_cast<size_t>(b * T_ * d) * es;
+    const char* pb = static_cast<const char*>(probs) + static_cast<size_t>(b * h * plane) * es;
+    const char* db = dropped ? static_cast<const char*>(dropped) + static_cast<size_t>(b * h * plane) * es : nullptr;
+    // dV = D^T dC
+    gemm(c, t, true, false, T_, dh, T_, 1.f, db ? db : pb, T_, plane, dc, d, dh, 0.f, dv, ld, dh, h);
+    // dD = dC V^T
+    gemm(c, t, false, true, T_, T_, dh, 1.f, dc, d, dh, v, ld, dh, 0.f, g, T_, plane, h);
+    dispatch(t, "attention_grad", [&](auto tag) {
+      using E = decltype(tag);
+      softmax_backward_rows<E><<<static_cast<unsigned>(h * T_), 128, 0, stream_of(c)>>>(
+          static_cast<E*>(g), reinterpret_cast<const E*>(pb), reinterpret_cast<const E*>(db), T_, causal, p,
+          keep_scale);
+      BRAID_LAUNCH_CHECK("softmax_backward_rows");
+    });
+    // dQ = s dS K;  dK = s dS^T Q
+    gemm(c, t, false, false, T_, dh, T_, scale, g, T_, plane, k, ld, dh, 0.f, dq, ld, dh, h);
+    gemm(c, t, true, false, T_, dh, T_, scale, g, T_, plane, q, ld, dh, 0.f, dk, ld, dh, h);
+  }
+}
+
+}  // namespace braid::cuda

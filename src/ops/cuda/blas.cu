@@ -1,0 +1,158 @@
+// GEMMs through cuBLAS (row-major wrapper over column-major cuBLAS: C^T = op(B)^T op(A)^T), the linear
+// forward through cuBLASLt with bias / bias+relu / bias+gelu epilogues, and deterministic column sums.
+// f32 GEMMs use CUBLAS_COMPUTE_32F (no TF32: results match the CPU's fp32 BLAS to rounding); bf16 GEMMs
+// take bf16 operands with fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta).
+#include <limits>
+
+#include "ops/cuda/device_util.cuh"
+
+namespace braid::cuda {
+namespace {
+
+constexpr int64_t kChunkRows = 64;
+
+cudaDataType_t data_type(DType t) {
+  if (t == DType::f32) return CUDA_R_32F;
+  if (t == DType::bf16) return CUDA_R_16BF;
+  throw InternalError(std::string("GEMM on GPU has no ") + std::string(dtype_name(t)) + " version (f32, bf16)");
+}
+
+int as_int(int64_t v, const char* what) {
+  if (v < 0 || v > std::numeric_limits<int>::max())
+    throw InternalError(std::string("GEMM ") + what + " = " + std::to_string(v) + " does not fit cuBLAS's int");
+  return static_cast<int>(v);
+}
+
+template <typename T>
+__global__ void colsum_partial(const T* x, double* part, int64_t rows, int64_t cols) {
+  int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  int64_t chunk = blockIdx.y, r0 = chunk * kChunkRows, r1 = min(rows, r0 + kChunkRows);
+  double s = 0;
+  for (int64_t r = r0; r < r1; ++r) s += to_f(x[r * cols + j]);
+  part[chunk * cols + j] = s;
+}
+
+template <typename T>
+__global__ void colsum_finish(const double* part, T* out, int64_t chunks, int64_t cols) {
+  BRAID_GRID_LOOP(j, cols) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k) s += part[k * cols + j];
+    out[j] = from_d<T>(s);
+  }
+}
+
+template <typename T>
+__global__ void bias_rows(const T* b, T* y, int64_t m, int64_t n) {
+  BRAID_GRID_LOOP(i, m * n) y[i] = b[i % n];
+}
+
+// cuBLASLt descriptors of one linear call, destroyed on scope exit (also when a check throws).
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Returns false when cuBLASLt has no algorithm for this problem (the caller falls back).
+bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
+               int64_t fout, Epilogue e) {
+  cudaDataType_t dt = data_type(t);
+  LtDescs d;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (e == Epilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
+  if (e == Epilogue::BiasRelu) epi = CUBLASLT_EPILOGUE_RELU_BIAS;
+  if (e == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+  if (bias == nullptr) epi = CUBLASLT_EPILOGUE_DEFAULT;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (bias)
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, dt, fin, fout, fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, dt, fin, m, fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, dt, fout, m, fout));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  size_t ws = c.blas_workspace_bytes;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                          sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  float alpha = 1.f, beta = 0.f;
+  BRAID_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &result.algo,
+                                    c.blas_workspace, ws, stream_of(c)));
+  return true;
+}
+
+int64_t chunks_of(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+
+}  // namespace
+
+void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+          int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc, int64_t sc,
+          int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  cudaDataType_t dt = data_type(t);
+  auto h = static_cast<cublasHandle_t>(c.cublas);
+  cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // cuBLAS needs ld >= rows of the stored column-major matrix, even where k == 0.
+  BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ob, oa, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b, dt,
+                                                as_int(ldb, "ldb"), sb, a, dt, as_int(lda, "lda"), sa, &beta, cm, dt,
+                                                as_int(ldc, "ldc"), sc, as_int(batch, "batch"), CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
+}
+
+void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
+            int64_t fout, Epilogue e) {
+  if (m == 0 || fout == 0) return;
+  if (fin > 0 && linear_lt(c, t, x, w, bias, y, m, fin, fout, e)) return;
+  if (e == Epilogue::BiasRelu || e == Epilogue::BiasGelu)
+    throw InternalError("linear: cuBLASLt has no algorithm for the fused activation epilogue of [" +
+                        std::to_string(m) + ", " + std::to_string(fin) + "] x [" + std::to_string(fout) + ", " +
+                        std::to_string(fin) + "]^T");
+  dispatch(t, "linear", [&](auto tag) {
+    using T = decltype(tag);
+    if (bias) {
+      bias_rows<T><<<blocks_for(m * fout), 256, 0, stream_of(c)>>>(static_cast<const T*>(bias), static_cast<T*>(y), m,
+                                                                    fout);
+      BRAID_LAUNCH_CHECK("bias_rows");
+    }
+  });
+  gemm(c, t, false, true, m, fout, fin, 1.f, x, fin, 0, w, fin, 0, bias ? 1.f : 0.f, y, fout, 0);
+}
+
+size_t colsum_workspace(int64_t rows, int64_t cols) { return static_cast<size_t>(chunks_of(rows) * cols) * 8; }
+
+void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out) {
+  if (cols == 0) return;
+  if (c.workspace_bytes < colsum_workspace(rows, cols))
+    throw InternalError("colsum: CUDA workspace of " + std::to_string(c.workspace_bytes) + " bytes, needs " +
+                        std::to_string(colsum_workspace(rows, cols)));
+  int64_t chunks = chunks_of(rows);
+  auto* part = static_cast<double*>(c.workspace);
+  dispatch(t, "colsum", [&](auto tag) {
+    using T = decltype(tag);
+    if (chunks > 0) {
+      dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
+      colsum_partial<T><<<grid, 256, 0, stream_of(c)>>>(static_cast<const T*>(x), part, rows, cols);
+      BRAID_LAUNCH_CHECK("colsum_partial");
+    }
+    colsum_finish<T><<<blocks_for(cols), 256, 0, stream_of(c)>>>(part, static_cast<T*>(out), chunks, cols);
+    BRAID_LAUNCH_CHECK("colsum_finish");
+  });
+}
+
+}  // namespace braid::cuda

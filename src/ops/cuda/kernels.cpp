@@ -1,0 +1,43 @@
+// The CUDA kernel table: the families' entries gathered once into a map by op name (see kernels.h).
+#include "ops/cuda/kernels.h"
+
+#include <algorithm>
+#include <map>
+
+namespace braid::ops {
+namespace {
+
+const std::map<std::string, cuda_table::Entry>& table() {
+  static const std::map<std::string, cuda_table::Entry> t = [] {
+    std::map<std::string, cuda_table::Entry> m;
+    for (auto part : {cuda_table::dense_entries(), cuda_table::spatial_entries()})
+      for (const auto& e : part) {
+        BRAID_ASSERT(m.count(e.op) == 0, "CUDA kernel of ", e.op, " registered twice");
+        m[e.op] = e;
+      }
+    return m;
+  }();
+  return t;
+}
+
+}  // namespace
+
+const CudaKernel* cuda_kernel(const std::string& op) {
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second.fn;
+}
+
+size_t cuda_workspace_bytes(const std::string& op, const Attrs& attrs, std::span<const TensorDesc> in,
+                            std::span<const TensorDesc> out) {
+  auto it = table().find(op);
+  if (it == table().end() || it->second.workspace == nullptr) return 0;
+  return it->second.workspace(attrs, in, out);
+}
+
+std::vector<std::string> cuda_kernel_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, e] : table()) names.push_back(name);
+  return names;
+}
+
+}  // namespace braid::ops

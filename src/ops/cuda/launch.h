@@ -1,0 +1,205 @@
+// The CUDA kernels' launch interface: plain C++17 (no CUDA types: streams and library handles travel as
+// void*), so that the C++20 adapters of kernels.cpp can call into the .cu files, which include only this
+// header, check.h and CUDA's own. Every launcher enqueues on ctx.stream and returns without synchronising.
+// Layouts are row-major and stated per launcher; sizes are element counts. Floating kernels take the
+// element type as a DType: f32 everywhere, bf16 where noted (accumulation in fp32 or double).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace braid::cuda {
+
+// What a kernel gets (mirrors ops::KernelCtx, plus the stream and the stream's library handles).
+struct Ctx {
+  bool training = true;
+  uint64_t rng_key = 0;       // random stream of this node in this step (dropout masks)
+  int64_t batch_offset = 0;   // first sample of this run within the unsplit micro-batch (see KernelCtx)
+  void* workspace = nullptr;  // device scratch for kernels (cuda_workspace_bytes asks for its size)
+  size_t workspace_bytes = 0;
+  void* stream = nullptr;     // cudaStream_t
+  void* cublas = nullptr;     // cublasHandle_t, bound to `stream`
+  void* cublaslt = nullptr;   // cublasLtHandle_t
+  void* cudnn = nullptr;      // cudnnHandle_t, bound to `stream`
+  void* blas_workspace = nullptr;  // cuBLAS / cuBLASLt workspace (owned by the stream)
+  size_t blas_workspace_bytes = 0;
+  // Device int: kernels OR in kBad* bits when data is invalid (a token or target id out of range); the
+  // executor reads it after a run and raises the UserError the CPU kernel would have raised.
+  int* error_flag = nullptr;
+  int device = 0;
+};
+
+enum BadData : int { kBadToken = 1, kBadTarget = 2 };
+
+constexpr int kMaxRank = 8;
+
+// Element i of an output of shape dims reads input element sum_k coord_k * strides[k] (stride 0 on an axis
+// the input broadcasts along).
+struct BcastIndex {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+
+// reduce_like: output element o (coordinates over `kept` dims) sums the input elements
+// base(o) + sum_r coord_r * red_strides[r] over every coordinate of the reduced dims, in row-major order.
+struct ReduceIndex {
+  int kept_rank = 0;
+  int64_t kept_dims[kMaxRank] = {};
+  int64_t kept_strides[kMaxRank] = {};
+  int red_rank = 0;
+  int64_t red_dims[kMaxRank] = {};
+  int64_t red_strides[kMaxRank] = {};
+  int64_t red_count = 1;
+};
+
+// Window of conv2d and the 2-D pools (PyTorch's floor formula; see ops/defs/spatial_util.h).
+struct Window {
+  int64_t B = 0, C = 0, H = 0, W = 0, kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, Ho = 0, Wo = 0;
+};
+
+enum class Act : int { Relu = 0, Gelu = 1, GeluTanh = 2, Tanh = 3, Sigmoid = 4 };
+
+// ---- elementwise (elementwise.cu) ------------------------------------------------------------------------
+// y (n elements) = x_0 op x_1 op ... (op = * when mul, else +), folded left to right as the CPU kernel.
+void nary(const Ctx& c, DType t, bool mul, int num_in, const void* const* x, const BcastIndex* idx, void* y, int64_t n);
+void reduce_like(const Ctx& c, DType t, const void* g, const ReduceIndex& r, void* y, int64_t n_out);
+void fill(const Ctx& c, DType t, void* y, int64_t n, double value);
+void activation(const Ctx& c, DType t, Act a, const void* x, void* y, int64_t n);
+void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x, const void* y, void* dx, int64_t n);
+// mask = keep ? 1/(1-p) : 0 with keep = uniform_at(key, base + i) >= p (core/rng.h, bit for bit); y = x mask.
+void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, int64_t n, double p, bool active,
+             uint64_t key, uint64_t base);
+// dst[i] += src[i] * scale (gradient accumulation over micro-batches); first: dst = src * scale.
+void axpy(const Ctx& c, DType t, const void* src, void* dst, int64_t n, double scale, bool first);
+// Casts between f32 and bf16 (round to nearest even), for autocast and master weights.
+void cast(const Ctx& c, DType from, const void* x, DType to, void* y, int64_t n);
+
+// ---- normalisation (norm.cu) -------------------------------------------------------------------------------
+// x: (rows, d). mean, rstd: (rows). Statistics in double, as the CPU kernel.
+void layer_norm(const Ctx& c, DType t, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
+                int64_t rows, int64_t d, double eps);
+// Workspace: layer_norm_grad_workspace(rows, d) bytes.
+void layer_norm_grad(const Ctx& c, DType t, const void* dy, const void* x, const void* w, const void* mean,
+                     const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t d);
+size_t layer_norm_grad_workspace(int64_t rows, int64_t d);
+// x viewed as (outer, n, inner) around the softmax axis.
+void softmax(const Ctx& c, DType t, const void* x, void* y, int64_t outer, int64_t n, int64_t inner);
+void softmax_grad(const Ctx& c, DType t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
+                  int64_t inner);
+
+// ---- losses and metric (loss.cu) -------------------------------------------------------------------------------
+// logits (n, classes); targets (n) i32 or i64 (targets_i64). Workspace: n doubles.
+void cross_entropy(const Ctx& c, DType t, const void* logits, const void* targets, bool targets_i64, void* loss,
+                   int64_t n, int64_t classes);
+void cross_entropy_grad(const Ctx& c, DType t, const void* dloss, const void* logits, const void* targets,
+                        bool targets_i64, void* dx, int64_t n, int64_t classes);
+// a, b: (rows, m). Workspace: rows doubles.
+void mse(const Ctx& c, DType t, const void* a, const void* b, void* loss, int64_t rows, int64_t m);
+void mse_grad(const Ctx& c, DType t, const void* dloss, const void* a, const void* b, void* da, void* db, int64_t n);
+// out: one f32. Workspace: n doubles.
+void accuracy(const Ctx& c, DType t, const void* logits, const void* targets, bool targets_i64, float* out,
+              int64_t n, int64_t classes);
+
+// ---- data movement (shape.cu) ------------------------------------------------------------------------------
+void copy(const Ctx& c, void* dst, const void* src, size_t bytes);
+// `height` rows of `width` bytes: dst + r * dpitch <- src + r * spitch.
+void copy_2d(const Ctx& c, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height);
+// y[o] = x[sum coord_k(o) * idx.strides[k]] for elements of elem_size bytes (2, 4 or 8).
+void gather_strided(const Ctx& c, size_t elem_size, const void* x, const BcastIndex& idx, void* y, int64_t n);
+
+// ---- GEMM (blas.cu) ----------------------------------------------------------------------------------------------
+// Row-major C[m, n] = alpha op(A) op(B) + beta C, op = transpose when ta / tb; lda/ldb/ldc are row strides as
+// stored; `batch` matrices at element strides sa, sb, sc. f32: full fp32 (no TF32); bf16: fp32 accumulation.
+void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+          int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc, int64_t sc,
+          int64_t batch = 1);
+enum class Epilogue : int { None = 0, Bias = 1, BiasRelu = 2, BiasGelu = 3 };
+// y (m, fout) = x (m, fin) W^T (fout, fin) [+ bias, then relu / gelu(tanh)] through cuBLASLt's epilogues.
+// Falls back to bias rows + gemm (Bias only) where cuBLASLt finds no algorithm.
+void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
+            int64_t fout, Epilogue e = Epilogue::Bias);
+// out[j] = sum over rows r (in fixed chunks, partial sums in double, chunks summed in order) of x[r, j].
+// Deterministic. Workspace: colsum_workspace(rows, cols) bytes.
+void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out);
+size_t colsum_workspace(int64_t rows, int64_t cols);
+
+// ---- embeddings (embedding.cu) -------------------------------------------------------------------------------
+void embedding(const Ctx& c, DType t, const void* tokens, bool tokens_i64, const void* w, void* y, int64_t n,
+               int64_t num, int64_t dim);
+// Deterministic: tokens are stably sorted (CUB radix sort), then each id's rows are summed in token order,
+// exactly the CPU kernel's order. Workspace: embedding_dw_workspace(n, num).
+void embedding_dw(const Ctx& c, DType t, const void* dy, const void* tokens, bool tokens_i64, void* dw, int64_t n,
+                  int64_t num, int64_t dim);
+size_t embedding_dw_workspace(int64_t n, int64_t num);
+void position_embedding(const Ctx& c, DType t, const void* x, const void* w, void* y, int64_t batch, int64_t seq,
+                        int64_t d);
+void position_embedding_dw(const Ctx& c, DType t, const void* dy, void* dw, int64_t batch, int64_t seq, int64_t d,
+                           int64_t rows);
+
+// ---- attention core (attention.cu) -------------------------------------------------------------------------------
+// qkv (B, T, 3d) -> probs (B, h, T, T), dropped (same, or null), context (B, T, d).
+void attention_forward(const Ctx& c, DType t, const void* qkv, void* probs, void* dropped, void* context, int64_t B,
+                       int64_t T, int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
+// dcontext (B, T, d) -> dqkv (B, T, 3d). Workspace: attention_backward_workspace(...).
+void attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* probs,
+                        const void* dropped, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal,
+                        double p);
+size_t attention_backward_workspace(DType t, int64_t T, int64_t h);
+
+// ---- convolution and pooling (conv.cu) ---------------------------------------------------------------------------
+// One sample: x (C, H, W) -> col (C kh kw, Ho Wo) and its adjoint (col2im overwrites x).
+void im2col(const Ctx& c, DType t, const void* x, const Window& w, void* col);
+void col2im(const Ctx& c, DType t, const void* col, const Window& w, void* x);
+// y (B, O, P) <- bias[o] on every element of channel o.
+void channel_fill(const Ctx& c, DType t, const void* bias, void* y, int64_t B, int64_t O, int64_t P);
+// db[o] = sum over b, e of dy (B, O, P) in double.
+void channel_sum(const Ctx& c, DType t, const void* dy, void* db, int64_t B, int64_t O, int64_t P);
+void max_pool(const Ctx& c, DType t, const void* x, void* y, int64_t* argmax, const Window& w);
+void max_pool_grad(const Ctx& c, DType t, const void* dy, const void* argmax, bool argmax_i64, void* dx,
+                   const Window& w);
+void avg_pool(const Ctx& c, DType t, const void* x, void* y, const Window& w);
+void avg_pool_grad(const Ctx& c, DType t, const void* dy, void* dx, const Window& w);
+void global_avg_pool(const Ctx& c, DType t, const void* x, void* y, int64_t planes, int64_t n);
+void global_avg_pool_grad(const Ctx& c, DType t, const void* dy, void* dx, int64_t planes, int64_t n);
+
+// ---- batch norm (batch_norm.cu) ------------------------------------------------------------------------------------
+// x viewed as (B, C, S). nbt: num_batches_tracked (i64 or i32 scalar), incremented in training.
+void batch_norm(const Ctx& c, DType t, const void* x, const void* w, const void* b, void* rm, void* rv, void* nbt,
+                bool nbt_i64, void* y, void* mean, void* invstd, int64_t B, int64_t C, int64_t S, double eps,
+                double momentum, bool training);
+void batch_norm_grad(const Ctx& c, DType t, const void* dy, const void* x, const void* w, const void* mean,
+                     const void* invstd, void* dx, void* dw, void* db, int64_t B, int64_t C, int64_t S, bool training);
+void bn_sync_sum(const Ctx& c, DType t, const void* x, double* s, int64_t B, int64_t C, int64_t S);
+void bn_sync_sqdev(const Ctx& c, DType t, const void* x, const double* s1, double* s2, int64_t B, int64_t C,
+                   int64_t S, double total);
+void bn_sync_apply(const Ctx& c, DType t, const void* x, const double* s1, const double* s2, const void* w,
+                   const void* b, void* rm, void* rv, void* nbt, bool nbt_i64, void* y, void* mean, void* invstd,
+                   int64_t B, int64_t C, int64_t S, double eps, double momentum, double total);
+void bn_sync_grad_sums(const Ctx& c, DType t, const void* dy, const void* x, const void* mean, const void* invstd,
+                       double* sums, int64_t B, int64_t C, int64_t S);
+void bn_sync_grad(const Ctx& c, DType t, const void* dy, const void* x, const void* w, const void* mean,
+                  const void* invstd, const double* local, const double* global, void* dx, void* dw, void* db,
+                  int64_t B, int64_t C, int64_t S, double total);
+
+// ---- optimizers (optim.cu) ---------------------------------------------------------------------------------------------
+// One parameter tensor of a fused multi-tensor update (device pointers; f32).
+struct ParamSlot {
+  float* p = nullptr;
+  const float* g = nullptr;
+  float* m = nullptr;  // AdamW exp_avg / SGD momentum_buffer (null: no momentum)
+  float* v = nullptr;  // AdamW exp_avg_sq
+  int64_t n = 0;
+};
+// Uploads `count` slots into `table` (device memory of multi_tensor_table_bytes(count) bytes, from the arena).
+size_t multi_tensor_table_bytes(int count);
+void upload_slots(const Ctx& c, const ParamSlot* slots, int count, void* table);
+// torch.optim.AdamW (single-tensor path, fp32, same operation order as exec/optimizer.cpp) over every slot
+// in one launch. step: 1-based.
+void adamw(const Ctx& c, const void* table, int count, int64_t max_n, double lr, double beta1, double beta2,
+           double eps, double weight_decay, int64_t step);
+void sgd(const Ctx& c, const void* table, int count, int64_t max_n, double lr, double momentum, double dampening,
+         double weight_decay, bool nesterov, bool first);
+
+}  // namespace braid::cuda

@@ -1,0 +1,38 @@
+// Shared by the gpu tests: skip (saying why) where no CUDA device is visible, and a device arena + stream
+// for eager kernel calls.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "ops/cuda/device_info.h"
+#include "ops/cuda/runtime.h"
+
+#define BRAID_REQUIRE_GPU()                                                                                  \
+  do {                                                                                                       \
+    std::string braid_why_;                                                                                  \
+    if (::braid::cuda::device_count(&braid_why_) == 0)                                                       \
+      GTEST_SKIP() << "no GPU here (" << braid_why_ << "); the gpu tests run in scripts/gpu_check.sh";        \
+  } while (0)
+
+namespace braid::testing {
+
+struct Device {
+  explicit Device(size_t arena_bytes = size_t{1} << 30) : stream(0), arena(0, arena_bytes) {}
+  cuda::Stream stream;
+  cuda::DeviceArena arena;
+  Tensor alloc(const TensorDesc& d) { return Tensor::view(arena.take(std::max<size_t>(d.bytes(), 1), "test"), d); }
+  Tensor upload(const Tensor& h) {
+    Tensor t = alloc(h.desc());
+    stream.upload(t.raw(), h.raw(), h.bytes());
+    return t;
+  }
+  Tensor download(const Tensor& d) {
+    Tensor h = Tensor::empty(d.desc());
+    stream.download(h.raw(), d.raw(), d.bytes());
+    return h;
+  }
+};
+
+}  // namespace braid::testing

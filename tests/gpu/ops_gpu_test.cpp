@@ -1,0 +1,181 @@
+// Every op on CUDA against its CPU kernel, from the registry's samples (as tests/ops/registry_suite_test.cpp):
+// the forward of each sample, and its backward as the gradient rule emits it (every emitted op run eagerly
+// on the GPU, the CPU run eagerly by tests/ops/op_harness). f32 within 1e-5 relative (|gpu - cpu| <=
+// 1e-5 (|cpu| + 1)); integer outputs and mutated buffers compared too. No per-op code here.
+#include <cmath>
+
+#include "../ops/op_harness.h"
+#include "gpu_util.h"
+#include "ops/cuda/kernels.h"
+
+using namespace braid;
+using namespace braid::ops;
+using namespace braid::testing;
+
+namespace {
+
+constexpr double kRtol = 1e-5;
+
+// GradBuilder that runs every emitted op's CUDA kernel at once on device tensors.
+class GpuEager : public GradBuilder {
+ public:
+  explicit GpuEager(Device& dev) : dev_(dev) {}
+  ValueId add(Tensor t) {
+    vals_.push_back(std::move(t));
+    return ValueId(static_cast<int32_t>(vals_.size() - 1));
+  }
+  std::vector<ValueId> emit(const std::string& op, const Attrs& attrs_in, const std::vector<ValueId>& inputs) override {
+    const OpDef& def = Registry::get().at(op);
+    Attrs attrs = attrs_in;
+    complete_attrs(def, attrs);
+    std::vector<TensorDesc> descs;
+    std::vector<Tensor> in;
+    for (auto v : inputs) {
+      descs.push_back(desc(v));
+      in.push_back(val(v));
+    }
+    auto out_descs = def.infer(attrs, descs);
+    std::vector<Tensor> out;
+    for (const auto& d : out_descs) {
+      out.push_back(dev_.alloc(d));
+      dev_.stream.memset(out.back().raw(), 0xff, d.bytes());  // NaN garbage: kernels must write everything
+    }
+    const CudaKernel* k = cuda_kernel(op);
+    if (k == nullptr) throw InternalError("op " + op + " has no CUDA kernel");
+    CudaCtx c = dev_.stream.ctx();
+    c.training = ctx.training;
+    c.rng_key = ctx.rng_key;
+    c.batch_offset = ctx.batch_offset;
+    c.workspace_bytes = cuda_workspace_bytes(op, attrs, descs, out_descs);
+    if (c.workspace_bytes) c.workspace = dev_.arena.take(c.workspace_bytes, "workspace");
+    (*k)(c, attrs, in, out);
+    std::vector<ValueId> ids;
+    for (auto& t : out) ids.push_back(add(t));
+    return ids;
+  }
+  const TensorDesc& desc(ValueId v) const override { return vals_.at(v.idx()).desc(); }
+  const Tensor& val(ValueId v) const { return vals_.at(v.idx()); }
+  KernelCtx ctx;
+
+ private:
+  Device& dev_;
+  std::vector<Tensor> vals_;
+};
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.desc(), cpu.desc()) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < cpu.numel() && bad < 5; ++i) {
+    double g, c;
+    if (is_float(cpu.dtype())) {
+      g = get_as_double(gpu, i);
+      c = get_as_double(cpu, i);
+    } else {
+      g = static_cast<double>(cpu.dtype() == DType::i64 ? gpu.data<int64_t>()[i] : gpu.data<int32_t>()[i]);
+      c = static_cast<double>(cpu.dtype() == DType::i64 ? cpu.data<int64_t>()[i] : cpu.data<int32_t>()[i]);
+    }
+    if (!(std::abs(g - c) <= kRtol * (std::abs(c) + 1))) {
+      ADD_FAILURE() << what << " element " << i << ": gpu " << g << ", cpu " << c;
+      ++bad;
+    }
+  }
+}
+
+std::vector<Tensor> upload_all(Device& dev, const std::vector<Tensor>& host) {
+  std::vector<Tensor> out;
+  for (const auto& t : host) out.push_back(dev.upload(t));
+  return out;
+}
+
+}  // namespace
+
+// Runs everywhere (no device needed): the table covers every op of the registry but the comm_* ops.
+TEST(CudaKernels, EveryRegistryOpHasOne) {
+  int covered = 0;
+  for (const auto* d : Registry::get().all()) {
+    if (d->collective) {
+      EXPECT_EQ(cuda_kernel(d->name), nullptr) << d->name << ": comm_* ops run on a Communicator";
+      continue;
+    }
+    EXPECT_NE(cuda_kernel(d->name), nullptr) << "op " << d->name << " has no CUDA kernel";
+    ++covered;
+  }
+  EXPECT_GT(covered, 50);
+  for (const auto& name : cuda_kernel_names()) EXPECT_NE(Registry::get().find(name), nullptr) << name;
+}
+
+TEST(CudaOps, ForwardMatchesCpu) {
+  BRAID_REQUIRE_GPU();
+  Device dev;
+  Rng rng(11, 3);
+  for (const auto* d : public_ops()) {
+    for (const auto& s : d->samples()) {
+      SCOPED_TRACE(d->name + "/" + s.name);
+      dev.arena.reset();
+      Instance inst = instantiate(*d, s, DType::f32, rng);
+      std::vector<Tensor> cpu_in;
+      for (const auto& t : inst.inputs) cpu_in.push_back(t.clone());
+      auto cpu_out = run_forward(Instance{inst});  // run_forward clones the inputs it mutates
+      GpuEager g(dev);
+      g.ctx.training = true;
+      g.ctx.rng_key = 7;
+      g.ctx.batch_offset = inst.batch_offset;
+      std::vector<ValueId> ids;
+      for (auto& t : upload_all(dev, cpu_in)) ids.push_back(g.add(t));
+      auto outs = g.emit(d->name, inst.attrs, ids);
+      ASSERT_EQ(outs.size(), cpu_out.size());
+      for (size_t k = 0; k < outs.size(); ++k)
+        expect_close(dev.download(g.val(outs[k])), cpu_out[k], "output " + std::to_string(k));
+      // Buffers the op mutates (batch norm's running statistics) against the CPU kernel's update.
+      if (!d->mutated_inputs.empty()) {
+        Instance again = inst;
+        for (auto& t : again.inputs) t = t.clone();
+        Eager e;
+        e.ctx.training = true;
+        e.ctx.rng_key = 7;
+        std::vector<ValueId> cin;
+        for (const auto& t : again.inputs) cin.push_back(e.add(t));
+        e.emit(d->name, inst.attrs, cin);
+        for (int m : d->mutated_inputs)
+          expect_close(dev.download(g.val(ids[static_cast<size_t>(m)])), e.val(cin[static_cast<size_t>(m)]),
+                       "mutated input " + std::to_string(m));
+      }
+    }
+  }
+}
+
+TEST(CudaOps, BackwardMatchesCpu) {
+  BRAID_REQUIRE_GPU();
+  Device dev;
+  Rng rng(12, 4);
+  for (const auto* d : public_ops()) {
+    if (!d->differentiable) continue;
+    for (const auto& s : d->samples()) {
+      SCOPED_TRACE(d->name + "/" + s.name);
+      dev.arena.reset();
+      Instance inst = instantiate(*d, s, DType::f32, rng);
+      auto out0 = run_forward(inst)[0];
+      Tensor dy = Tensor::empty(out0.desc());
+      for (int64_t i = 0; i < dy.numel(); ++i) set_from_double(dy, i, rng.uniform(-1, 1));
+      auto cpu_grads = run_backward(inst, dy);
+      // The same on the GPU: forward, then the gradient rule with every emitted op on the device.
+      GpuEager g(dev);
+      g.ctx.training = true;
+      g.ctx.rng_key = 7;
+      g.ctx.batch_offset = inst.batch_offset;
+      std::vector<ValueId> in;
+      for (const auto& t : inst.inputs) in.push_back(g.add(dev.upload(t.clone())));
+      auto out = g.emit(d->name, inst.attrs, in);
+      GradCtx c{g, inst.attrs, in, out, std::vector<ValueId>(out.size(), kNoValue), {},
+                std::vector<ValueId>(in.size(), kNoValue)};
+      c.dout[0] = g.add(dev.upload(dy));
+      for (size_t i = 0; i < in.size(); ++i) c.needs.push_back(inst.differentiable_input(static_cast<int>(i)));
+      d->grad(c);
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (!cpu_grads[i].defined() || cpu_grads[i].raw() == nullptr) continue;
+        ASSERT_TRUE(c.din[i].valid()) << "no gradient of input " << i << " on GPU";
+        expect_close(dev.download(g.val(c.din[i])), cpu_grads[i], "gradient of input " + std::to_string(i));
+      }
+    }
+  }
+}
