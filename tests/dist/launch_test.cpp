@@ -1,0 +1,133 @@
+// braid launch, run as the real binary over dist_worker: rank-prefixed output, the exit status of a failed
+// rank, a killed rank and a stopped (heartbeat-less) rank named within timeout + 5 s with no process left
+// behind, and SIGTERM forwarded to every rank.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <csignal>
+#include <regex>
+
+#include "procs.h"
+
+using namespace braid::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kBraid = BRAID_BINARY_DIR "/braid";
+const std::string kWorker = BRAID_BINARY_DIR "/tests/dist_worker";
+
+struct Launch {
+  std::string dir = make_temp_dir();
+  Procs procs;
+  Child* launcher = nullptr;
+  ~Launch() {
+    procs.kill_all();
+    std::system(("rm -rf " + dir).c_str());
+  }
+  void start(std::vector<std::string> launch_args, const std::string& scenario,
+             std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {kBraid, "launch"};
+    argv.insert(argv.end(), launch_args.begin(), launch_args.end());
+    argv.insert(argv.end(), {"--", kWorker, scenario});
+    launcher = &procs.spawn(argv, env, dir + "/launch.log");
+  }
+  // The pids the sleeping ranks print, once all n have.
+  std::vector<int> wait_pids(int n) {
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    std::vector<int> pids(static_cast<size_t>(n), 0);
+    while (std::chrono::steady_clock::now() < end) {
+      const std::string out = launcher->output();
+      const std::regex re(R"(\[rank (\d+)\] rank \d+: sleeping pid (\d+))");
+      int found = 0;
+      for (std::sregex_iterator it(out.begin(), out.end(), re), e; it != e; ++it) {
+        pids[static_cast<size_t>(std::stoi((*it)[1]))] = std::stoi((*it)[2]);
+        ++found;
+      }
+      if (found == n) return pids;
+      std::this_thread::sleep_for(20ms);
+    }
+    return {};
+  }
+};
+
+std::string prefix(int r) { return "[rank " + std::to_string(r) + "]"; }
+
+bool gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+TEST(Launch, PrefixesOutputByRankAndExitsZero) {
+  Launch l;
+  l.start({"--nproc", "3"}, "echo");
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 60s)) << l.launcher->output();
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(0)) << out;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(out.find(prefix(r) + " hello from rank " + std::to_string(r) + " of 3\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(prefix(r) + " second line\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(prefix(r) + " a line on stderr\n"), std::string::npos) << out;
+  }
+}
+
+TEST(Launch, FailedRanksStatusIsTheLaunchersAndNamed) {
+  Launch l;
+  l.start({"--nproc", "2"}, "echo", {{"BRAID_TEST_EXIT_RANK", "1"}, {"BRAID_TEST_EXIT_CODE", "7"}});
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 60s));
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(7)) << out;
+  EXPECT_NE(out.find("braid launch: rank 1 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find("exited with status 7"), std::string::npos) << out;
+}
+
+TEST(Launch, KilledRankStopsTheJobNamingIt) {
+  Launch l;
+  l.start({"--nproc", "3", "--grace-ms", "2000"}, "sleep");
+  const std::vector<int> pids = l.wait_pids(3);
+  ASSERT_EQ(pids.size(), 3u) << l.launcher->output();
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pids[1], SIGKILL);
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 2s + 5s)) << l.launcher->output();
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(128 + SIGKILL)) << out;
+  EXPECT_NE(out.find("rank 1 (pid " + std::to_string(pids[1]) + ") was killed by signal 9"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 7s);
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << "pid " << pid << " left behind";
+}
+
+TEST(Launch, StuckRankIsDetectedByHeartbeat) {
+  Launch l;
+  l.start({"--nproc", "2", "--grace-ms", "1000", "--heartbeat-interval-ms", "100", "--heartbeat-timeout-ms", "2000"},
+          "sleep");
+  const std::vector<int> pids = l.wait_pids(2);
+  ASSERT_EQ(pids.size(), 2u) << l.launcher->output();
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pids[0], SIGSTOP);
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 2s + 5s)) << l.launcher->output();
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(1)) << out;
+  EXPECT_NE(out.find("rank 0 (pid " + std::to_string(pids[0]) + ") sent no heartbeat"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 7s);
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << "pid " << pid << " left behind";
+}
+
+TEST(Launch, SigtermIsForwardedToEveryRank) {
+  Launch l;
+  l.start({"--nproc", "2"}, "sleep");
+  const std::vector<int> pids = l.wait_pids(2);
+  ASSERT_EQ(pids.size(), 2u) << l.launcher->output();
+  ::kill(l.launcher->pid, SIGTERM);
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 20s)) << l.launcher->output();
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(128 + SIGTERM)) << out;
+  EXPECT_NE(out.find("forwarding it to every rank"), std::string::npos) << out;
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << "pid " << pid << " left behind";
+}
+
+TEST(Launch, BadOptionsAreUserErrors) {
+  Launch l;
+  l.start({"--nproc", "2", "--nnodes", "2"}, "echo");
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 20s));
+  EXPECT_TRUE(l.launcher->exited_with(2)) << l.launcher->output();
+  EXPECT_NE(l.launcher->output().find("--nnodes > 1 needs --master"), std::string::npos) << l.launcher->output();
+}
+
+}  // namespace
