@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -207,6 +208,7 @@ class Launcher {
     if (pid < 0) throw UserError({}, BRAID_STR("fork failed: ", std::strerror(errno)));
     if (pid == 0) {
       ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks with it
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       sigaction(SIGINT, &dfl, nullptr);
@@ -356,9 +358,28 @@ class Launcher {
         next_check = Clock::now() + std::chrono::milliseconds(500);
       }
     }
+    finish_nodes();
     if (interrupted_) return 128 + interrupted_;
     if (failed_) return code_;
     return first_bad_;
+  }
+
+  // Several nodes: each launcher marks its node done; node 0's (which serves the store) waits for the others
+  // before the store goes away with it, so that no node mistakes the end of the job for a lost store.
+  void finish_nodes() {
+    if (o_.nnodes == 1) return;
+    try {
+      client_->set(BRAID_STR("braid/node_done/", o_.node_rank), failed_ || first_bad_ || interrupted_ ? "failed" : "ok");
+      if (o_.node_rank != 0) return;
+      const auto end = Clock::now() + std::chrono::minutes(10);
+      for (int k = 1; k < o_.nnodes && Clock::now() < end; ++k) {
+        while (Clock::now() < end && !client_->get(BRAID_STR("braid/node_done/", k)) && !client_->get(kAbortKey))
+          ::poll(nullptr, 0, 200);
+        if (client_->get(kAbortKey)) break;
+      }
+    } catch (const StoreError& e) {
+      log(BRAID_STR("the rendezvous store went away at the end of the job: ", e.what()));
+    }
   }
 
   void cleanup() {

@@ -5,7 +5,8 @@
 // SIGINT / SIGTERM are forwarded to every child (a second one kills them). When a child exits abnormally, or
 // its heartbeat is older than the timeout, the launcher names the rank, SIGTERMs the others, SIGKILLs what
 // is left after the grace period, tells the other nodes' launchers through the store, and exits non-zero.
-// Every child runs in its own process group, which is killed whole, so nothing is left behind.
+// Every child runs in its own process group, which is killed whole, and gets SIGKILL should the launcher
+// itself be killed (PR_SET_PDEATHSIG), so nothing is left behind.
 #pragma once
 #include <chrono>
 #include <cstdio>

@@ -18,14 +18,16 @@ Heartbeat::Heartbeat(const std::string& host, int port, const std::string& token
   client_->set(heartbeat_key(rank_), "0");
   thread_ = std::thread([this] {
     int64_t beat = 0;
+    bool failed = false;
     auto next = std::chrono::steady_clock::now();
     while (!stop_) {
       next += interval_;
       try {
         client_->set(heartbeat_key(rank_), std::to_string(++beat));
       } catch (const StoreError& e) {
-        // The store is gone (the job is ending) or slow: keep trying; the launcher judges the ages.
-        std::fprintf(stderr, "braid: rank %d: heartbeat failed: %s\n", rank_, e.what());
+        // The store is gone (the job is ending) or slow: keep trying (said once); the launcher judges the ages.
+        if (!failed) std::fprintf(stderr, "braid: rank %d: heartbeat failed: %s\n", rank_, e.what());
+        failed = true;
       }
       while (!stop_ && std::chrono::steady_clock::now() < next)
         std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(interval_, std::chrono::milliseconds(50)));

@@ -89,6 +89,7 @@ struct StoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer sweep{io};
+  asio::steady_timer accept_retry{io};
   std::thread thread;
 
   uint64_t next_id = 1;
@@ -122,6 +123,7 @@ struct StoreServer::Impl {
       boost::system::error_code ec;
       acceptor.close(ec);
       sweep.cancel();
+      accept_retry.cancel();
       for (auto& [id, c] : conns) c->sock.close(ec);
       conns.clear();
       waiters.clear();
@@ -133,9 +135,16 @@ struct StoreServer::Impl {
   void do_accept() {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) on_accept(std::move(s));
-      else if (ec == asio::error::no_descriptors) log("accept failed: out of file descriptors");
-      do_accept();
+      if (!ec) {
+        on_accept(std::move(s));
+        return do_accept();
+      }
+      // Out of descriptors (or another accept error): say so, and retry after a pause instead of spinning.
+      log(BRAID_STR("accept failed: ", ec.message()));
+      accept_retry.expires_after(milliseconds(100));
+      accept_retry.async_wait([this](boost::system::error_code e) {
+        if (!e) do_accept();
+      });
     });
   }
 

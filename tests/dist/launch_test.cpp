@@ -5,6 +5,10 @@
 
 #include <cerrno>
 #include <csignal>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <regex>
 
 #include "procs.h"
@@ -32,19 +36,20 @@ struct Launch {
     argv.insert(argv.end(), {"--", kWorker, scenario});
     launcher = &procs.spawn(argv, env, dir + "/launch.log");
   }
-  // The pids the sleeping ranks print, once all n have.
+  // The pids the n sleeping ranks of this launcher print (in rank order), once all have.
   std::vector<int> wait_pids(int n) {
     const auto end = std::chrono::steady_clock::now() + 60s;
-    std::vector<int> pids(static_cast<size_t>(n), 0);
     while (std::chrono::steady_clock::now() < end) {
       const std::string out = launcher->output();
       const std::regex re(R"(\[rank (\d+)\] rank \d+: sleeping pid (\d+))");
-      int found = 0;
-      for (std::sregex_iterator it(out.begin(), out.end(), re), e; it != e; ++it) {
-        pids[static_cast<size_t>(std::stoi((*it)[1]))] = std::stoi((*it)[2]);
-        ++found;
+      std::map<int, int> pids;
+      for (std::sregex_iterator it(out.begin(), out.end(), re), e; it != e; ++it)
+        pids[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+      if (static_cast<int>(pids.size()) == n) {
+        std::vector<int> v;
+        for (auto& [r, pid] : pids) v.push_back(pid);
+        return v;
       }
-      if (found == n) return pids;
       std::this_thread::sleep_for(20ms);
     }
     return {};
@@ -120,6 +125,58 @@ TEST(Launch, SigtermIsForwardedToEveryRank) {
   EXPECT_TRUE(l.launcher->exited_with(128 + SIGTERM)) << out;
   EXPECT_NE(out.find("forwarding it to every rank"), std::string::npos) << out;
   for (int pid : pids) EXPECT_TRUE(gone(pid)) << "pid " << pid << " left behind";
+}
+
+// A port that was free a moment ago (bind to port 0, read it, close).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Two launchers on this machine as two "nodes" of 2 processes each: one world of 4, every collective
+// checked against the in-process backend; then a rank of node 1 killed, which node 0's launcher reports too.
+TEST(Launch, TwoNodesFormOneWorld) {
+  Launch n0, n1;
+  const std::string master = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> env = {{"BRAID_JOB_TOKEN", "two-node-test-token"}};
+  n0.start({"--nproc", "2", "--nnodes", "2", "--node-rank", "0", "--master", master}, "collectives", env);
+  n1.start({"--nproc", "2", "--nnodes", "2", "--node-rank", "1", "--master", master}, "collectives", env);
+  ASSERT_TRUE(n1.procs.wait_one(*n1.launcher, 100s)) << n1.launcher->output();
+  ASSERT_TRUE(n0.procs.wait_one(*n0.launcher, 20s)) << n0.launcher->output();
+  EXPECT_TRUE(n0.launcher->exited_with(0)) << n0.launcher->output();
+  EXPECT_TRUE(n1.launcher->exited_with(0)) << n1.launcher->output();
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE((r < 2 ? n0 : n1).launcher->output().find(prefix(r) + " rank " + std::to_string(r) + ": ok "),
+              std::string::npos)
+        << n0.launcher->output() << n1.launcher->output();
+}
+
+TEST(Launch, AnotherNodesFailureStopsThisNode) {
+  Launch n0, n1;
+  const std::string master = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> env = {{"BRAID_JOB_TOKEN", "two-node-test-token"}};
+  n0.start({"--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master", master, "--grace-ms", "1000"}, "sleep", env);
+  n1.start({"--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master", master, "--grace-ms", "1000"}, "sleep", env);
+  const std::vector<int> p0 = n0.wait_pids(1), p1 = n1.wait_pids(1);
+  ASSERT_EQ(p1.size(), 1u) << n1.launcher->output();
+  ASSERT_EQ(p0.size(), 1u) << n0.launcher->output();
+  ::kill(p1[0], SIGKILL);
+  ASSERT_TRUE(n1.procs.wait_one(*n1.launcher, 10s)) << n1.launcher->output();
+  ASSERT_TRUE(n0.procs.wait_one(*n0.launcher, 10s)) << n0.launcher->output();
+  EXPECT_TRUE(n1.launcher->exited_with(128 + SIGKILL)) << n1.launcher->output();
+  EXPECT_TRUE(n0.launcher->exited_with(1)) << n0.launcher->output();
+  EXPECT_NE(n0.launcher->output().find("another node failed: node 1: rank 1 (pid " + std::to_string(p1[0]) +
+                                       ") was killed by signal 9"),
+            std::string::npos)
+      << n0.launcher->output();
+  EXPECT_TRUE(gone(p0[0]));
 }
 
 TEST(Launch, BadOptionsAreUserErrors) {

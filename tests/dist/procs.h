@@ -3,6 +3,7 @@
 // test leaves no process behind). Spawned before the test starts threads of its own where it can.
 #pragma once
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -61,6 +62,7 @@ class Procs {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test killed by its timeout takes its children with it
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       ::execve(args[0], args.data(), envp.data());
