@@ -73,7 +73,8 @@ struct StoreClientOptions {
   size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
-// A blocking client. Thread-safe (calls are serialised); after a connection error the next call reconnects.
+// A blocking client of the store at an IP address (resolve_host() turns names into one). Thread-safe (calls
+// are serialised); after a connection error the next call reconnects.
 class StoreClient {
  public:
   StoreClient(std::string host, int port, std::string token, StoreClientOptions options = {});

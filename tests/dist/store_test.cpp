@@ -201,6 +201,12 @@ TEST(Store, ClientTimeoutsAndRefusal) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(StoreClient("127.0.0.1", port, "t", fast), StoreError);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  // Bound to 127.0.0.1 only: the same port on another loopback address (127.0.0.2) refuses connections.
+  {
+    StoreClientOptions once;
+    once.connect_timeout = 300ms;
+    EXPECT_THROW(StoreClient("127.0.0.2", server.port(), "test-token-0123456789", once), StoreError);
+  }
   StoreServerOptions no_token = test_options(log);
   no_token.token = "";
   EXPECT_THROW(StoreServer{no_token}, StoreError);
