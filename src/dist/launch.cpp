@@ -204,6 +204,7 @@ class Launcher {
         pos = c + 1;
       }
     }
+    const std::string cannot = BRAID_STR("braid launch: cannot execute ", path, ": ");
     const pid_t pid = ::fork();
     if (pid < 0) throw UserError({}, BRAID_STR("fork failed: ", std::strerror(errno)));
     if (pid == 0) {
@@ -217,8 +218,9 @@ class Launcher {
       ::dup2(p_out[1], 1);
       ::dup2(p_err[1], 2);
       ::execve(path.c_str(), argv.data(), envp.data());
-      const char msg[] = "braid launch: cannot execute the command\n";
-      ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+      const char* why = errno == ENOENT ? "no such file\n" : errno == EACCES ? "permission denied\n" : "exec failed\n";
+      ssize_t ignored = ::write(2, cannot.data(), cannot.size());
+      ignored = ::write(2, why, std::strlen(why));
       (void)ignored;
       ::_exit(127);
     }
