@@ -179,6 +179,61 @@ TEST(Launch, AnotherNodesFailureStopsThisNode) {
   EXPECT_TRUE(gone(p0[0]));
 }
 
+// Two "hosts": network namespaces joined by a veth pair, each with its own address, set up and torn down
+// here (needs root; skipped, saying so, elsewhere). The store binds node 0's address only; each rank's
+// communicator listens on the address it reaches the store from.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(::getpid());
+    a_ = "braid" + id + "a";
+    b_ = "braid" + id + "b";
+    const std::string va = "bv" + id + "a", vb = "bv" + id + "b";
+    ok_ = ::geteuid() == 0 && run("ip netns add " + a_) && run("ip netns add " + b_) &&
+          run("ip link add " + va + " netns " + a_ + " type veth peer name " + vb + " netns " + b_) &&
+          run("ip -n " + a_ + " addr add 10.213.7.1/24 dev " + va) && run("ip -n " + b_ + " addr add 10.213.7.2/24 dev " + vb) &&
+          run("ip -n " + a_ + " link set " + va + " up") && run("ip -n " + b_ + " link set " + vb + " up") &&
+          run("ip -n " + a_ + " link set lo up") && run("ip -n " + b_ + " link set lo up");
+  }
+  ~TwoHosts() {  // deleting a namespace deletes its end of the veth pair, and so the pair
+    run("ip netns del " + a_);
+    run("ip netns del " + b_);
+  }
+  bool ok() const { return ok_; }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+
+ private:
+  static bool run(const std::string& cmd) { return std::system((cmd + " 2>/dev/null").c_str()) == 0; }
+  std::string a_, b_;
+  bool ok_ = false;
+};
+
+TEST(Launch, TwoHostsInNetworkNamespaces) {
+  TwoHosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "needs root and ip netns (network namespaces joined by a veth pair)";
+  std::string dir = make_temp_dir();
+  Procs procs;
+  const std::map<std::string, std::string> env = {{"BRAID_JOB_TOKEN", "two-host-test-token"}};
+  auto launcher = [&](const std::string& ns, int node, const std::string& log) -> Child& {
+    return procs.spawn({"/usr/sbin/ip", "netns", "exec", ns, kBraid, "launch", "--nproc", "2", "--nnodes", "2",
+                        "--node-rank", std::to_string(node), "--master", "10.213.7.1:29500", "--", kWorker,
+                        "collectives"},
+                       env, dir + "/" + log);
+  };
+  Child& n0 = launcher(hosts.a(), 0, "a.log");
+  Child& n1 = launcher(hosts.b(), 1, "b.log");
+  ASSERT_TRUE(procs.wait_one(n1, 100s)) << n1.output();
+  ASSERT_TRUE(procs.wait_one(n0, 20s)) << n0.output();
+  EXPECT_TRUE(n0.exited_with(0)) << n0.output() << n1.output();
+  EXPECT_TRUE(n1.exited_with(0)) << n0.output() << n1.output();
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE((r < 2 ? n0 : n1).output().find(prefix(r) + " rank " + std::to_string(r) + ": ok "), std::string::npos)
+        << n0.output() << n1.output();
+  procs.kill_all();
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(Launch, BadOptionsAreUserErrors) {
   Launch l;
   l.start({"--nproc", "2", "--nnodes", "2"}, "echo");
