@@ -642,6 +642,10 @@ std::optional<uint64_t> StoreClient::age_ms(const std::string& key) {
   return static_cast<uint64_t>(decode_i64(r.payload));
 }
 
+std::unique_ptr<StoreClient> StoreClient::clone(StoreClientOptions options) const {
+  return std::make_unique<StoreClient>(host_, port_, token_, options);
+}
+
 std::string StoreClient::local_address() {
   std::lock_guard lk(mu_);
   if (!conn_) connect_locked();

@@ -98,6 +98,8 @@ class StoreClient {
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
+  // Another connection to the same store with the same token (for a thread that must not wait behind this one).
+  std::unique_ptr<StoreClient> clone(StoreClientOptions options) const;
   // This side's address of the connection: an address of this machine that reaches the server.
   std::string local_address();
 

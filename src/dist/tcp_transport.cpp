@@ -148,7 +148,29 @@ std::array<std::byte, 32> frame_header(FrameKind kind, int64_t channel, size_t s
 
 // ---------------------------------------------------------------- Process
 
-void Process::abort(const std::string& reason) {
+std::string Process::agree(const std::string& reason) {
+  if (aborted) return this->reason();
+  std::lock_guard lk(agree_mu);
+  try {
+    if (!abort_store) {
+      StoreClientOptions o;
+      o.connect_timeout = std::chrono::milliseconds(2000);
+      o.op_timeout = std::chrono::milliseconds(5000);
+      abort_store = store->clone(o);
+    }
+    const std::string key = options.key_prefix + "/abort";
+    if (abort_store->add(key + "/count", 1) == 1) {
+      abort_store->set(key, reason);
+      return reason;
+    }
+    return abort_store->wait_get(key, std::chrono::milliseconds(5000));
+  } catch (const StoreError&) {
+    return reason;  // no store (rank 0 served it and is gone): this rank's own view
+  }
+}
+
+void Process::abort(const std::string& cause) {
+  const std::string reason = agree(cause);
   // Holds mu throughout, so no mesh can be destroyed meanwhile (Mesh::close unregisters under mu first).
   // Lock order: Process::mu, then a Mesh's mu; nothing takes them the other way round.
   std::lock_guard lk(mu);
@@ -514,17 +536,23 @@ void Mesh::frame_ready(int j) {
 
 void Mesh::lose(int j, const std::string& why) {
   Peer& p = *peers[static_cast<size_t>(j)];
-  std::string reason;
+  {
+    std::lock_guard lk(mu);
+    if (p.closed) return;
+  }
+  // A peer's socket also closes when that peer exits after failing for a reason of its own; the store says
+  // which failure came first, so that every rank names the same lost rank.
+  const std::string mine = BRAID_STR("tcp group ", name, " at rank ", rank, ": connection to rank ", j,
+                                     " (world rank ", p.world_rank, ") lost: ", why);
+  const std::string first = proc->agree(mine);
   {
     std::lock_guard lk(mu);
     if (p.closed) return;
     p.closed = true;
-    p.closed_reason = BRAID_STR("tcp group ", name, " at rank ", rank, ": connection to rank ", j, " (world rank ",
-                                p.world_rank, ") lost: ", why);
-    reason = p.closed_reason;
+    p.closed_reason = first == mine ? mine : BRAID_STR("the world was aborted: ", first);
     cv.notify_all();
   }
-  proc->abort(reason);
+  proc->abort(first);
 }
 
 // ---------------------------------------------------------------- caller side
@@ -647,7 +675,9 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
       const ssize_t n = ::sendmsg(w->peer->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) continue;
-        return BRAID_STR("sending to rank ", w->j, " (world rank ", w->peer->world_rank, "): ", std::strerror(errno));
+        lose(w->j, std::strerror(errno));  // the same words as when the receiver notices first
+        std::lock_guard lk(mu);
+        return w->peer->closed_reason;
       }
       size_t adv = static_cast<size_t>(n);
       for (int k = 0; k < 3 && adv > 0; ++k) {

@@ -44,9 +44,15 @@ struct Process {
   std::vector<Mesh*> meshes;  // live meshes of this process (each unregisters itself first thing in close())
   std::map<std::vector<int>, int> split_count;  // sorted world ranks -> splits made by this process
 
-  // Marks the process aborted (the first reason wins), tells every peer of every group, closes the sockets.
+  // Marks the process aborted, tells every peer of every group, closes the sockets. The reason recorded is
+  // the job's first (agree()), not necessarily this call's.
   void abort(const std::string& reason);
   std::string reason();
+  // The first failure of the job: records `reason` in the store unless another rank recorded one before
+  // (then returns that one). Falls back to `reason` when the store cannot be reached.
+  std::string agree(const std::string& reason);
+  std::mutex agree_mu;
+  std::unique_ptr<StoreClient> abort_store;  // a connection of its own: the shared one may be in a long wait
 };
 
 // One frame's destination, posted by a caller before the frame may arrive.

@@ -4,6 +4,7 @@
 // stopped mid-collective makes the others fail, naming it, within the timeout.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <regex>
 
 #include "dist/store.h"
@@ -124,6 +125,33 @@ TEST(TcpCommFailure, KilledPeerIsNamedByEveryOtherRank) {
 
 TEST(TcpCommFailure, StoppedPeerTimesOutNamingIt) {
   lose_last_rank(2, SIGSTOP);
+}
+
+// Ten trials: a random rank of 4 is SIGKILLed at a random moment while all of them all-reduce in a loop
+// (so mid-frame, mid-fold or between collectives); every other rank must exit with an error naming it.
+TEST(TcpCommFailure, KillAtRandomMomentsTenTrials) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 10; ++trial) {
+    World w;
+    const int n = 4, victim = static_cast<int>(rng() % n);
+    w.start(n, "loop", {{"BRAID_TEST_TIMEOUT_MS", "30000"}});
+    StoreClient store("127.0.0.1", w.server.port(), kToken);
+    std::vector<std::string> keys;
+    for (int r = 0; r < n; ++r) keys.push_back(BRAID_STR("braid/test/looping/", r));
+    ASSERT_NO_THROW(store.wait(keys, 60s)) << w.logs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
+    const auto t0 = std::chrono::steady_clock::now();
+    ::kill(w.procs.children()[static_cast<size_t>(victim)].pid, SIGKILL);
+    const std::string name = BRAID_STR("rank ", victim, " (world rank ", victim, ") lost");
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) continue;
+      Child& c = w.procs.children()[static_cast<size_t>(r)];
+      ASSERT_TRUE(w.procs.wait_one(c, 35s)) << "trial " << trial << ": rank " << r << " still running\n" << w.logs();
+      EXPECT_TRUE(c.exited_with(3)) << "trial " << trial << "\n" << w.logs();
+      EXPECT_NE(c.output().find(name), std::string::npos) << "trial " << trial << ", victim " << victim << "\n" << c.output();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 35s);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 //                the group must still work
 //   victim       all ranks barrier; the last rank then sleeps; the others mark braid/test/waiting/<r> in the
 //                store and all-reduce, which must fail naming the last rank once it is killed or stopped
+//   loop         all-reduces 256 KiB tensors until it fails (marks braid/test/looping/<r> after the first)
 //   echo         prints two lines to stdout and one to stderr, then exits with $BRAID_TEST_EXIT_CODE on rank
 //                $BRAID_TEST_EXIT_RANK (0 elsewhere)
 //   sleep        joins the job (heartbeats running) and sleeps
@@ -228,6 +229,14 @@ int run_victim(Communicator& world, StoreClient& store) {
   return 1;
 }
 
+int run_loop(Communicator& world, StoreClient& store) {
+  Tensor x = input(DType::f32, Shape{64 * 1024}, world.rank(), 3);
+  for (int64_t i = 0;; ++i) {
+    world.all_reduce(x, ReduceOp::Max);
+    if (i == 0) store.set(BRAID_STR("braid/test/looping/", world.rank()), "1");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -253,6 +262,7 @@ int main(int argc, char** argv) {
     if (scenario == "collectives") return run_collectives(*job.world);
     if (scenario == "mismatch") return run_mismatch(*job.world);
     if (scenario == "victim") return run_victim(*job.world, *job.store);
+    if (scenario == "loop") return run_loop(*job.world, *job.store);
     if (scenario == "sleep") {
       std::printf("rank %d: sleeping pid %d\n", env.rank, static_cast<int>(::getpid()));
       for (;;) ::pause();
