@@ -253,8 +253,17 @@ class TcpComm final : public exec::Communicator {
     std::string gid = "g";
     for (int w : sorted) gid += BRAID_STR(w, ".");
     gid += BRAID_STR("k", k);
-    // Every member must list the ranks in the same order: compare through the store before connecting.
-    StoreClient& store = *proc.store;
+    // Every member must list the ranks in the same order: compare through the store before connecting. A
+    // connection of this split's own: splits made concurrently on other threads must not queue behind its waits.
+    std::unique_ptr<StoreClient> own;
+    try {
+      StoreClientOptions so;
+      so.connect_timeout = proc.options.connect_timeout;
+      own = proc.store->clone(so);
+    } catch (const StoreError& e) {
+      fail(BRAID_STR("tcp split at world rank ", proc.world_rank, ": ", e.what()));
+    }
+    StoreClient& store = *own;
     const std::string order_key = BRAID_STR(proc.options.key_prefix, "/", gid, "/order/");
     const std::string mine = list_str(wr);
     try {
@@ -275,7 +284,7 @@ class TcpComm final : public exec::Communicator {
     m->world_ranks = wr;
     m->name = mine;
     m->rank = static_cast<int>(std::find(wr.begin(), wr.end(), proc.world_rank) - wr.begin());
-    m->connect(gid);
+    m->connect(gid, store);
     return std::make_unique<TcpComm>(std::move(m));
   }
 
@@ -395,7 +404,7 @@ std::unique_ptr<exec::Communicator> make_tcp_world(std::shared_ptr<StoreClient> 
   for (int r = 0; r < size; ++r) mesh->world_ranks.push_back(r);
   mesh->name = list_str(mesh->world_ranks);
   mesh->rank = rank;
-  mesh->connect("world");
+  mesh->connect("world", *mesh->proc->store);
   return std::make_unique<TcpComm>(std::move(mesh));
 }
 

@@ -192,9 +192,8 @@ std::string Process::reason() {
 
 // ---------------------------------------------------------------- setup
 
-void Mesh::connect(const std::string& group_id) {
+void Mesh::connect(const std::string& group_id, StoreClient& store) {
   const TcpCommOptions& opt = proc->options;
-  StoreClient& store = *proc->store;
   const std::string prefix = BRAID_STR(opt.key_prefix, "/", group_id);
   const auto deadline = Clock::now() + opt.connect_timeout;
   const int n = size();

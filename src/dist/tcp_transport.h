@@ -111,8 +111,8 @@ struct Mesh {
   int size() const { return static_cast<int>(world_ranks.size()); }
   ~Mesh();
 
-  // Sets up this rank's connections to every other member (through the store) and starts the receiver.
-  void connect(const std::string& group_id);
+  // Sets up this rank's connections to every other member (through `store`) and starts the receiver.
+  void connect(const std::string& group_id, StoreClient& store);
 
   // Caller side. post(): the next frame for key lands in p (or completes it from the inbox at once).
   void post(const Key& key, Posted& p);

@@ -92,6 +92,14 @@ TEST_P(TcpComm, MismatchRaisesTheSameErrorEverywhereAndTheGroupRecovers) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TcpComm, ::testing::Values(2, 3, 4));
 
+// Each of 4 ranks splits two groups at once from two threads (the world, and pairs) and all-reduces on both.
+TEST(TcpCommThreads, ConcurrentSplitsAndCommunicators) {
+  World w;
+  w.start(4, "threads");
+  ASSERT_TRUE(w.procs.wait_all(60s)) << w.logs();
+  for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
+}
+
 // Kills (SIGKILL) or stops (SIGSTOP) the last rank while the others wait in an all-reduce for it.
 void lose_last_rank(int n, int sig) {
   World w;

@@ -6,6 +6,8 @@
 //                the group must still work
 //   victim       all ranks barrier; the last rank then sleeps; the others mark braid/test/waiting/<r> in the
 //                store and all-reduce, which must fail naming the last rank once it is killed or stopped
+//   threads      two threads per rank, each splitting its own group (the whole world; pairs) at the same time
+//                and all-reducing on it: concurrent splits and communicators of one rank on different threads
 //   loop         all-reduces 256 KiB tensors until it fails (marks braid/test/looping/<r> after the first)
 //   echo         prints two lines to stdout and one to stderr, then exits with $BRAID_TEST_EXIT_CODE on rank
 //                $BRAID_TEST_EXIT_RANK (0 elsewhere)
@@ -229,6 +231,40 @@ int run_victim(Communicator& world, StoreClient& store) {
   return 1;
 }
 
+int run_threads(Communicator& world) {
+  const int n = world.size(), r = world.rank();
+  std::vector<int> all, pair;
+  for (int k = 0; k < n; ++k) all.push_back(k);
+  pair = {r - r % 2, r - r % 2 + 1};
+  std::vector<std::string> errors(2);
+  auto work = [&](int which) {
+    try {
+      auto c = world.split(which == 0 ? all : pair);
+      for (int it = 0; it < 20; ++it) {
+        Tensor x = Tensor::empty({Shape{1000}, DType::i64});
+        for (int64_t i = 0; i < 1000; ++i) x.data<int64_t>()[i] = i * (c->rank() + 1) + it;
+        c->all_reduce(x);
+        const int64_t m = c->size();
+        for (int64_t i = 0; i < 1000; ++i)
+          if (x.data<int64_t>()[i] != i * m * (m + 1) / 2 + m * it)
+            throw std::runtime_error(BRAID_STR("thread ", which, " iteration ", it, ": wrong sum at ", i));
+      }
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(which)] = e.what();
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  for (const auto& e : errors)
+    if (!e.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.c_str());
+      return 1;
+    }
+  std::printf("rank %d: threads ok\n", r);
+  return 0;
+}
+
 int run_loop(Communicator& world, StoreClient& store) {
   Tensor x = input(DType::f32, Shape{64 * 1024}, world.rank(), 3);
   for (int64_t i = 0;; ++i) {
@@ -263,6 +299,7 @@ int main(int argc, char** argv) {
     if (scenario == "mismatch") return run_mismatch(*job.world);
     if (scenario == "victim") return run_victim(*job.world, *job.store);
     if (scenario == "loop") return run_loop(*job.world, *job.store);
+    if (scenario == "threads") return run_threads(*job.world);
     if (scenario == "sleep") {
       std::printf("rank %d: sleeping pid %d\n", env.rank, static_cast<int>(::getpid()));
       for (;;) ::pause();
