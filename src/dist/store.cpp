@@ -115,7 +115,16 @@ struct StoreServer::Impl {
     if (ec) throw StoreError(BRAID_STR("store: cannot listen on ", opt.host, ":", opt.port, ": ", ec.message()));
     do_accept();
     arm_sweep();
-    thread = std::thread([this] { io.run(); });
+    thread = std::thread([this] {
+      for (;;) {  // a handler that throws (out of memory for a huge value) costs its request, not the server
+        try {
+          io.run();
+          return;
+        } catch (const std::exception& e) {
+          log(BRAID_STR("internal error while serving: ", e.what()));
+        }
+      }
+    });
   }
 
   void stop() {

@@ -29,6 +29,7 @@ namespace {
 constexpr uint32_t kFrameMagic = 0x46445242;      // "BRDF"
 constexpr uint32_t kHandshakeMagic = 0x48445242;  // "BRDH"
 constexpr size_t kMaxAbortReason = 64 * 1024;
+constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;  // a header claiming more is corrupt
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -338,6 +339,14 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
 // ---------------------------------------------------------------- receiving
 
 void Mesh::receive_loop() {
+  try {
+    receive();
+  } catch (const std::exception& e) {  // out of memory for a buffered frame: fail loudly, not terminate()
+    proc->abort(BRAID_STR("tcp group ", name, " at rank ", rank, ": receiving failed: ", e.what()));
+  }
+}
+
+void Mesh::receive() {
   std::vector<pollfd> fds;
   std::vector<int> who;
   while (!stopping) {
@@ -451,7 +460,7 @@ bool Mesh::on_readable(int j) {
       p.payload_bytes = get_u(p.header.data() + 16, 8);
       p.got = 0;
       p.stage = Peer::Stage::Sig;
-      if (p.kind < FrameKind::Coll || p.kind > FrameKind::Bye ||
+      if (p.kind < FrameKind::Coll || p.kind > FrameKind::Bye || p.payload_bytes > kMaxFrameBytes ||
           (p.kind == FrameKind::Abort && p.payload_bytes > kMaxAbortReason)) {
         lose(j, "a malformed frame (bad kind or size)");
         return false;

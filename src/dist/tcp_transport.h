@@ -139,6 +139,7 @@ struct Mesh {
 
  private:
   void receive_loop();
+  void receive();
   bool on_readable(int j);  // false when the peer is gone
   void frame_ready(int j);
   void lose(int j, const std::string& why);
