@@ -216,14 +216,19 @@ class TcpComm final : public exec::Communicator {
   }
 
   void do_send(const Tensor& t, int peer, int tag) override {
-    check_local("send", exec::comm_check::peer("send", peer, size()), t, peer);
+    check_local("send", exec::comm_check::peer("send", peer, size()), t);
     live("send");
+    if (peer == rank()) {  // to itself: straight into its own mailbox, bounded like any other
+      if (auto e = mesh_->send_to_self(tag, t.desc().str(), bytes_of(t), t.bytes(), deadline()); !e.empty())
+        fail(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
+      return;
+    }
     const std::string e = mesh_->write({{peer, FrameKind::P2P, tag, t.desc().str(), bytes_of(t), t.bytes()}}, deadline());
     if (!e.empty()) fail(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
   }
 
   void do_recv(Tensor& t, int peer, int tag) override {
-    check_local("recv", exec::comm_check::peer("recv", peer, size()), t, peer);
+    check_local("recv", exec::comm_check::peer("recv", peer, size()), t);
     live("recv");
     Posted p;
     p.data = bytes_of(t);
@@ -310,7 +315,7 @@ class TcpComm final : public exec::Communicator {
     if (mesh_->proc->aborted) throw InternalError(BRAID_STR(at(what), ": the world was aborted: ", mesh_->proc->reason()));
   }
 
-  void check_local(const char* what, std::string error, const Tensor& t, int) {
+  void check_local(const char* what, std::string error, const Tensor& t) {
     if (error.empty() && !t.defined()) error = BRAID_STR(what, ": tensor ", t.desc().str(), " has no memory");
     if (!error.empty()) throw InternalError(BRAID_STR("tcp on group ", mesh_->name, " at rank ", rank(), ": ", error));
   }

@@ -575,6 +575,7 @@ void Mesh::post(const Key& key, Posted& p) {
     p.sig = std::move(m.sig);
     p.done = true;
     it->second.erase(it->second.begin());
+    cv.notify_all();  // a send to itself may be waiting for room
     if (std::get<1>(key) == FrameKind::P2P) {
       const uint64_t one = 1;
       ssize_t ignored = ::write(wake_fd, &one, sizeof one);  // a paused peer may go on
@@ -708,6 +709,21 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     }
     ::poll(fds.data(), fds.size(), ms_left(deadline, 200));
   }
+}
+
+std::string Mesh::send_to_self(int64_t tag, const std::string& sig, const std::byte* data, uint64_t bytes,
+                               Clock::time_point deadline) {
+  const Key key{rank, FrameKind::P2P, tag};
+  std::unique_lock lk(mu);
+  const int cap = proc->options.mailbox_capacity;
+  auto room = [&] { return proc->aborted || static_cast<int>(inbox[key].size()) < cap; };
+  if (!cv.wait_until(lk, deadline, room))
+    return BRAID_STR("timed out after ", secs(proc->options.timeout), " s: the mailbox is full (capacity ", cap,
+                     ") and this rank has not received from it");
+  if (proc->aborted) return "the world was aborted";
+  inbox[key].push_back(Message{sig, std::vector<std::byte>(data, data + bytes)});
+  cv.notify_all();
+  return {};
 }
 
 void Mesh::wake() {

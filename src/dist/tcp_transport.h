@@ -130,8 +130,10 @@ struct Mesh {
     uint64_t bytes;
   };
   std::string write(const std::vector<Out>& outs, Clock::time_point deadline);
-  // Buffered p2p messages for (peer, tag), for the mailbox bound.
-  void wake();
+  // A send/recv message from this rank to itself: into its own mailbox, waiting while that is full.
+  std::string send_to_self(int64_t tag, const std::string& sig, const std::byte* data, uint64_t bytes,
+                           Clock::time_point deadline);
+  void wake();  // the receiver thread re-checks paused peers (or stops)
 
   void shutdown_sockets();             // makes every read and write fail promptly
   void send_abort(const std::string& reason);  // best effort: skips a peer whose stream is mid-frame
