@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "exec/comm/inproc.h"
 
 namespace braid::dist {
 
@@ -57,6 +58,10 @@ std::string resolve_host(const std::string& host) {
 Job join_job(const DistEnv& env, JobOptions options) {
   Job job;
   job.env = env;
+  if (!env.distributed()) {  // one process: no store, no sockets, no token needed
+    job.world = exec::InProcWorld(1, {options.comm.timeout, options.comm.mailbox_capacity}).communicator(0);
+    return job;
+  }
   const std::string token = load_job_token();
   const std::string host = resolve_host(env.master_addr);
   // 1. Rank 0 serves the store unless a launcher does; it binds only the master address.

@@ -52,6 +52,7 @@ struct Job {
 
 // Serves or reaches the store named by env (the token from load_job_token()), then forms the TCP world.
 // Blocks until every rank has joined (or the timeouts); throws UserError for a bad environment or token.
+// A job of one process gets an in-process world of one and nothing else (no store, socket or token).
 Job join_job(const DistEnv& env, JobOptions options = {});
 
 // A host name or IP address -> the first IPv4/IPv6 address it resolves to (the address itself when numeric).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/env.h"
+#include "dist/rendezvous.h"
 
 using namespace braid;
 using namespace braid::dist;
@@ -35,6 +36,18 @@ TEST(Env, NothingSetIsOneProcess) {
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.world_size, 1);
   EXPECT_FALSE(e.distributed());
+}
+
+TEST(Env, OneProcessJoinsWithoutStoreOrToken) {
+  Job job = join_job(detect({}));
+  ASSERT_NE(job.world, nullptr);
+  EXPECT_EQ(job.world->size(), 1);
+  EXPECT_EQ(job.store, nullptr);
+  EXPECT_EQ(job.server, nullptr);
+  Tensor x = Tensor::empty({Shape{3}, DType::f32});
+  x.data<float>()[1] = 2.5f;
+  job.world->all_reduce(x);
+  EXPECT_EQ(x.data<float>()[1], 2.5f);
 }
 
 TEST(Env, Torchrun) {
