@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/error.h"
 #include "dist/store.h"
 
 using namespace braid;
@@ -210,6 +212,40 @@ TEST(Store, ClientTimeoutsAndRefusal) {
   StoreServerOptions no_token = test_options(log);
   no_token.token = "";
   EXPECT_THROW(StoreServer{no_token}, StoreError);
+}
+
+TEST(StoreToken, FromEnvironmentOrAPrivateFile) {
+  const std::string dir = [] {
+    std::string t = "/tmp/braid_token_test_XXXXXX";
+    return std::string(::mkdtemp(t.data()));
+  }();
+  const std::string token = generate_token();
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_NE(token, generate_token());
+  const std::string path = write_token_file(dir, token);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_THROW(write_token_file(dir, token), StoreError);  // never overwrites
+
+  ::unsetenv("BRAID_JOB_TOKEN");
+  ::unsetenv("BRAID_JOB_TOKEN_FILE");
+  EXPECT_THROW(load_job_token(), UserError);
+  ::setenv("BRAID_JOB_TOKEN_FILE", path.c_str(), 1);
+  EXPECT_EQ(load_job_token(), token);  // the trailing newline is dropped
+  ::chmod(path.c_str(), 0644);
+  try {
+    load_job_token();
+    ADD_FAILURE() << "a world-readable token file was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.format().find("readable by others"), std::string::npos) << e.format();
+    EXPECT_EQ(e.format().find(token), std::string::npos) << "the token was printed";
+  }
+  ::setenv("BRAID_JOB_TOKEN", "from-the-environment", 1);
+  EXPECT_EQ(load_job_token(), "from-the-environment");
+  ::unsetenv("BRAID_JOB_TOKEN");
+  ::unsetenv("BRAID_JOB_TOKEN_FILE");
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // A raw TCP connection for misbehaving on purpose.
