@@ -321,6 +321,12 @@ class Launcher {
             interrupted_ = sig;
             log(BRAID_STR("received signal ", static_cast<int>(sig), " (", strsignal(sig), "); forwarding it to every rank"));
             signal_all(sig);
+            if (o_.nnodes > 1) {  // the other nodes' launchers SIGTERM their ranks too
+              try {
+                client_->set(kAbortKey, BRAID_STR("node ", o_.node_rank, ": interrupted by signal ", static_cast<int>(sig)));
+              } catch (const StoreError&) {
+              }
+            }
           } else {
             log("second signal: killing every rank");
             signal_all(SIGKILL);
