@@ -138,6 +138,10 @@ class Launcher {
     co.connect_timeout = std::chrono::milliseconds(120'000);
     co.op_timeout = std::chrono::milliseconds(30'000);
     client_ = std::make_unique<StoreClient>(ip, port_, token_, co);
+    // Once the store is up, a lost connection is a lost node 0: reconnecting must give up soon.
+    co.connect_timeout = std::chrono::milliseconds(3000);
+    co.op_timeout = std::chrono::milliseconds(10'000);
+    client_ = client_->clone(co);
     master_ip_ = ip;
   }
 
@@ -379,12 +383,18 @@ class Launcher {
     try {
       client_->set(BRAID_STR("braid/node_done/", o_.node_rank), failed_ || first_bad_ || interrupted_ ? "failed" : "ok");
       if (o_.node_rank != 0) return;
-      const auto end = Clock::now() + std::chrono::minutes(10);
-      for (int k = 1; k < o_.nnodes && Clock::now() < end; ++k) {
-        while (Clock::now() < end && !client_->get(BRAID_STR("braid/node_done/", k)) && !client_->get(kAbortKey))
-          ::poll(nullptr, 0, 200);
-        if (client_->get(kAbortKey)) break;
-      }
+      // Normally the others end about when this node does; after a failure they stop their ranks within
+      // their grace period. Either way the wait is bounded.
+      auto end = Clock::now() + std::chrono::minutes(10);
+      bool shortened = false;
+      for (int k = 1; k < o_.nnodes && Clock::now() < end; ++k)
+        while (Clock::now() < end && !client_->get(BRAID_STR("braid/node_done/", k))) {
+          if (!shortened && client_->get(kAbortKey)) {
+            end = std::min(end, Clock::now() + o_.grace + std::chrono::seconds(30));
+            shortened = true;
+          }
+          ::poll(nullptr, 0, 100);
+        }
     } catch (const StoreError& e) {
       log(BRAID_STR("the rendezvous store went away at the end of the job: ", e.what()));
     }

@@ -234,6 +234,26 @@ TEST(Launch, TwoHostsInNetworkNamespaces) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+TEST(Launch, SignalToOneNodeStopsEveryNode) {
+  Launch n0, n1;
+  const std::string master = "127.0.0.1:" + std::to_string(free_port());
+  const std::map<std::string, std::string> env = {{"BRAID_JOB_TOKEN", "two-node-test-token"}};
+  n0.start({"--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master", master}, "sleep", env);
+  n1.start({"--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master", master}, "sleep", env);
+  const std::vector<int> p0 = n0.wait_pids(1), p1 = n1.wait_pids(1);
+  ASSERT_EQ(p0.size(), 1u) << n0.launcher->output();
+  ASSERT_EQ(p1.size(), 1u) << n1.launcher->output();
+  ::kill(n0.launcher->pid, SIGTERM);
+  ASSERT_TRUE(n1.procs.wait_one(*n1.launcher, 10s)) << n1.launcher->output();
+  ASSERT_TRUE(n0.procs.wait_one(*n0.launcher, 10s)) << n0.launcher->output();
+  EXPECT_TRUE(n0.launcher->exited_with(128 + SIGTERM)) << n0.launcher->output();
+  EXPECT_TRUE(n1.launcher->exited_with(1)) << n1.launcher->output();
+  EXPECT_NE(n1.launcher->output().find("another node failed: node 0: interrupted by signal 15"), std::string::npos)
+      << n1.launcher->output();
+  EXPECT_TRUE(gone(p0[0]));
+  EXPECT_TRUE(gone(p1[0]));
+}
+
 TEST(Launch, BadOptionsAreUserErrors) {
   Launch l;
   l.start({"--nproc", "2", "--nnodes", "2"}, "echo");
