@@ -209,8 +209,14 @@ class Launcher {
       }
     }
     const std::string cannot = BRAID_STR("braid launch: cannot execute ", path, ": ");
+    // Signals are blocked across fork: a child must never run the launcher's handler (it would write to the
+    // launcher's signal pipe); it restores the default actions, then unblocks, so pending ones still act.
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &block, &old);
     const pid_t pid = ::fork();
-    if (pid < 0) throw UserError({}, BRAID_STR("fork failed: ", std::strerror(errno)));
     if (pid == 0) {
       ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks with it
@@ -219,6 +225,7 @@ class Launcher {
       sigaction(SIGINT, &dfl, nullptr);
       sigaction(SIGTERM, &dfl, nullptr);
       sigaction(SIGPIPE, &dfl, nullptr);
+      ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
       ::dup2(p_out[1], 1);
       ::dup2(p_err[1], 2);
       ::execve(path.c_str(), argv.data(), envp.data());
@@ -228,6 +235,9 @@ class Launcher {
       (void)ignored;
       ::_exit(127);
     }
+    const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid < 0) throw UserError({}, BRAID_STR("fork failed: ", std::strerror(fork_errno)));
     ::setpgid(pid, pid);  // also here, so that the group exists before any kill(-pid)
     ::close(p_out[1]);
     ::close(p_err[1]);
