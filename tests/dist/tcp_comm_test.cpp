@@ -135,6 +135,21 @@ TEST(TcpCommFailure, StoppedPeerTimesOutNamingIt) {
   lose_last_rank(2, SIGSTOP);
 }
 
+// abort() on one rank, and a recv of the wrong shape (which aborts), end every rank's wait with the reason.
+TEST(TcpCommFailure, AbortReachesEveryRank) {
+  for (const std::string mode : {"call", "recv"}) {
+    World w;
+    w.start(3, "abort", {{"BRAID_TEST_ABORT", mode}, {"BRAID_TEST_TIMEOUT_MS", "60000"}});
+    ASSERT_TRUE(w.procs.wait_all(30s)) << w.logs();
+    for (auto& c : w.procs.children()) {
+      EXPECT_TRUE(c.exited_with(3)) << w.logs();
+      const std::string want = mode == "call" ? "aborted by world rank 0: stopping for a test"
+                                              : "rank 0 expects f32[4] but rank 1 sent f32[3]";
+      EXPECT_NE(c.output().find(want), std::string::npos) << mode << "\n" << c.output();
+    }
+  }
+}
+
 // Ten trials: a random rank of 4 is SIGKILLed at a random moment while all of them all-reduce in a loop
 // (so mid-frame, mid-fold or between collectives); every other rank must exit with an error naming it.
 TEST(TcpCommFailure, KillAtRandomMomentsTenTrials) {

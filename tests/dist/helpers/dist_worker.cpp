@@ -8,6 +8,8 @@
 //                store and all-reduce, which must fail naming the last rank once it is killed or stopped
 //   threads      two threads per rank, each splitting its own group (the whole world; pairs) at the same time
 //                and all-reducing on it: concurrent splits and communicators of one rank on different threads
+//   abort        rank 0 aborts (BRAID_TEST_ABORT=call) or receives a message of the wrong shape (=recv) while the
+//                others wait in an all-reduce; everyone must fail with the reason
 //   loop         all-reduces 256 KiB tensors until it fails (marks braid/test/looping/<r> after the first)
 //   echo         prints two lines to stdout and one to stderr, then exits with $BRAID_TEST_EXIT_CODE on rank
 //                $BRAID_TEST_EXIT_RANK (0 elsewhere)
@@ -269,6 +271,31 @@ int run_threads(Communicator& world) {
   return 0;
 }
 
+int run_abort(Communicator& world) {
+  world.barrier();
+  const bool by_recv = std::getenv("BRAID_TEST_ABORT") && std::string(std::getenv("BRAID_TEST_ABORT")) == "recv";
+  try {
+    if (world.rank() == 0) {
+      if (!by_recv) {
+        world.abort("stopping for a test");
+        Tensor x = Tensor::empty({Shape{4}, DType::f32});
+        world.all_reduce(x);  // must fail at once: the world is aborted
+      } else {
+        Tensor wrong = Tensor::empty({Shape{4}, DType::f32});
+        world.recv(wrong, 1, 9);
+      }
+    } else {
+      if (by_recv && world.rank() == 1) world.send(Tensor::empty({Shape{3}, DType::f32}), 0, 9);
+      Tensor x = Tensor::empty({Shape{4}, DType::f32});
+      world.all_reduce(x);
+    }
+  } catch (const InternalError& e) {
+    std::printf("rank %d: error: %s\n", world.rank(), e.what());
+    return 3;
+  }
+  return 1;
+}
+
 int run_loop(Communicator& world, StoreClient& store) {
   Tensor x = input(DType::f32, Shape{64 * 1024}, world.rank(), 3);
   for (int64_t i = 0;; ++i) {
@@ -304,6 +331,7 @@ int main(int argc, char** argv) {
     if (scenario == "victim") return run_victim(*job.world, *job.store);
     if (scenario == "loop") return run_loop(*job.world, *job.store);
     if (scenario == "threads") return run_threads(*job.world);
+    if (scenario == "abort") return run_abort(*job.world);
     if (scenario == "sleep") {
       std::printf("rank %d: sleeping pid %d\n", env.rank, static_cast<int>(::getpid()));
       for (;;) ::pause();
