@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"braid: train neural networks described in YAML"};
@@ -76,6 +77,18 @@ int main(int argc, char** argv) {
 
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
+  braid::dist::LaunchOptions launch;
+  int64_t grace_ms = launch.grace.count(), hb_ms = launch.heartbeat_timeout.count(), hbi_ms = launch.heartbeat_interval.count();
+  auto* l = app.add_subcommand("launch", "start a job's processes on this node: braid launch --nproc N -- COMMAND...");
+  l->add_option("--nproc", launch.nproc, "processes on this node")->required();
+  l->add_option("--nnodes", launch.nnodes, "nodes in the job")->capture_default_str();
+  l->add_option("--node-rank", launch.node_rank, "this node's index, 0 to nnodes-1")->capture_default_str();
+  l->add_option("--master", launch.master, "ADDR:PORT of the rendezvous store (served by node 0); default 127.0.0.1, a free port");
+  l->add_option("--grace-ms", grace_ms, "after a rank fails, wait this long before killing the others")->capture_default_str();
+  l->add_option("--heartbeat-timeout-ms", hb_ms, "a rank silent this long is stuck (0: off)")->capture_default_str();
+  l->add_option("--heartbeat-interval-ms", hbi_ms, "how often ranks send heartbeats")->capture_default_str();
+  l->add_option("command", launch.command, "the command each process runs (after --)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -91,6 +104,12 @@ int main(int argc, char** argv) {
     if (pl->parsed()) return braid::cli::plan(planning, stdout);
     if (cal->parsed()) return braid::cli::calibrate(calib, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
+    if (l->parsed()) {
+      launch.grace = std::chrono::milliseconds(grace_ms);
+      launch.heartbeat_timeout = std::chrono::milliseconds(hb_ms);
+      launch.heartbeat_interval = std::chrono::milliseconds(hbi_ms);
+      return braid::dist::launch(launch);
+    }
   } catch (const braid::UserError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", e.format().c_str());

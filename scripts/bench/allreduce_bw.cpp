@@ -1,0 +1,156 @@
+// TCP all-reduce bus bandwidth beside a plain TCP stream between the same processes in the same run (issue 7's
+// benchmark; not a test). Run as every rank of a job (scripts/bench/allreduce_bw.sh starts it under braid
+// launch). For each size, interleaved: (1) a plain stream: rank 0 writes SIZE bytes to rank 1 over one raw TCP
+// socket with 4 MiB send()/recv() calls, rank 1 answers one byte; (2) all_reduce of an f32 tensor of SIZE
+// bytes on the TCP world. Bus bandwidth is NCCL's definition: SIZE * 2(n-1)/n / time, the bytes each rank
+// must send (and receive) for an all-reduce. Each figure is the median of REPS timed repetitions after one
+// warm-up. Rank 0 prints the table and writes CSV.
+// Usage: allreduce_bw CSV_PATH [MIN_MIB (1)] [MAX_MIB (256)] [REPS (5)]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist/rendezvous.h"
+
+using namespace braid;
+using namespace braid::dist;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void die(const std::string& msg) {
+  std::fprintf(stderr, "allreduce_bw: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+// The plain stream's socket pair between ranks 0 (writer) and 1 (reader), set up through the store.
+int stream_socket(int rank, StoreClient& store, const std::string& host) {
+  if (rank == 1) {
+    const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0) die("listen");
+    socklen_t len = sizeof a;
+    ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+    store.set("bench/stream", std::to_string(ntohs(a.sin_port)));
+    const int fd = ::accept(l, nullptr, nullptr);
+    ::close(l);
+    return fd;
+  }
+  const int port = std::stoi(store.wait_get("bench/stream", std::chrono::seconds(60)));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n) {
+    const ssize_t w = ::send(fd, p, std::min<size_t>(n, 4 << 20), MSG_NOSIGNAL);
+    if (w <= 0) die("stream write");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+void read_all(int fd, char* p, size_t n) {
+  while (n) {
+    const ssize_t r = ::recv(fd, p, std::min<size_t>(n, 4 << 20), 0);
+    if (r <= 0) die("stream read");
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) die("usage: allreduce_bw CSV_PATH [MIN_MIB] [MAX_MIB] [REPS]");
+  const std::string csv_path = argv[1];
+  const int min_mib = argc > 2 ? std::atoi(argv[2]) : 1, max_mib = argc > 3 ? std::atoi(argv[3]) : 256;
+  const int reps = argc > 4 ? std::atoi(argv[4]) : 5;
+  try {
+    const DistEnv env = detect_env();
+    if (env.world_size < 2) die("run it with at least 2 processes (braid launch --nproc N)");
+    JobOptions opt;
+    opt.comm.timeout = std::chrono::seconds(600);
+    Job job = join_job(env, opt);
+    exec::Communicator& world = *job.world;
+    const int n = world.size(), rank = world.rank();
+    const int sfd = rank <= 1 ? stream_socket(rank, *job.store, resolve_host(env.master_addr)) : -1;
+    std::FILE* csv = nullptr;
+    if (rank == 0) {
+      csv = std::fopen(csv_path.c_str(), "w");
+      if (!csv) die("cannot write " + csv_path);
+      std::fprintf(csv, "ranks,bytes,allreduce_s,algbw_GBps,busbw_GBps,stream_GBps,ratio\n");
+      std::printf("%d ranks, %u cores; median of %d; GB/s = 1e9 bytes/s\n", n, std::thread::hardware_concurrency(), reps);
+      std::printf("%10s %12s %12s %12s %12s %8s\n", "size", "allreduce", "algbw", "busbw", "tcp stream", "ratio");
+    }
+    std::vector<char> sbuf(rank <= 1 ? (static_cast<size_t>(max_mib) << 20) : 0, 1);
+    for (int mib = min_mib; mib <= max_mib; mib *= 2) {
+      const size_t bytes = static_cast<size_t>(mib) << 20;
+      Tensor t = Tensor::empty({Shape{static_cast<int64_t>(bytes / 4)}, DType::f32});
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>((i * 7 + rank) % 13) * 0.25f;
+      std::vector<double> stream_s, reduce_s;
+      for (int rep = 0; rep <= reps; ++rep) {
+        // 1. The plain stream, 0 -> 1, while the other ranks wait at the barrier.
+        world.barrier();
+        const auto s0 = Clock::now();
+        if (rank == 0) {
+          write_all(sfd, sbuf.data(), bytes);
+          char ack;
+          read_all(sfd, &ack, 1);
+        } else if (rank == 1) {
+          read_all(sfd, sbuf.data(), bytes);
+          write_all(sfd, "k", 1);
+        }
+        const double st = std::chrono::duration<double>(Clock::now() - s0).count();
+        // 2. The all-reduce, timed from a barrier to a barrier (the slowest rank's time).
+        world.barrier();
+        const auto r0 = Clock::now();
+        world.all_reduce(t);
+        world.barrier();
+        const double rt = std::chrono::duration<double>(Clock::now() - r0).count();
+        if (rep > 0) {
+          stream_s.push_back(st);
+          reduce_s.push_back(rt);
+        }
+      }
+      if (rank == 0) {
+        const double rt = median(reduce_s), st = median(stream_s);
+        const double algbw = static_cast<double>(bytes) / rt / 1e9;
+        const double busbw = algbw * 2.0 * (n - 1) / n, stream = static_cast<double>(bytes) / st / 1e9;
+        std::printf("%7d MiB %10.2f ms %9.2f GB/s %7.2f GB/s %7.2f GB/s %8.2f\n", mib, rt * 1e3, algbw, busbw, stream,
+                    busbw / stream);
+        std::fprintf(csv, "%d,%zu,%.6f,%.4f,%.4f,%.4f,%.4f\n", n, bytes, rt, algbw, busbw, stream, busbw / stream);
+        std::fflush(stdout);
+      }
+    }
+    if (csv) std::fclose(csv);
+    if (sfd >= 0) ::close(sfd);
+    world.barrier();
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
+  return 0;
+}

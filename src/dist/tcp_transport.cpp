@@ -1,0 +1,780 @@
+// The TCP backend's transport (see tcp_transport.h): mesh setup through the store, the receiver thread,
+// multi-socket writes with deadlines, abort and orderly close.
+// Frame: 32-byte header (u32 magic "BRDF", u8 kind, u8 0, u16 signature length, i64 channel, u64 payload
+// bytes, u64 0), the signature (what call sent it, e.g. "all_reduce(f32[4], sum)"), then the payload.
+#include "dist/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace braid::dist::detail {
+
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x46445242;      // "BRDF"
+constexpr uint32_t kHandshakeMagic = 0x48445242;  // "BRDH"
+constexpr size_t kMaxAbortReason = 64 * 1024;
+constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;  // a header claiming more is corrupt
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int ms_left(Clock::time_point deadline, int cap_ms = 1 << 30) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, cap_ms));
+}
+
+void put_u(std::byte* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_u(const std::byte* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Blocking-style exact I/O on a non-blocking socket, bounded by deadline. Returns "" or the error.
+std::string write_exact(int fd, const void* p, size_t n, Clock::time_point deadline) {
+  auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      b += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EINTR) return std::strerror(errno);
+    pollfd pf{fd, POLLOUT, 0};
+    if (Clock::now() >= deadline) return "timed out";
+    ::poll(&pf, 1, ms_left(deadline, 1000));
+  }
+  return {};
+}
+
+std::string read_exact(int fd, void* p, size_t n, Clock::time_point deadline) {
+  auto* b = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, b, n, MSG_DONTWAIT);
+    if (r > 0) {
+      b += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) return "end of stream";
+    if (errno != EAGAIN && errno != EINTR) return std::strerror(errno);
+    pollfd pf{fd, POLLIN, 0};
+    if (Clock::now() >= deadline) return "timed out";
+    ::poll(&pf, 1, ms_left(deadline, 1000));
+  }
+  return {};
+}
+
+void tune(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  set_nonblocking(fd);
+}
+
+// host:port -> a connected socket (retrying refusals until the deadline), or -1 and `err`.
+int connect_to(const std::string& host, const std::string& port, Clock::time_point deadline, std::string& err) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    err = BRAID_STR("cannot resolve ", host, ": ", gai_strerror(rc));
+    return -1;
+  }
+  int attempt = 0;
+  for (;; ++attempt) {
+    const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      err = std::strerror(errno);
+      break;
+    }
+    int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd pf{fd, POLLOUT, 0};
+      if (::poll(&pf, 1, ms_left(deadline)) == 1) {
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+        rc = soerr == 0 ? 0 : -1;
+        errno = soerr;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      ::freeaddrinfo(res);
+      return fd;
+    }
+    err = std::strerror(errno);
+    ::close(fd);
+    if (Clock::now() + std::chrono::milliseconds(50) >= deadline) break;
+    ::poll(nullptr, 0, std::min(20 * (attempt + 1), 200));
+  }
+  ::freeaddrinfo(res);
+  err = BRAID_STR("cannot connect to ", host, ":", port, " (", attempt + 1, " attempts; last: ", err, ")");
+  return -1;
+}
+
+std::array<std::byte, 32> frame_header(FrameKind kind, int64_t channel, size_t sig_len, uint64_t bytes) {
+  std::array<std::byte, 32> h{};
+  put_u(h.data(), kFrameMagic, 4);
+  h[4] = static_cast<std::byte>(kind);
+  put_u(h.data() + 6, sig_len, 2);
+  put_u(h.data() + 8, static_cast<uint64_t>(channel), 8);
+  put_u(h.data() + 16, bytes, 8);
+  return h;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Process
+
+std::string Process::agree(const std::string& reason) {
+  if (aborted) return this->reason();
+  std::lock_guard lk(agree_mu);
+  try {
+    if (!abort_store) {
+      StoreClientOptions o;
+      o.connect_timeout = std::chrono::milliseconds(2000);
+      o.op_timeout = std::chrono::milliseconds(5000);
+      abort_store = store->clone(o);
+    }
+    const std::string key = options.key_prefix + "/abort";
+    if (abort_store->add(key + "/count", 1) == 1) {
+      abort_store->set(key, reason);
+      return reason;
+    }
+    return abort_store->wait_get(key, std::chrono::milliseconds(5000));
+  } catch (const StoreError&) {
+    return reason;  // no store (rank 0 served it and is gone): this rank's own view
+  }
+}
+
+void Process::abort(const std::string& cause) {
+  const std::string reason = agree(cause);
+  // Holds mu throughout, so no mesh can be destroyed meanwhile (Mesh::close unregisters under mu first).
+  // Lock order: Process::mu, then a Mesh's mu; nothing takes them the other way round.
+  std::lock_guard lk(mu);
+  if (aborted) return;  // the first reason is the cause; later ones are its consequences
+  abort_reason = reason;
+  aborted = true;
+  for (Mesh* m : meshes) m->send_abort(reason);
+  for (Mesh* m : meshes) {
+    m->shutdown_sockets();
+    std::lock_guard ml(m->mu);
+    m->cv.notify_all();
+  }
+}
+
+std::string Process::reason() {
+  std::lock_guard lk(mu);
+  return abort_reason;
+}
+
+// ---------------------------------------------------------------- setup
+
+void Mesh::connect(const std::string& group_id, StoreClient& store) {
+  const TcpCommOptions& opt = proc->options;
+  const std::string prefix = BRAID_STR(opt.key_prefix, "/", group_id);
+  const auto deadline = Clock::now() + opt.connect_timeout;
+  const int n = size();
+  peers.resize(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    peers[static_cast<size_t>(j)] = std::make_unique<Peer>();
+    peers[static_cast<size_t>(j)]->world_rank = world_ranks[static_cast<size_t>(j)];
+  }
+  auto where = [&] { return BRAID_STR("tcp group ", name, " at rank ", rank); };
+
+  // 1. Listen on an ephemeral port of the advertised address and publish it.
+  const std::string host = opt.bind_host.empty() ? store.local_address() : opt.bind_host;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
+    throw InternalError(BRAID_STR(where(), ": cannot listen on '", host, "': ", gai_strerror(rc)));
+  const int lfd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const bool bound = lfd >= 0 && ::bind(lfd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(lfd, n + 16) == 0;
+  ::freeaddrinfo(res);
+  if (!bound) {
+    const std::string e = std::strerror(errno);
+    if (lfd >= 0) ::close(lfd);
+    throw InternalError(BRAID_STR(where(), ": cannot listen on ", host, ": ", e));
+  }
+  sockaddr_storage sa{};
+  socklen_t sl = sizeof sa;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &sl);
+  const int port = ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
+  const std::string addr = host.find(':') != std::string::npos ? BRAID_STR("[", host, "]:", port) : BRAID_STR(host, ":", port);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{lfd};
+  store.set(BRAID_STR(prefix, "/addr/", rank), addr);
+
+  auto fail = [&](const std::string& why) {
+    for (auto& p : peers)
+      if (p && p->fd >= 0) ::close(std::exchange(p->fd, -1));
+    throw InternalError(BRAID_STR(where(), ": ", why));
+  };
+
+  // 2. Connect to every lower rank and prove the secret.
+  std::vector<std::byte> hello;
+  auto put = [&](uint64_t v, int bytes) {
+    hello.resize(hello.size() + static_cast<size_t>(bytes));
+    put_u(hello.data() + hello.size() - static_cast<size_t>(bytes), v, bytes);
+  };
+  put(kHandshakeMagic, 4);
+  put(group_id.size(), 2);
+  for (char c : group_id) hello.push_back(static_cast<std::byte>(c));
+  put(proc->secret.size(), 2);
+  for (char c : proc->secret) hello.push_back(static_cast<std::byte>(c));
+  put(static_cast<uint32_t>(rank), 4);
+  for (int j = 0; j < rank; ++j) {
+    std::string their;
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      their = store.wait_get(BRAID_STR(prefix, "/addr/", j), std::max(left, std::chrono::milliseconds(1)));
+    } catch (const StoreError& e) {
+      fail(BRAID_STR("rank ", j, " (world rank ", world_ranks[static_cast<size_t>(j)],
+                     ") did not publish its address: ", e.what()));
+    }
+    const size_t colon = their.rfind(':');
+    std::string h = their.substr(0, colon);
+    if (h.size() > 1 && h.front() == '[') h = h.substr(1, h.size() - 2);
+    std::string err;
+    const int fd = connect_to(h, their.substr(colon + 1), deadline, err);
+    if (fd < 0) fail(BRAID_STR("rank ", j, " at ", their, ": ", err));
+    peers[static_cast<size_t>(j)]->fd = fd;
+    tune(fd);
+    if (auto e = write_exact(fd, hello.data(), hello.size(), deadline); !e.empty())
+      fail(BRAID_STR("handshake with rank ", j, " at ", their, ": ", e));
+    char ack = 0;
+    if (auto e = read_exact(fd, &ack, 1, deadline); !e.empty() || ack != 'K')
+      fail(BRAID_STR("rank ", j, " at ", their, " did not accept the handshake (", e.empty() ? "refused" : e, ")"));
+  }
+
+  // 3. Accept every higher rank; connections that fail the handshake are closed and counted, never fatal.
+  int need = n - 1 - rank, rejected = 0;
+  while (need > 0) {
+    pollfd pf{lfd, POLLIN, 0};
+    if (::poll(&pf, 1, ms_left(deadline, 1000)) <= 0) {
+      if (Clock::now() < deadline) continue;
+      std::string missing;
+      for (int j = rank + 1; j < n; ++j)
+        if (peers[static_cast<size_t>(j)]->fd < 0) missing += BRAID_STR(missing.empty() ? "" : ", ", j);
+      fail(BRAID_STR("timed out after ", secs(opt.connect_timeout), " s waiting for ranks [", missing,
+                     "] to connect (", rejected, " connections failed the handshake)"));
+    }
+    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    const auto hs_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+    std::array<std::byte, 6> head{};
+    std::string gid, secret;
+    uint32_t who = 0;
+    bool ok = read_exact(fd, head.data(), head.size(), hs_deadline).empty() && get_u(head.data(), 4) == kHandshakeMagic;
+    if (ok) {
+      gid.resize(get_u(head.data() + 4, 2));
+      ok = read_exact(fd, gid.data(), gid.size(), hs_deadline).empty() && gid == group_id;
+    }
+    std::array<std::byte, 2> slen{};
+    if (ok) ok = read_exact(fd, slen.data(), 2, hs_deadline).empty();
+    if (ok) {
+      secret.resize(get_u(slen.data(), 2));
+      ok = read_exact(fd, secret.data(), secret.size(), hs_deadline).empty() &&
+           constant_time_equal(secret, proc->secret);
+    }
+    std::array<std::byte, 4> rb{};
+    if (ok) ok = read_exact(fd, rb.data(), 4, hs_deadline).empty();
+    who = static_cast<uint32_t>(get_u(rb.data(), 4));
+    if (ok) ok = static_cast<int>(who) > rank && static_cast<int>(who) < n && peers[who]->fd < 0;
+    if (!ok) {
+      ++rejected;
+      std::fprintf(stderr, "braid tcp: %s: closed a connection that failed the handshake\n", where().c_str());
+      ::close(fd);
+      continue;
+    }
+    tune(fd);
+    const char ack = 'K';
+    if (!write_exact(fd, &ack, 1, hs_deadline).empty()) {
+      ::close(fd);
+      continue;
+    }
+    peers[who]->fd = fd;
+    --need;
+  }
+
+  // 4. Start receiving; register with the process so that an abort reaches this group.
+  wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  BRAID_ASSERT(wake_fd >= 0, "eventfd: ", std::strerror(errno));
+  {
+    std::lock_guard lk(proc->mu);
+    proc->meshes.push_back(this);
+  }
+  receiver = std::thread([this] { receive_loop(); });
+}
+
+// ---------------------------------------------------------------- receiving
+
+void Mesh::receive_loop() {
+  try {
+    receive();
+  } catch (const std::exception& e) {  // out of memory for a buffered frame: fail loudly, not terminate()
+    proc->abort(BRAID_STR("tcp group ", name, " at rank ", rank, ": receiving failed: ", e.what()));
+  }
+}
+
+void Mesh::receive() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  while (!stopping) {
+    fds.clear();
+    who.clear();
+    fds.push_back({wake_fd, POLLIN, 0});
+    {
+      std::lock_guard lk(mu);
+      for (int j = 0; j < size(); ++j) {
+        Peer& p = *peers[static_cast<size_t>(j)];
+        if (j == rank || p.closed || p.stage == Peer::Stage::Paused) continue;
+        fds.push_back({p.fd, POLLIN, 0});
+        who.push_back(j);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      ssize_t ignored = ::read(wake_fd, &v, sizeof v);
+      (void)ignored;
+      // Resume peers paused on a full mailbox that has room again.
+      for (int j = 0; j < size(); ++j) {
+        if (j == rank) continue;
+        Peer& p = *peers[static_cast<size_t>(j)];
+        bool resumed = false;
+        {
+          std::lock_guard lk(mu);
+          if (p.stage != Peer::Stage::Paused) continue;
+          const Key key{j, p.kind, p.channel};
+          auto pit = posted.find(key);
+          if (pit != posted.end()) {
+            Posted* ps = pit->second;
+            p.posted = ps;
+            ps->size_ok = ps->bytes == p.payload_bytes;
+            p.dst = ps->size_ok ? ps->data : nullptr;
+            p.stage = Peer::Stage::Payload;
+            resumed = true;
+          } else if (static_cast<int>(inbox[key].size()) < proc->options.mailbox_capacity) {
+            p.buffer.assign(p.payload_bytes, std::byte{0});
+            p.dst = p.buffer.data();
+            p.stage = Peer::Stage::Payload;
+            resumed = true;
+          }
+        }
+        if (resumed && p.payload_bytes == 0) frame_ready(j);
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) on_readable(who[i - 1]);
+  }
+}
+
+// Reads what peer j has sent, advancing its frame state; returns false when the peer is gone.
+bool Mesh::on_readable(int j) {
+  Peer& p = *peers[static_cast<size_t>(j)];
+  std::array<std::byte, 65536> scratch;
+  for (;;) {
+    std::byte* into = nullptr;
+    size_t want = 0;
+    switch (p.stage) {
+      case Peer::Stage::Header:
+        into = p.header.data() + p.got;
+        want = p.header.size() - p.got;
+        break;
+      case Peer::Stage::Sig:
+        into = reinterpret_cast<std::byte*>(p.sig.data()) + p.got;
+        want = p.sig.size() - p.got;
+        break;
+      case Peer::Stage::Payload: break;
+      case Peer::Stage::Paused:
+      case Peer::Stage::Done: return true;
+    }
+    ssize_t r;
+    if (p.stage == Peer::Stage::Payload) {
+      // p.posted and p.dst change under mu (unpost), so they are read under it; in_read keeps the caller's
+      // memory alive (unpost waits) while recv writes into it.
+      std::unique_lock lk(mu);
+      want = p.payload_bytes - p.got;
+      into = p.dst ? p.dst + p.got : scratch.data();
+      if (!p.dst) want = std::min(want, scratch.size());
+      Posted* ps = p.dst ? p.posted : nullptr;
+      if (ps) ps->in_read = true;
+      lk.unlock();
+      r = ::recv(p.fd, into, want, MSG_DONTWAIT);
+      if (ps) {
+        lk.lock();
+        ps->in_read = false;
+        if (ps->cancelled) cv.notify_all();
+      }
+    } else {
+      r = ::recv(p.fd, into, want, MSG_DONTWAIT);
+    }
+    if (r == 0) {
+      lose(j, "end of stream (its process exited, crashed or was killed)");
+      return false;
+    }
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EINTR) return true;
+      lose(j, std::strerror(errno));
+      return false;
+    }
+    p.got += static_cast<size_t>(r);
+    if (p.stage == Peer::Stage::Header && p.got == p.header.size()) {
+      if (get_u(p.header.data(), 4) != kFrameMagic) {
+        lose(j, "a malformed frame (bad magic)");
+        return false;
+      }
+      p.kind = static_cast<FrameKind>(p.header[4]);
+      p.sig.assign(get_u(p.header.data() + 6, 2), '\0');
+      p.channel = static_cast<int64_t>(get_u(p.header.data() + 8, 8));
+      p.payload_bytes = get_u(p.header.data() + 16, 8);
+      p.got = 0;
+      p.stage = Peer::Stage::Sig;
+      if (p.kind < FrameKind::Coll || p.kind > FrameKind::Bye || p.payload_bytes > kMaxFrameBytes ||
+          (p.kind == FrameKind::Abort && p.payload_bytes > kMaxAbortReason)) {
+        lose(j, "a malformed frame (bad kind or size)");
+        return false;
+      }
+    }
+    if (p.stage == Peer::Stage::Sig && p.got == p.sig.size()) {
+      p.got = 0;
+      std::lock_guard lk(mu);
+      p.posted = nullptr;
+      p.dst = nullptr;
+      p.discard = false;
+      if (p.kind == FrameKind::Abort || p.kind == FrameKind::Bye) {
+        p.buffer.assign(p.payload_bytes, std::byte{0});
+        p.dst = p.buffer.data();
+        p.stage = Peer::Stage::Payload;
+      } else {
+        const Key key{j, p.kind, p.channel};
+        auto pit = posted.find(key);
+        if (pit != posted.end()) {
+          p.posted = pit->second;
+          p.posted->size_ok = p.posted->bytes == p.payload_bytes;
+          p.dst = p.posted->size_ok ? p.posted->data : nullptr;
+          p.stage = Peer::Stage::Payload;
+        } else if (p.kind == FrameKind::P2P &&
+                   static_cast<int>(inbox[key].size()) >= proc->options.mailbox_capacity) {
+          p.stage = Peer::Stage::Paused;  // backpressure: stop reading this peer until a recv makes room
+          return true;
+        } else {
+          p.buffer.assign(p.payload_bytes, std::byte{0});
+          p.dst = p.buffer.data();
+          p.stage = Peer::Stage::Payload;
+        }
+      }
+    }
+    if (p.stage == Peer::Stage::Payload && p.got == p.payload_bytes) {
+      frame_ready(j);
+      if (p.closed) return false;
+    }
+  }
+}
+
+void Mesh::frame_ready(int j) {
+  Peer& p = *peers[static_cast<size_t>(j)];
+  const FrameKind kind = p.kind;
+  p.stage = Peer::Stage::Header;
+  p.got = 0;
+  if (kind == FrameKind::Abort) {
+    const std::string reason(reinterpret_cast<const char*>(p.buffer.data()), p.buffer.size());
+    proc->abort(reason);
+    return;
+  }
+  std::lock_guard lk(mu);
+  if (kind == FrameKind::Bye) {
+    p.closed = true;
+    p.closed_reason = BRAID_STR("rank ", j, " (world rank ", p.world_rank, ") of group ", name,
+                                " has closed its communicator");
+  } else if (p.discard) {
+    p.discard = false;  // its receiver gave up on it (unpost)
+  } else if (p.posted) {
+    if (!p.posted->cancelled) {
+      p.posted->done = true;
+      p.posted->sig = std::move(p.sig);
+    }
+    const Key key{j, kind, p.channel};
+    if (auto it = posted.find(key); it != posted.end() && it->second == p.posted) posted.erase(it);
+    p.posted = nullptr;
+  } else if (auto it = posted.find({j, kind, p.channel}); it != posted.end()) {
+    // Posted while this payload was being buffered: hand it over now.
+    Posted* ps = it->second;
+    ps->size_ok = ps->bytes == p.buffer.size();
+    if (ps->size_ok && ps->bytes) std::memcpy(ps->data, p.buffer.data(), ps->bytes);
+    ps->sig = std::move(p.sig);
+    ps->done = true;
+    posted.erase(it);
+  } else {
+    inbox[{j, kind, p.channel}].push_back(Message{std::move(p.sig), std::move(p.buffer)});
+  }
+  p.dst = nullptr;
+  cv.notify_all();
+}
+
+void Mesh::lose(int j, const std::string& why) {
+  Peer& p = *peers[static_cast<size_t>(j)];
+  {
+    std::lock_guard lk(mu);
+    if (p.closed) return;
+  }
+  // A peer's socket also closes when that peer exits after failing for a reason of its own; the store says
+  // which failure came first, so that every rank names the same lost rank.
+  const std::string mine = BRAID_STR("tcp group ", name, " at rank ", rank, ": connection to rank ", j,
+                                     " (world rank ", p.world_rank, ") lost: ", why);
+  const std::string first = proc->agree(mine);
+  {
+    std::lock_guard lk(mu);
+    if (p.closed) return;
+    p.closed = true;
+    p.closed_reason = first == mine ? mine : BRAID_STR("the world was aborted: ", first);
+    cv.notify_all();
+  }
+  proc->abort(first);
+}
+
+// ---------------------------------------------------------------- caller side
+
+void Mesh::post(const Key& key, Posted& p) {
+  std::lock_guard lk(mu);
+  auto it = inbox.find(key);
+  if (it != inbox.end() && !it->second.empty()) {
+    Message& m = it->second.front();
+    p.size_ok = m.payload.size() == p.bytes;
+    if (p.size_ok && p.bytes) std::memcpy(p.data, m.payload.data(), p.bytes);
+    p.sig = std::move(m.sig);
+    p.done = true;
+    it->second.erase(it->second.begin());
+    cv.notify_all();  // a send to itself may be waiting for room
+    if (std::get<1>(key) == FrameKind::P2P) {
+      const uint64_t one = 1;
+      ssize_t ignored = ::write(wake_fd, &one, sizeof one);  // a paused peer may go on
+      (void)ignored;
+    }
+    if (it->second.empty()) inbox.erase(it);
+    return;
+  }
+  posted[key] = &p;
+}
+
+void Mesh::unpost(const Key& key, Posted& p) {
+  std::unique_lock lk(mu);
+  p.cancelled = true;
+  if (auto it = posted.find(key); it != posted.end() && it->second == &p) posted.erase(it);
+  cv.wait(lk, [&] { return !p.in_read; });
+  for (auto& peer : peers)
+    if (peer && peer->posted == &p) {  // mid-frame: the rest of it is read and dropped
+      peer->posted = nullptr;
+      peer->dst = nullptr;
+      peer->discard = true;
+    }
+}
+
+std::string Mesh::take(const std::vector<std::pair<Key, Posted*>>& entries, Clock::time_point deadline) {
+  std::string error;
+  bool aborted = false;
+  {
+    std::unique_lock lk(mu);
+    auto gone = [&](const std::pair<Key, Posted*>& e) {
+      return !e.second->done && peers[static_cast<size_t>(std::get<0>(e.first))]->closed;
+    };
+    auto ready = [&] {
+      if (proc->aborted) return true;
+      for (const auto& e : entries)
+        if (!e.second->done && !gone(e)) return false;
+      return true;
+    };
+    const bool in_time = cv.wait_until(lk, deadline, ready);
+    bool all = true;
+    for (const auto& e : entries) all = all && e.second->done;
+    if (all) return {};
+    aborted = proc->aborted;  // its reason is read below, without mu (lock order)
+    for (const auto& e : entries)
+      if (!aborted && error.empty() && gone(e)) error = peers[static_cast<size_t>(std::get<0>(e.first))]->closed_reason;
+    if (!aborted && error.empty() && !in_time) {
+      std::string missing;
+      for (const auto& e : entries)
+        if (!e.second->done) {
+          const int j = std::get<0>(e.first);
+          missing += BRAID_STR(missing.empty() ? "" : ", ", j, " (world rank ", world_ranks[static_cast<size_t>(j)], ")");
+        }
+      error = BRAID_STR("timed out after ", secs(proc->options.timeout), " s waiting for ranks [", missing, "]");
+    }
+  }
+  if (aborted) error = BRAID_STR("the world was aborted: ", proc->reason());
+  for (const auto& e : entries)
+    if (!e.second->done) unpost(e.first, *e.second);
+  return error;
+}
+
+std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline) {
+  struct W {
+    Peer* peer;
+    int j;
+    std::array<std::byte, 32> header;
+    std::string sig;
+    iovec iov[3];
+    int iovcnt;
+  };
+  std::vector<W> ws(outs.size());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<size_t> order(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return outs[a].peer < outs[b].peer; });
+  for (size_t i : order) locks.emplace_back(peers[static_cast<size_t>(outs[i].peer)]->write_mu);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Out& o = outs[i];
+    W& w = ws[i];
+    w.peer = peers[static_cast<size_t>(o.peer)].get();
+    w.j = o.peer;
+    w.sig = o.sig.substr(0, 0xffff);
+    w.header = frame_header(o.kind, o.channel, w.sig.size(), o.bytes);
+    w.iov[0] = {w.header.data(), w.header.size()};
+    w.iov[1] = {w.sig.data(), w.sig.size()};
+    w.iov[2] = {const_cast<std::byte*>(o.data), o.bytes};
+    w.iovcnt = 3;
+  }
+  auto left = [](const W& w) {
+    size_t n = 0;
+    for (int k = 0; k < 3; ++k) n += w.iov[k].iov_len;
+    return n;
+  };
+  std::vector<pollfd> fds;
+  std::vector<W*> pending;
+  for (;;) {
+    pending.clear();
+    for (auto& w : ws)
+      if (left(w) > 0) pending.push_back(&w);
+    if (pending.empty()) return {};
+    if (proc->aborted) return BRAID_STR("the world was aborted: ", proc->reason());
+    for (W* w : pending) {
+      msghdr m{};
+      m.msg_iov = w->iov;
+      m.msg_iovlen = 3;
+      const ssize_t n = ::sendmsg(w->peer->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        lose(w->j, std::strerror(errno));  // the same words as when the receiver notices first
+        std::lock_guard lk(mu);
+        return w->peer->closed_reason;
+      }
+      size_t adv = static_cast<size_t>(n);
+      for (int k = 0; k < 3 && adv > 0; ++k) {
+        const size_t take_n = std::min(adv, w->iov[k].iov_len);
+        w->iov[k].iov_base = static_cast<char*>(w->iov[k].iov_base) + take_n;
+        w->iov[k].iov_len -= take_n;
+        adv -= take_n;
+      }
+    }
+    fds.clear();
+    for (W* w : pending)
+      if (left(*w) > 0) fds.push_back({w->peer->fd, POLLOUT, 0});
+    if (fds.empty()) continue;
+    if (Clock::now() >= deadline) {
+      std::string stuck;
+      for (W* w : pending)
+        if (left(*w) > 0) stuck += BRAID_STR(stuck.empty() ? "" : ", ", w->j, " (world rank ", w->peer->world_rank, ")");
+      return BRAID_STR("timed out after ", secs(proc->options.timeout), " s sending to ranks [", stuck,
+                       "]: they are not reading");
+    }
+    ::poll(fds.data(), fds.size(), ms_left(deadline, 200));
+  }
+}
+
+std::string Mesh::send_to_self(int64_t tag, const std::string& sig, const std::byte* data, uint64_t bytes,
+                               Clock::time_point deadline) {
+  const Key key{rank, FrameKind::P2P, tag};
+  std::unique_lock lk(mu);
+  const int cap = proc->options.mailbox_capacity;
+  auto room = [&] { return proc->aborted || static_cast<int>(inbox[key].size()) < cap; };
+  if (!cv.wait_until(lk, deadline, room))
+    return BRAID_STR("timed out after ", secs(proc->options.timeout), " s: the mailbox is full (capacity ", cap,
+                     ") and this rank has not received from it");
+  if (proc->aborted) return "the world was aborted";
+  inbox[key].push_back(Message{sig, std::vector<std::byte>(data, data + bytes)});
+  cv.notify_all();
+  return {};
+}
+
+void Mesh::wake() {
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd, &one, sizeof one);
+  (void)ignored;
+}
+
+void Mesh::send_abort(const std::string& reason) {
+  const std::string r = reason.substr(0, kMaxAbortReason);
+  const auto header = frame_header(FrameKind::Abort, 0, 0, r.size());
+  const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+  for (int j = 0; j < size(); ++j) {
+    if (j == rank) continue;
+    Peer& p = *peers[static_cast<size_t>(j)];
+    std::unique_lock wl(p.write_mu, std::try_to_lock);
+    if (!wl.owns_lock()) continue;  // mid-frame: the peer learns from the closed socket instead
+    if (write_exact(p.fd, header.data(), header.size(), deadline).empty())
+      write_exact(p.fd, r.data(), r.size(), deadline);
+  }
+}
+
+void Mesh::shutdown_sockets() {
+  for (auto& p : peers)
+    if (p && p->fd >= 0) ::shutdown(p->fd, SHUT_RDWR);
+}
+
+void Mesh::close() {
+  {
+    std::lock_guard lk(proc->mu);
+    proc->meshes.erase(std::remove(proc->meshes.begin(), proc->meshes.end(), this), proc->meshes.end());
+  }
+  if (!proc->aborted) {
+    const auto header = frame_header(FrameKind::Bye, 0, 0, 0);
+    const auto deadline = Clock::now() + std::chrono::milliseconds(1000);
+    for (int j = 0; j < size(); ++j) {
+      if (j == rank || !peers[static_cast<size_t>(j)] || peers[static_cast<size_t>(j)]->fd < 0) continue;
+      std::lock_guard wl(peers[static_cast<size_t>(j)]->write_mu);
+      write_exact(peers[static_cast<size_t>(j)]->fd, header.data(), header.size(), deadline);
+    }
+  }
+  stopping = true;
+  if (receiver.joinable()) {
+    wake();
+    receiver.join();
+  }
+  for (auto& p : peers)
+    if (p && p->fd >= 0) ::close(std::exchange(p->fd, -1));
+  if (wake_fd >= 0) ::close(std::exchange(wake_fd, -1));
+}
+
+Mesh::~Mesh() { close(); }
+
+}  // namespace braid::dist::detail

@@ -1,0 +1,150 @@
+// The TCP backend's transport (internal to src/dist): a Mesh is one group's connections, one socket per
+// peer, with a receiver thread that reads every socket at once and files each frame by (peer, kind,
+// channel): straight into memory a caller has posted for it (no copy), or into a buffered message.
+// Writers are the communicator's caller thread; several peers are written at once with poll(2), so no
+// exchange pattern can deadlock on full socket buffers. A Process holds what the groups of one process
+// share: the abort state, the secret, the store and the split counters.
+// Invariants: a posted buffer is touched by the receiver only between post() and the end of take()/unpost();
+// after the receiver thread exits no buffer is touched. Frames of one (peer, kind, channel) arrive in order.
+#pragma once
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "dist/tcp_comm.h"
+
+namespace braid::dist::detail {
+
+using Clock = std::chrono::steady_clock;
+
+enum class FrameKind : uint8_t { Coll = 1, P2P = 2, Abort = 3, Bye = 4 };
+
+struct Mesh;
+
+struct Process {
+  std::shared_ptr<StoreClient> store;
+  TcpCommOptions options;
+  int world_rank = 0;
+  std::string secret;
+
+  std::atomic<bool> aborted{false};
+  std::mutex mu;  // guards the fields below
+  std::string abort_reason;
+  std::vector<Mesh*> meshes;  // live meshes of this process (each unregisters itself first thing in close())
+  std::map<std::vector<int>, int> split_count;  // sorted world ranks -> splits made by this process
+
+  // Marks the process aborted, tells every peer of every group, closes the sockets. The reason recorded is
+  // the job's first (agree()), not necessarily this call's.
+  void abort(const std::string& reason);
+  std::string reason();
+  // The first failure of the job: records `reason` in the store unless another rank recorded one before
+  // (then returns that one). Falls back to `reason` when the store cannot be reached.
+  std::string agree(const std::string& reason);
+  std::mutex agree_mu;
+  std::unique_ptr<StoreClient> abort_store;  // a connection of its own: the shared one may be in a long wait
+};
+
+// One frame's destination, posted by a caller before the frame may arrive.
+struct Posted {
+  std::byte* data = nullptr;
+  uint64_t bytes = 0;
+  bool done = false;      // the frame has arrived (whole)
+  bool size_ok = true;    // false: the frame had another size; its payload was dropped
+  bool in_read = false;   // the receiver is writing into data right now
+  bool cancelled = false; // the caller gave up; the receiver must not write any more
+  std::string sig;        // the sender's signature of the call
+};
+
+struct Message {
+  std::string sig;
+  std::vector<std::byte> payload;
+};
+
+struct Peer {
+  int fd = -1;
+  int world_rank = 0;
+  std::mutex write_mu;
+  // receiver-thread state
+  enum class Stage : uint8_t { Header, Sig, Paused, Payload, Done } stage = Stage::Header;
+  std::array<std::byte, 32> header{};
+  size_t got = 0;
+  FrameKind kind = FrameKind::Coll;
+  int64_t channel = 0;
+  uint64_t payload_bytes = 0;
+  std::string sig;
+  std::byte* dst = nullptr;          // where the payload goes (posted data, message buffer or scratch)
+  Posted* posted = nullptr;
+  bool discard = false;              // the frame's posted receiver gave up: drop the rest
+  std::vector<std::byte> buffer;     // a buffered message's payload being read
+  bool closed = false;               // sent a bye or lost (guarded by Mesh::mu)
+  std::string closed_reason;
+};
+
+using Key = std::tuple<int, FrameKind, int64_t>;  // (peer group rank, kind, channel)
+
+struct Mesh {
+  std::shared_ptr<Process> proc;
+  std::string name;              // "[0, 2]" (world ranks), for messages
+  std::vector<int> world_ranks;  // group rank i is world rank world_ranks[i]
+  int rank = 0;
+  std::vector<std::unique_ptr<Peer>> peers;  // by group rank; peers[rank] unused
+
+  std::mutex mu;  // guards posted, inbox, Peer::closed, Peer::Paused
+  std::condition_variable cv;
+  std::map<Key, Posted*> posted;
+  std::map<Key, std::vector<Message>> inbox;  // FIFO per key
+  int wake_fd = -1;                            // eventfd: unpause or stop the receiver
+  std::atomic<bool> stopping{false};
+  std::thread receiver;
+
+  int size() const { return static_cast<int>(world_ranks.size()); }
+  ~Mesh();
+
+  // Sets up this rank's connections to every other member (through `store`) and starts the receiver.
+  void connect(const std::string& group_id, StoreClient& store);
+
+  // Caller side. post(): the next frame for key lands in p (or completes it from the inbox at once).
+  void post(const Key& key, Posted& p);
+  // Waits until every posted entry is done or a member it waits on is gone, the process aborts or the
+  // deadline passes; returns "" or what went wrong (the entries are unposted either way).
+  std::string take(const std::vector<std::pair<Key, Posted*>>& entries, Clock::time_point deadline);
+  void unpost(const Key& key, Posted& p);
+  // Writes one frame to each listed peer, all at once; returns "" or the error (naming the peer).
+  struct Out {
+    int peer;
+    FrameKind kind;
+    int64_t channel;
+    std::string sig;
+    const std::byte* data;
+    uint64_t bytes;
+  };
+  std::string write(const std::vector<Out>& outs, Clock::time_point deadline);
+  // A send/recv message from this rank to itself: into its own mailbox, waiting while that is full.
+  std::string send_to_self(int64_t tag, const std::string& sig, const std::byte* data, uint64_t bytes,
+                           Clock::time_point deadline);
+  void wake();  // the receiver thread re-checks paused peers (or stops)
+
+  void shutdown_sockets();             // makes every read and write fail promptly
+  void send_abort(const std::string& reason);  // best effort: skips a peer whose stream is mid-frame
+  void close();                        // bye to every peer, stop the receiver, close the sockets
+
+ private:
+  void receive_loop();
+  void receive();
+  bool on_readable(int j);  // false when the peer is gone
+  void frame_ready(int j);
+  void lose(int j, const std::string& why);
+};
+
+}  // namespace braid::dist::detail
