@@ -1,9 +1,11 @@
 // braid check / train / ops.
-#include "core/format.h"
 #include "cli/commands.h"
 
 #include <fstream>
+#include <memory>
 
+#include "core/format.h"
+#include "dist/rendezvous.h"
 #include "exec/memory_plan.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
@@ -15,8 +17,6 @@
 
 namespace braid::cli {
 namespace {
-
-
 
 // Per-sample shape text: the batch axis is dropped, except for scalars (the loss).
 std::string sample_shape(const Shape& s) {
@@ -171,6 +171,15 @@ int train(const TrainArgs& a, FILE* out) {
   o.save_final = a.save_final;
   o.progress = !a.no_progress;
   o.out = out;
+  // Started by braid launch, torchrun, srun or mpirun: join the job (store, TCP world, heartbeat) and train
+  // this process's device of the plan.
+  const dist::DistEnv env = dist::detect_env();
+  std::unique_ptr<dist::Job> job;
+  if (env.distributed()) {
+    job = std::make_unique<dist::Job>(dist::join_job(env));
+    o.world = job->world.get();
+    o.rank = env.rank;
+  }
   exec::TrainResult r = exec::train(cfg, o);
   if (r.stop_signal) return 128 + r.stop_signal;  // interrupted (after saving), as shells report it
   return 0;

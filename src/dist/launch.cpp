@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -187,6 +188,13 @@ class Launcher {
     env.push_back("BRAID_STORE_HOSTED=1");
     env.push_back("BRAID_LAUNCHED=1");
     env.push_back(BRAID_STR("BRAID_HEARTBEAT_MS=", o_.heartbeat_interval.count()));
+    // The cores are shared by the node's ranks: each gets its share of OpenMP threads (as torchrun sets
+    // OMP_NUM_THREADS), and waiting threads sleep instead of spinning (spinning ranks starve each other);
+    // a value the user set is kept.
+    if (!std::getenv("OMP_NUM_THREADS"))
+      env.push_back(BRAID_STR("OMP_NUM_THREADS=",
+                              std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o_.nproc))));
+    if (!std::getenv("OMP_WAIT_POLICY")) env.push_back("OMP_WAIT_POLICY=passive");
     std::vector<char*> envp, argv;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);

@@ -634,6 +634,13 @@ std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
   return out;
 }
 
+bool PlanRunner::any(bool flag) {
+  Tensor t = Tensor::empty(TensorDesc{Shape{1}, DType::f64});
+  t.data<double>()[0] = flag ? 1.0 : 0.0;
+  devices_[0]->world->all_reduce(t, ReduceOp::Max);  // the workers are idle between steps
+  return t.data<double>()[0] > 0;
+}
+
 std::vector<double> PlanRunner::busy_seconds() const {
   std::vector<double> out;
   for (const auto& d : devices_) out.push_back(d->busy_s);

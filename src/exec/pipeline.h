@@ -80,6 +80,9 @@ class PlanRunner {
   // `lane` records the device's compute, sends, receives and the step; `comm_lane` (may be null) its
   // gradient all-reduce thread.
   void set_trace(int device, io::TraceLane* lane, io::TraceLane* comm_lane = nullptr);
+  // Whether `flag` is true on any process of the job (a world all-reduce between steps; every process calls
+  // it): so that all stop, checkpoint or evaluate at the same step.
+  bool any(bool flag);
   // Per chunk of `device` (stage order): its gradient buckets' sizes in bytes, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_bytes(int device) const;
   void set_trace(int device, io::TraceLane* lane);

@@ -99,6 +99,11 @@ std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   TrainResult res;
+  // Between processes, rank 0 speaks, writes checkpoints, metrics and evaluations; the others train quietly.
+  const bool multi = opts.world != nullptr;
+  const bool rank0 = !multi || opts.rank == 0;
+  std::unique_ptr<FILE, int (*)(FILE*)> devnull(rank0 ? nullptr : std::fopen("/dev/null", "w"), &std::fclose);
+  FILE* out = rank0 ? opts.out : devnull.get();
   const uint64_t seed = cfg.train.seed;
   const int64_t batch = cfg.train.batch;
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
@@ -121,8 +126,24 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   } else {
     own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed);
   }
+  PlanWorld world;  // between processes: this process is device `rank`, on the job's world communicator
+  if (multi) {
+    if (!plan)
+      throw UserError(SourceLoc{cfg.path, 0, 0},
+                      "a job of " + std::to_string(opts.world->size()) + " processes needs a plan over " +
+                          std::to_string(opts.world->size()) + " devices",
+                      "set devices: cpu:" + std::to_string(opts.world->size()) +
+                          " (with parallel.plan auto or a plan file): one device per process");
+    if (plan->summary.devices != opts.world->size())
+      throw UserError(SourceLoc{cfg.path, 0, 0},
+                      "the plan uses " + std::to_string(plan->summary.devices) + " devices but the job has " +
+                          std::to_string(opts.world->size()) + " processes",
+                      "start one process per device of the plan");
+    world.local = {opts.rank};
+    world.communicator = [&opts](int) { return borrow(*opts.world); };
+  }
   if (plan) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
-                                              PlanRunnerOptions{cfg.parallel.sync_batch_norm});
+                                              PlanRunnerOptions{cfg.parallel.sync_batch_norm}, multi ? &world : nullptr);
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
   // Tracing: a lane per device; forward/backward per micro-batch, all-reduce, optimizer, eval, checkpoints.
@@ -144,12 +165,13 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
   auto write_trace = [&] {
     if (!tracer) return;
-    tracer->write(opts.trace);
-    std::fprintf(opts.out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
+    const std::string path = rank0 ? opts.trace : opts.trace + ".rank" + std::to_string(opts.rank);
+    tracer->write(path);
+    std::fprintf(out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
   };
   const graph::Graph& g = train_runner->g;
-  if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, opts.out);
-  if (!opts.save_init.empty()) save_weights(opts.save_init, cfg, store);
+  if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
+  if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);
   res.arena_bytes = train_runner->exec->plan().arena_bytes;
 
   // 2. Data.
@@ -175,51 +197,53 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     std::string path = io::CheckpointDir::resolve(cfg.checkpoint.dir, opts.resume);
     state = restore(io::read_checkpoint(path), path, cfg, store, opt, sampler);
     state.micro_batches = steps_micro;
-    std::fprintf(opts.out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),
+    std::fprintf(out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),
                  static_cast<long long>(state.step), static_cast<long long>(sampler.epoch()));
     if (state.step >= total_steps)
-      std::fprintf(opts.out, "braid: the checkpoint is already at step %lld of %lld; nothing to train\n",
+      std::fprintf(out, "braid: the checkpoint is already at step %lld of %lld; nothing to train\n",
                    static_cast<long long>(state.step), static_cast<long long>(total_steps));
   }
   if (dp) dp->broadcast_from_replica0();  // loaded weights or a checkpoint: every replica starts from them
   if (pr) pr->scatter(store, &opt);       // every device takes its shards of the whole tensors
   std::unique_ptr<io::CheckpointDir> ckpt_dir;
-  if (!cfg.checkpoint.dir.empty()) ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
+  if (!cfg.checkpoint.dir.empty() && rank0)
+    ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
   auto save_checkpoint = [&]() {
+    if (cfg.checkpoint.dir.empty()) return;
+    if (pr) pr->gather(store, &opt);  // a collective of every process
     if (!ckpt_dir) return;
-    if (pr) pr->gather(store, &opt);
     res.last_checkpoint = ckpt_dir->save(capture(cfg, store, opt, sampler, state));
   };
   Evaluator evaluator{cfg, store, eval_data.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
-  if (!cfg.log.metrics.empty()) {
+  if (!cfg.log.metrics.empty() && rank0) {
     std::error_code ec;
     auto parent = std::filesystem::path(cfg.log.metrics).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     metrics = std::make_unique<io::MetricsWriter>(cfg.log.metrics, /*append=*/state.step > 0);
   }
-  io::Progress progress(opts.out, opts.progress && io::Progress::is_tty(opts.out), total_steps,
+  io::Progress progress(out, opts.progress && io::Progress::is_tty(out), total_steps,
                         std::max<int64_t>(1, cfg.log.every_steps), state.step);
   StopSignals signals;
 
-  std::fprintf(opts.out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
+  std::fprintf(out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
                static_cast<long long>(batch), static_cast<long long>(num_micro), static_cast<long long>(micro),
                train_data->describe().c_str());
   if (pr) {
     std::string slots;
     for (int sl : pr->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
-    std::fprintf(opts.out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
+    std::fprintf(out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
                  "%lld micro-batches of %lld per replica; in flight per stage: %s\n",
                  run->automatic ? "auto" : cfg.parallel.plan.c_str(), cfg.devices.c_str(), static_cast<int>(pr->programs().size()),
                  plan->summary.data_parallel, plan->summary.tensor_parallel, plan->summary.schedule.c_str(),
                  static_cast<long long>(plan->summary.micro_batches), static_cast<long long>(plan->summary.micro_batch),
                  slots.c_str());
     if (run->automatic)
-      std::fprintf(opts.out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
+      std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
   }
   if (dp)
-    std::fprintf(opts.out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
+    std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
 
   // 3. Steps.
@@ -241,7 +265,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       loss = r.loss;
       norm = r.grad_norm;
       loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *pr);
-      if (auto rec = loop.report(step - first_step, total_steps - first_step, run->prediction, *pr, opts.out); rec && metrics) {
+      if (auto rec = loop.report(step - first_step, total_steps - first_step, run->prediction, *pr, out); rec && metrics) {
         rec->step = step + 1;
         metrics->write(*rec);
       }
@@ -276,7 +300,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (eval_now) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Eval, {}, {}, "eval"});
       if (pr) pr->gather(store, nullptr);
-      ev = evaluator.run(seed);
+      if (rank0) ev = evaluator.run(seed);
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
     if (metrics && (log_now || eval_now)) {
@@ -299,6 +323,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     state.wall_time_s += std::chrono::duration<double>(Clock::now() - step_start).count();
     step_start = Clock::now();
     bool stop = StopSignals::stop_requested() || (opts.stop_after > 0 && step + 1 >= opts.stop_after && step + 1 < total_steps);
+    if (multi) stop = pr->any(stop);  // a signal reaches the ranks at different steps: stop all at one
     bool due = cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0;
     if (due || stop || step + 1 == total_steps) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Checkpoint, {}, {}, "save"});
@@ -325,9 +350,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
 
   // 4. Final evaluation.
-  if (eval_data) {
+  if (eval_data && rank0) {
     res.eval = evaluator.run(seed);
-    std::fprintf(opts.out, "braid: final eval on %lld samples: %s\n",
+    std::fprintf(out, "braid: final eval on %lld samples: %s\n",
                  static_cast<long long>(cfg.eval.batches > 0 ? std::min(eval_data->size(), cfg.eval.batches * batch)
                                                              : eval_data->size()),
                  eval_str(res.eval).c_str());
@@ -338,9 +363,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       metrics->write(rec);
     }
   }
-  if (!opts.save_final.empty()) save_weights(opts.save_final, cfg, store);
+  if (!opts.save_final.empty() && rank0) save_weights(opts.save_final, cfg, store);
   write_trace();
-  std::fprintf(opts.out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(state.step - first_step),
+  std::fprintf(out, "braid: %lld steps in %.1f s (%.0f samples/s)\n", static_cast<long long>(state.step - first_step),
                total_secs, res.samples_per_s);
   return res;
 }

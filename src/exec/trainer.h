@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/comm/comm.h"
 #include "io/run_config.h"
 
 namespace braid::exec {
@@ -20,6 +21,11 @@ struct TrainOptions {
   std::string save_init;   // write the initial weights (HDF5, /params/<name>) before the first step
   std::string save_final;  // write the final weights after the last step
   bool progress = true;    // terminal progress (a bar on a TTY, plain lines otherwise)
+  // Between processes (braid launch, torchrun, Slurm, Open MPI): this process is device `rank` of the plan,
+  // `world` its world communicator (owned by the caller). Rank 0 writes checkpoints, metrics, evaluations and
+  // the trace; every rank trains. nullptr: every device in this process.
+  Communicator* world = nullptr;
+  int rank = 0;
   FILE* out = stdout;
 };
 

@@ -13,3 +13,10 @@ add_test(NAME Parallel.StrategiesAgree
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/strategies_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/strategies_test)
 set_tests_properties(Parallel.StrategiesAgree PROPERTIES TIMEOUT 900)
+# Training across processes with braid launch on loopback: DP2, PP2 and DP2xPP2 (2 and 4 processes) equal the
+# one-process run bit for bit; an elastic relaunch with fewer processes resumes; a killed rank stops the job
+# (tests/parallel/processes_test.py).
+add_test(NAME Parallel.ProcessesAgree
+         COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/processes_test.py $<TARGET_FILE:braid>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/processes_test)
+set_tests_properties(Parallel.ProcessesAgree PROPERTIES TIMEOUT 600 LABELS dist)

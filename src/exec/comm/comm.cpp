@@ -161,4 +161,34 @@ TensorDesc all_to_all_desc(const TensorDesc& in, int split_axis, int concat_axis
   return d;
 }
 
+namespace {
+class Borrowed final : public Communicator {
+ public:
+  explicit Borrowed(Communicator& t) : t_(t) {}
+  int rank() const override { return t_.rank(); }
+  int size() const override { return t_.size(); }
+
+ protected:
+  void do_all_reduce(Tensor& t, ReduceOp op) override { t_.all_reduce(t, op); }
+  void do_all_gather(const Tensor& in, Tensor& out, int axis) override { t_.all_gather(in, out, axis); }
+  void do_reduce_scatter(const Tensor& in, Tensor& out, int axis, ReduceOp op) override {
+    t_.reduce_scatter(in, out, axis, op);
+  }
+  void do_all_to_all(const Tensor& in, Tensor& out, int split_axis, int concat_axis) override {
+    t_.all_to_all(in, out, split_axis, concat_axis);
+  }
+  void do_broadcast(Tensor& t, int root) override { t_.broadcast(t, root); }
+  void do_barrier() override { t_.barrier(); }
+  void do_send(const Tensor& t, int peer, int tag) override { t_.send(t, peer, tag); }
+  void do_recv(Tensor& t, int peer, int tag) override { t_.recv(t, peer, tag); }
+  std::unique_ptr<Communicator> do_split(const std::vector<int>& ranks) override { return t_.split(ranks); }
+  void do_abort(const std::string& reason) override { t_.abort(reason); }
+
+ private:
+  Communicator& t_;
+};
+}  // namespace
+
+std::unique_ptr<Communicator> borrow(Communicator& target) { return std::make_unique<Borrowed>(target); }
+
 }  // namespace braid::exec

@@ -93,6 +93,10 @@ std::string peer(const char* what, int peer, int n);
 std::string split(const std::vector<int>& ranks, int rank, int n);
 }  // namespace comm_check
 
+// A communicator that forwards every call to `target` (which must outlive it): for handing a communicator owned
+// elsewhere (a process's TCP world, owned by its dist::Job) to code that takes ownership of one.
+std::unique_ptr<Communicator> borrow(Communicator& target);
+
 // The output descriptions the collectives require (for callers that allocate outputs).
 TensorDesc all_gather_desc(const TensorDesc& in, int axis, int n);
 TensorDesc reduce_scatter_desc(const TensorDesc& in, int axis, int n);
