@@ -32,7 +32,7 @@ TEST(GpuBench, Gpt2TrainStep) {
   const int steps = static_cast<int>(env_int("BRAID_GPU_BENCH_STEPS", 5));
   const bool bf16 = env_int("BRAID_GPU_BENCH_BF16", 0) != 0;
   Diagnostics d;
-  io::ModelSpec m = io::load_model(testing::source_dir() + "/models/bench/gpt2_124m.yaml", {}, d);
+  io::ModelSpec m = io::load_model(braid::testing::source_dir() + "/models/bench/gpt2_124m.yaml", {}, d);
   d.throw_if_any();
   graph::BuildOptions bo;
   bo.with_backward = true;

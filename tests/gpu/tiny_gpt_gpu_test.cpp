@@ -31,7 +31,7 @@ struct GptCase {
 GptCase load(int64_t batch) {
   GptCase s;
   Diagnostics d;
-  s.m = io::load_model(testing::source_dir() + "/models/tiny_gpt.yaml", {}, d);
+  s.m = io::load_model(braid::testing::source_dir() + "/models/tiny_gpt.yaml", {}, d);
   d.throw_if_any();
   graph::BuildOptions bo;
   bo.with_backward = true;

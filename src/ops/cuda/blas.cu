@@ -102,8 +102,13 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   if (e == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (bias == nullptr) epi = CUBLASLT_EPILOGUE_DEFAULT;
   BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (bias)
+  if (bias) {
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    // The bias has the output's type (f32 under autocast, where the operands are bf16): said explicitly.
+    int32_t bias_type = dt;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof(bias_type)));
+  }
   // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
   BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, fin, fout, fin));
   BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, fin, m, fin));
