@@ -16,7 +16,7 @@ fi
 nice -n 10 ninja -C "$BUILD" -j"${JOBS:-2}" test_gpu braid
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/lib"
-bins=("$BUILD/tests/test_gpu" "$BUILD/src/cli/braid")
+bins=("$BUILD/tests/test_gpu" "$BUILD/braid")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "gpu_carry: $b was not built"; exit 1; }
   cp -L "$b" "$CARRY/bin/"
@@ -30,7 +30,7 @@ done | sort -u | while read -r name path; do
   if [[ "$name" =~ $skip ]]; then continue; fi
   if [[ "$name" == libopenblas.so.0 ]]; then
     [ -f "$REF_BLAS" ] || { echo "gpu_carry: $REF_BLAS missing (apt-get install libblas3)"; exit 1; }
-    nm -D "$REF_BLAS" | grep -q ' T cblas_sgemm$' || { echo "gpu_carry: $REF_BLAS has no cblas_sgemm"; exit 1; }
+    [ "$(nm -D "$REF_BLAS" | grep -c ' T cblas_sgemm$')" -gt 0 ] || { echo "gpu_carry: $REF_BLAS has no cblas_sgemm"; exit 1; }
     cp -L "$REF_BLAS" "$CARRY/lib/libopenblas.so.0"
   else
     cp -L "$path" "$CARRY/lib/$name"
@@ -38,7 +38,7 @@ done | sort -u | while read -r name path; do
   strip --strip-debug "$CARRY/lib/$name" 2>/dev/null || true
 done
 # Only cblas_sgemm / cblas_dgemm may come from OpenBLAS (the reference BLAS has no openblas_* entry points).
-if nm -D --undefined-only "${bins[@]}" | grep -q ' U openblas_'; then
+if [ "$(nm -D --undefined-only "${bins[@]}" | grep -c ' U openblas_')" -gt 0 ]; then
   echo "gpu_carry: the binaries call openblas_* functions; the reference BLAS cannot stand in"; exit 1
 fi
 realpath . > "$CARRY/source_dir"
