@@ -23,7 +23,7 @@ if [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" 2>
 # CUDA's libraries from this machine: the first directory holding each.
 LIBS=$C/lib
 for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
-  f=$(find /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  f=$(find /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
       /opt/torch/.venv/lib/python3.12/site-packages/nvidia -maxdepth 4 -name "$lib" 2>/dev/null | head -1)
   if [ -z "$f" ]; then echo "warning: $lib not found" | tee -a "$LOG"; continue; fi
   d=$(dirname "$f")
