@@ -1,35 +1,77 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: configure a CUDA build for sm_90, build, run the `gpu`-labelled tests, then the
-# GPT-2-124M-class benchmark (braid, fp32 forward+backward) and the same model in PyTorch eager on the same
-# GPU, and print one table: tokens/s each, ratio, MFU. Sized for under 8 minutes; every step has a timeout.
-# MFU = tokens/s * 6 * (N_params + 2 * L * T * d_attn_flops_term) / dense peak; see docs/benchmarks.md.
+# One command on the GPU machine, from the binaries carried in .gpucarry/ (scripts/gpu_carry.sh builds them on
+# the build machine; nothing is built here): the `gpu` tests in one run of test_gpu, then the GPT-2-124M-class
+# training-step benchmark (forward + backward + fused AdamW) of braid and of PyTorch eager, fp32 and bf16
+# autocast, and one table: tokens/s, ratio to PyTorch, MFU = tokens/s * (6 N + 6 L T d) / dense bf16 peak
+# (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Sized for under 6 minutes; every step has a timeout.
+# Results (test XML, log) also go to $OUT when set. BATCH (default 4), STEPS (default 5) set the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
+C=$PWD/.gpucarry
 BATCH=${BATCH:-4}
-step() { echo "== $*"; }
-step configure
-timeout 120 cmake -S . -B "$BUILD" -G Ninja -DBRAID_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-step build
-timeout 300 ninja -C "$BUILD" -j"$(nproc)" test_gpu >/dev/null || { echo "build failed"; exit 1; }
-step "ctest -L gpu"
-timeout 180 ctest --test-dir "$BUILD" -L gpu --output-on-failure -j1 | tail -25
-step benchmark
-B=$(BRAID_GPU_BENCH=1 BRAID_GPU_BENCH_BATCH=$BATCH timeout 120 "$BUILD/tests/test_gpu" --gtest_filter=GpuBench.* 2>&1 | grep '^BENCH' || true)
-T=$(timeout 120 python3 scripts/bench/torch_gpt2.py --batch "$BATCH" 2>&1 | grep '^TORCH' || true)
+STEPS=${STEPS:-5}
+OUTDIR=${OUT:-}
+LOG=/dev/null
+[ -n "$OUTDIR" ] && LOG=$OUTDIR/gpu_check.log
+step() { echo "== $*" | tee -a "$LOG"; }
+[ -x "$C/bin/test_gpu" ] || { echo "no $C/bin/test_gpu: run scripts/gpu_carry.sh on the build machine and carry .gpucarry"; exit 1; }
+echo "carried commit $(cat "$C/commit" 2>/dev/null), built in $(cat "$C/source_dir")" | tee -a "$LOG"
+# The tests read models/ from $BRAID_SOURCE_DIR; the compiled-in path is linked here too as a fallback.
+export BRAID_SOURCE_DIR=$PWD
+SRC=$(cat "$C/source_dir")
+if [ "$SRC" != "$PWD" ] && [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" 2>/dev/null && ln -sfn "$PWD" "$SRC" 2>/dev/null || true; fi
+# CUDA's libraries from this machine: the first directory holding each.
+LIBS=$C/lib
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  f=$(find /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+      /opt/torch/.venv/lib/python3.12/site-packages/nvidia -maxdepth 4 -name "$lib" 2>/dev/null | head -1)
+  if [ -z "$f" ]; then echo "warning: $lib not found" | tee -a "$LOG"; continue; fi
+  d=$(dirname "$f")
+  case ":$LIBS:" in *":$d:"*) ;; *) LIBS=$LIBS:$d ;; esac
+done
+echo "LD_LIBRARY_PATH for braid: $LIBS" | tee -a "$LOG"
+# Only the carried binaries get the carried libraries (PyTorch keeps its own).
+braid_run() { LD_LIBRARY_PATH=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }
+PY=${PYTHON:-}
+[ -z "$PY" ] && { [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python || PY=python3; }
+
+step "gpu tests (test_gpu, one run)"
+XML=()
+[ -n "$OUTDIR" ] && XML=(--gtest_output=xml:"$OUTDIR/gpu_tests.xml")
+braid_run timeout 170 "$C/bin/test_gpu" --gtest_filter=-GpuBench.* "${XML[@]}" >"${OUTDIR:-/tmp}/gpu_tests.log" 2>&1
+rc=$?
+grep -E '^\[ *(PASSED|FAILED|SKIPPED) *\]|^bf16 step|Failure|error' "${OUTDIR:-/tmp}/gpu_tests.log" | head -40 | tee -a "$LOG"
+tail -3 "${OUTDIR:-/tmp}/gpu_tests.log" | tee -a "$LOG"
+echo "test_gpu exit status $rc (124: timeout)" | tee -a "$LOG"
+
+step "benchmarks (batch $BATCH x seq 1024, $STEPS timed training steps each)"
+bench_braid() {
+  BRAID_GPU_BENCH=1 BRAID_GPU_BENCH_BATCH=$BATCH BRAID_GPU_BENCH_STEPS=$STEPS BRAID_GPU_BENCH_BF16=$1 \
+    braid_run timeout 45 "$C/bin/test_gpu" --gtest_filter=GpuBench.* 2>&1 | tee -a "$LOG" | grep '^BENCH' || true
+}
+bench_torch() { timeout 45 "$PY" scripts/bench/torch_gpt2.py --batch "$BATCH" --steps "$STEPS" "$@" 2>&1 | tee -a "$LOG" | grep '^TORCH' || true; }
+B32=$(bench_braid 0)
+B16=$(bench_braid 1)
+T32=$(bench_torch)
+T16=$(bench_torch --bf16)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-python3 - "$B" "$T" "$GPU" <<'PY'
+python3 - "$B32" "$B16" "$T32" "$T16" "$GPU" "$BATCH" <<'PY' | tee -a "$LOG"
 import re, sys
-b, t, gpu = sys.argv[1], sys.argv[2], sys.argv[3]
-get = lambda s, k: float(re.search(k + r"=([0-9.]+)", s).group(1)) if re.search(k + r"=([0-9.]+)", s) else None
-bt, tt, n = get(b, "tokens_per_s"), get(t, "tokens_per_s"), get(b, "params") or 163e6
+b32, b16, t32, t16, gpu, batch = sys.argv[1:7]
+def get(s, k):
+    m = re.search(k + r"=([-0-9.]+)", s)
+    return float(m.group(1)) if m else None
+n = get(b32, "params") or get(b16, "params") or 163.0e6
 L, T, D = 12, 1024, 768
 flops_per_token = 6 * n + 6 * L * T * D  # dense 6N, plus causal attention (12 L T d, halved by the mask)
-peak = 756e12 if "PCIe" in gpu else 989.4e12  # H100/H200 SXM dense bf16; fp32 runs are measured against it too
+peak = 756e12 if "PCIe" in gpu else 989.4e12  # H100/H200 dense bf16; fp32 rows are measured against it too
 fmt = lambda x: f"{x:,.0f}" if x else "n/a"
 mfu = lambda x: f"{100 * x * flops_per_token / peak:.1f}%" if x else "n/a"
-print(f"{'':8} {'tokens/s':>12} {'MFU':>7}   ({gpu or 'unknown GPU'}, fp32, batch from BATCH, seq 1024)")
-print(f"{'braid':8} {fmt(bt):>12} {mfu(bt):>7}")
-print(f"{'pytorch':8} {fmt(tt):>12} {mfu(tt):>7}")
-print(f"ratio braid/pytorch: {bt / tt:.2f}" if bt and tt else "ratio: n/a")
+print(f"{gpu or 'unknown GPU'}, batch {batch} x seq 1024, training step = fwd + bwd + fused AdamW")
+print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> last")
+for name, s, ref in (("braid fp32", b32, t32), ("braid bf16", b16, t16), ("pytorch fp32", t32, t32), ("pytorch bf16", t16, t16)):
+    x, r = get(s, "tokens_per_s"), get(ref, "tokens_per_s")
+    ratio = f"{x / r:.2f}" if x and r else "n/a"
+    print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_last')}")
 PY
+exit $rc

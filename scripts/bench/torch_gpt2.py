@@ -1,6 +1,9 @@
 """PyTorch eager reference for scripts/gpu_check.sh: the model of models/bench/gpt2_124m.yaml (pre-norm GPT-2
-small shapes, untied output layer, dropout 0), forward+backward timed on the GPU in fp32 (TF32 off, as braid's
-f32 GEMMs) or bf16 autocast (--bf16). Prints "TORCH tokens_per_s=<x>"."""
+small shapes, untied output layer, dropout 0), full training steps timed on the GPU: forward + backward +
+torch.optim.AdamW(fused=True) (lr 6e-4, betas 0.9/0.95, weight decay 0.1, as tests/gpu/bench_gpu_test.cpp),
+in fp32 (TF32 off, as braid's f32 GEMMs) or torch.autocast bf16 (--bf16) over fp32 master weights.
+--no-optim times forward+backward only. Prints "TORCH tokens_per_s=<x> precision=<p> loss_first=.. loss_last=..".
+"""
 import argparse, time
 import torch
 import torch.nn as nn
@@ -8,6 +11,8 @@ import torch.nn as nn
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=4)
 p.add_argument("--bf16", action="store_true")
+p.add_argument("--no-optim", action="store_true")
+p.add_argument("--steps", type=int, default=5)
 a = p.parse_args()
 torch.backends.cuda.matmul.allow_tf32 = False
 V, T, D, H, L = 50257, 1024, 768, 12, 12
@@ -35,14 +40,27 @@ class GPT(nn.Module):
         return nn.functional.cross_entropy(s.out(s.ln_f(x)).view(-1, V), y.view(-1))
 
 m = GPT().cuda()
+opt = None
+if not a.no_optim:
+    opt = torch.optim.AdamW(m.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 t = torch.randint(0, V, (a.batch, T), device="cuda")
+
 def step():
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.bf16):
         loss = m(t, t)
     loss.backward()
-for _ in range(2): step()
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return loss
+
+first = step().item()
+step()
 torch.cuda.synchronize()
 t0 = time.time()
-for _ in range(5): step()
+for _ in range(a.steps):
+    loss = step()
 torch.cuda.synchronize()
-print(f"TORCH tokens_per_s={5 * a.batch * T / (time.time() - t0):.1f}")
+dt = time.time() - t0
+print(f"TORCH tokens_per_s={a.steps * a.batch * T / dt:.1f} precision={'bf16' if a.bf16 else 'fp32'} "
+      f"optim={'none' if opt is None else 'adamw_fused'} loss_first={first:.4f} loss_last={loss.item():.4f}")

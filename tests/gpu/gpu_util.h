@@ -1,8 +1,9 @@
 // Shared by the gpu tests: skip (saying why) where no CUDA device is visible, and a device arena + stream
-// for eager kernel calls.
+// for eager kernel calls, and the source tree (models/) the tests read.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,13 @@
   } while (0)
 
 namespace braid::testing {
+
+// The source tree: $BRAID_SOURCE_DIR when set (the binary carried to another machine, scripts/gpu_check.sh),
+// else the build's source directory compiled in.
+inline std::string source_dir() {
+  const char* env = std::getenv("BRAID_SOURCE_DIR");
+  return env && *env ? std::string(env) : std::string(BRAID_SOURCE_DIR);
+}
 
 struct Device {
   explicit Device(size_t arena_bytes = size_t{1} << 30) : stream(0), arena(0, arena_bytes) {}

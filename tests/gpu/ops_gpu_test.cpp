@@ -1,7 +1,9 @@
 // Every op on CUDA against its CPU kernel, from the registry's samples (as tests/ops/registry_suite_test.cpp):
 // the forward of each sample, and its backward as the gradient rule emits it (every emitted op run eagerly
 // on the GPU, the CPU run eagerly by tests/ops/op_harness). f32 within 1e-5 relative (|gpu - cpu| <=
-// 1e-5 (|cpu| + 1)); integer outputs and mutated buffers compared too. No per-op code here.
+// 1e-5 (|cpu| + 1)); integer outputs and mutated buffers compared too. No per-op code here. The *Bf16Autocast
+// variants run the same with bf16 autocast on (every GEMM on bf16 operands, fp32 accumulation and results;
+// cuda::Ctx::autocast) against the CPU in f32 within 1e-2 relative in L2 norm per tensor (see expect_close).
 #include <cmath>
 
 #include "../ops/op_harness.h"
@@ -14,12 +16,12 @@ using namespace braid::testing;
 
 namespace {
 
-constexpr double kRtol = 1e-5;
+constexpr double kRtol = 1e-5, kRtolBf16 = 1e-2;
 
 // GradBuilder that runs every emitted op's CUDA kernel at once on device tensors.
 class GpuEager : public GradBuilder {
  public:
-  explicit GpuEager(Device& dev) : dev_(dev) {}
+  GpuEager(Device& dev, bool bf16) : dev_(dev), bf16_(bf16) {}
   ValueId add(Tensor t) {
     vals_.push_back(std::move(t));
     return ValueId(static_cast<int32_t>(vals_.size() - 1));
@@ -48,6 +50,10 @@ class GpuEager : public GradBuilder {
     c.batch_offset = ctx.batch_offset;
     c.workspace_bytes = cuda_workspace_bytes(op, attrs, descs, out_descs);
     if (c.workspace_bytes) c.workspace = dev_.arena.take(c.workspace_bytes, "workspace");
+    if (bf16_) {
+      c.autocast_bytes = cuda_autocast_bytes(descs, out_descs, c.workspace_bytes);
+      c.autocast = dev_.arena.take(c.autocast_bytes, "autocast");
+    }
     (*k)(c, attrs, in, out);
     std::vector<ValueId> ids;
     for (auto& t : out) ids.push_back(add(t));
@@ -59,12 +65,18 @@ class GpuEager : public GradBuilder {
 
  private:
   Device& dev_;
+  bool bf16_;
   std::vector<Tensor> vals_;
 };
 
-void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+// f32: every element within rtol (|cpu| + 1). bf16 autocast: the tensor within 1e-2 relative in L2
+// (||gpu - cpu|| <= 1e-2 ||cpu|| + 1e-5 sqrt(n)), and every element within 5e-2 (|cpu| + 1) so that a
+// localised error (a wrong row) cannot hide in the norm; bf16 rounds each GEMM operand by up to 2^-9.
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double rtol, bool bf16 = false) {
   ASSERT_EQ(gpu.desc(), cpu.desc()) << what;
+  const double elem_tol = bf16 ? 5e-2 : rtol;
   int bad = 0;
+  double diff2 = 0, ref2 = 0;
   for (int64_t i = 0; i < cpu.numel() && bad < 5; ++i) {
     double g, c;
     if (is_float(cpu.dtype())) {
@@ -74,10 +86,16 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what)
       g = static_cast<double>(cpu.dtype() == DType::i64 ? gpu.data<int64_t>()[i] : gpu.data<int32_t>()[i]);
       c = static_cast<double>(cpu.dtype() == DType::i64 ? cpu.data<int64_t>()[i] : cpu.data<int32_t>()[i]);
     }
-    if (!(std::abs(g - c) <= kRtol * (std::abs(c) + 1))) {
+    diff2 += (g - c) * (g - c);
+    ref2 += c * c;
+    if (!(std::abs(g - c) <= elem_tol * (std::abs(c) + 1))) {
       ADD_FAILURE() << what << " element " << i << ": gpu " << g << ", cpu " << c;
       ++bad;
     }
+  }
+  if (bf16 && bad == 0) {
+    const double lim = rtol * std::sqrt(ref2) + 1e-5 * std::sqrt(static_cast<double>(cpu.numel()));
+    EXPECT_LE(std::sqrt(diff2), lim) << what << ": relative L2 error " << std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-30);
   }
 }
 
@@ -104,8 +122,8 @@ TEST(CudaKernels, EveryRegistryOpHasOne) {
   for (const auto& name : cuda_kernel_names()) EXPECT_NE(Registry::get().find(name), nullptr) << name;
 }
 
-TEST(CudaOps, ForwardMatchesCpu) {
-  BRAID_REQUIRE_GPU();
+static void check_forward(bool bf16) {
+  const double rtol = bf16 ? kRtolBf16 : kRtol;
   Device dev;
   Rng rng(11, 3);
   for (const auto* d : public_ops()) {
@@ -116,7 +134,7 @@ TEST(CudaOps, ForwardMatchesCpu) {
       std::vector<Tensor> cpu_in;
       for (const auto& t : inst.inputs) cpu_in.push_back(t.clone());
       auto cpu_out = run_forward(Instance{inst});  // run_forward clones the inputs it mutates
-      GpuEager g(dev);
+      GpuEager g(dev, bf16);
       g.ctx.training = true;
       g.ctx.rng_key = 7;
       g.ctx.batch_offset = inst.batch_offset;
@@ -125,7 +143,7 @@ TEST(CudaOps, ForwardMatchesCpu) {
       auto outs = g.emit(d->name, inst.attrs, ids);
       ASSERT_EQ(outs.size(), cpu_out.size());
       for (size_t k = 0; k < outs.size(); ++k)
-        expect_close(dev.download(g.val(outs[k])), cpu_out[k], "output " + std::to_string(k));
+        expect_close(dev.download(g.val(outs[k])), cpu_out[k], "output " + std::to_string(k), rtol, bf16);
       // Buffers the op mutates (batch norm's running statistics) against the CPU kernel's update.
       if (!d->mutated_inputs.empty()) {
         Instance again = inst;
@@ -138,14 +156,14 @@ TEST(CudaOps, ForwardMatchesCpu) {
         e.emit(d->name, inst.attrs, cin);
         for (int m : d->mutated_inputs)
           expect_close(dev.download(g.val(ids[static_cast<size_t>(m)])), e.val(cin[static_cast<size_t>(m)]),
-                       "mutated input " + std::to_string(m));
+                       "mutated input " + std::to_string(m), rtol, bf16);
       }
     }
   }
 }
 
-TEST(CudaOps, BackwardMatchesCpu) {
-  BRAID_REQUIRE_GPU();
+static void check_backward(bool bf16) {
+  const double rtol = bf16 ? kRtolBf16 : kRtol;
   Device dev;
   Rng rng(12, 4);
   for (const auto* d : public_ops()) {
@@ -159,7 +177,7 @@ TEST(CudaOps, BackwardMatchesCpu) {
       for (int64_t i = 0; i < dy.numel(); ++i) set_from_double(dy, i, rng.uniform(-1, 1));
       auto cpu_grads = run_backward(inst, dy);
       // The same on the GPU: forward, then the gradient rule with every emitted op on the device.
-      GpuEager g(dev);
+      GpuEager g(dev, bf16);
       g.ctx.training = true;
       g.ctx.rng_key = 7;
       g.ctx.batch_offset = inst.batch_offset;
@@ -174,8 +192,28 @@ TEST(CudaOps, BackwardMatchesCpu) {
       for (size_t i = 0; i < in.size(); ++i) {
         if (!cpu_grads[i].defined() || cpu_grads[i].raw() == nullptr) continue;
         ASSERT_TRUE(c.din[i].valid()) << "no gradient of input " << i << " on GPU";
-        expect_close(dev.download(g.val(c.din[i])), cpu_grads[i], "gradient of input " + std::to_string(i));
+        expect_close(dev.download(g.val(c.din[i])), cpu_grads[i], "gradient of input " + std::to_string(i), rtol, bf16);
       }
     }
   }
+}
+
+TEST(CudaOps, ForwardMatchesCpu) {
+  BRAID_REQUIRE_GPU();
+  check_forward(false);
+}
+
+TEST(CudaOps, BackwardMatchesCpu) {
+  BRAID_REQUIRE_GPU();
+  check_backward(false);
+}
+
+TEST(CudaOps, ForwardMatchesCpuBf16Autocast) {
+  BRAID_REQUIRE_GPU();
+  check_forward(true);
+}
+
+TEST(CudaOps, BackwardMatchesCpuBf16Autocast) {
+  BRAID_REQUIRE_GPU();
+  check_backward(true);
 }

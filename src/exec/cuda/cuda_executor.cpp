@@ -54,7 +54,9 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     std::vector<TensorDesc> in, out;
     for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
     for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
-    workspace_bytes_ = std::max(workspace_bytes_, ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out));
+    const size_t ws = ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out);
+    workspace_bytes_ = std::max(workspace_bytes_, ws);
+    if (cuda_.bf16) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
   }
   // 2. One arena: shared activations, slots, parameters and buffers, workspace.
   const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
@@ -62,11 +64,12 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   for (const auto& v : g.values())
     if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) param_bytes += align256(v.desc.bytes());
   const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
-                       align256(workspace_bytes_) + 4096;
+                       align256(workspace_bytes_) + align256(autocast_bytes_) + 4096;
   stream_ = std::make_unique<cuda::Stream>(cuda_.device);
   arena_ = std::make_unique<cuda::DeviceArena>(cuda_.device, total);
   char* base = static_cast<char*>(arena_->take(shared + slot_bytes * static_cast<size_t>(options.slots), "activations"));
   if (workspace_bytes_) workspace_ = arena_->take(workspace_bytes_, "workspace");
+  if (autocast_bytes_) autocast_ = arena_->take(autocast_bytes_, "autocast");
   // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
   views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
   staging_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
@@ -255,6 +258,8 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
   ctx.training = training;
   ctx.workspace = workspace_;
   ctx.workspace_bytes = workspace_bytes_;
+  ctx.autocast = autocast_;
+  ctx.autocast_bytes = autocast_bytes_;
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
   const auto& ins = node_in_[static_cast<size_t>(slot)];

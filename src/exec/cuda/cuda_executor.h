@@ -27,6 +27,11 @@ namespace braid::exec {
 struct CudaExecutorOptions {
   int device = 0;
   bool mirror_keep = true;  // copy every `keep` value to host after run() (off: fetch() what is needed)
+  // bf16 autocast over fp32 storage (run file `precision: bf16`): every GEMM (linear forward/backward,
+  // attention's score and context products, conv2d's im2col GEMMs) casts its operands to bf16 and runs on
+  // tensor cores with fp32 accumulation and fp32 results; values, parameters (master weights), gradients,
+  // norms, softmax, losses and reductions stay fp32. See cuda::Ctx::autocast.
+  bool bf16 = false;
 };
 
 class CudaExecutor {
@@ -77,6 +82,8 @@ class CudaExecutor {
   std::unique_ptr<cuda::DeviceArena> arena_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* autocast_ = nullptr;  // bf16 operand scratch (cuda_.bf16)
+  size_t autocast_bytes_ = 0;
   std::vector<std::vector<Tensor>> views_;                            // [slot][value], device
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
   std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*

@@ -1,7 +1,9 @@
 // GEMMs through cuBLAS (row-major wrapper over column-major cuBLAS: C^T = op(B)^T op(A)^T), the linear
 // forward through cuBLASLt with bias / bias+relu / bias+gelu epilogues, and deterministic column sums.
 // f32 GEMMs use CUBLAS_COMPUTE_32F (no TF32: results match the CPU's fp32 BLAS to rounding); bf16 GEMMs
-// take bf16 operands with fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta).
+// take bf16 operands with fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta). Autocast (Ctx::autocast):
+// f32 GEMMs cast both operands to bf16 in the autocast scratch first (the span each covers, strides kept)
+// and run bf16 x bf16 -> f32 on tensor cores; C, bias and the epilogue stay f32.
 #include <limits>
 
 #include "ops/cuda/device_util.cuh"
@@ -47,6 +49,24 @@ __global__ void bias_rows(const T* b, T* y, int64_t m, int64_t n) {
   BRAID_GRID_LOOP(i, m * n) y[i] = b[i % n];
 }
 
+// Elements a row-major operand of `rows` x `cols` (row stride ld), `batch` times at stride s, spans.
+int64_t span_of(int64_t batch, int64_t s, int64_t rows, int64_t ld, int64_t cols) {
+  if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+  return (batch - 1) * s + (rows - 1) * ld + cols;
+}
+
+// Casts `n` f32 elements at x to bf16 at the autocast scratch's offset *at (advanced, 256-aligned).
+const void* stage_bf16(const Ctx& c, const void* x, int64_t n, size_t* at) {
+  size_t bytes = (static_cast<size_t>(n) * 2 + 255) / 256 * 256;
+  if (*at + bytes > c.autocast_bytes)
+    throw InternalError("autocast: bf16 scratch of " + std::to_string(c.autocast_bytes) + " bytes, a GEMM needs " +
+                        std::to_string(*at + bytes) + " (ops::cuda_autocast_bytes sizes it)");
+  void* y = static_cast<char*>(c.autocast) + *at;
+  *at += bytes;
+  cast(c, DType::f32, x, DType::bf16, y, n);
+  return y;
+}
+
 // cuBLASLt descriptors of one linear call, destroyed on scope exit (also when a check throws).
 struct LtDescs {
   cublasLtMatmulDesc_t op = nullptr;
@@ -64,7 +84,13 @@ struct LtDescs {
 // Returns false when cuBLASLt has no algorithm for this problem (the caller falls back).
 bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
                int64_t fout, Epilogue e) {
-  cudaDataType_t dt = data_type(t);
+  cudaDataType_t dt = data_type(t), ab = dt;
+  if (t == DType::f32 && c.autocast) {
+    size_t at = 0;
+    x = stage_bf16(c, x, m * fin, &at);
+    w = stage_bf16(c, w, fout * fin, &at);
+    ab = CUDA_R_16BF;
+  }
   LtDescs d;
   BRAID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -76,11 +102,16 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   if (e == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (bias == nullptr) epi = CUBLASLT_EPILOGUE_DEFAULT;
   BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (bias)
+  if (bias) {
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    // The bias has the output's type (f32 under autocast, where the operands are bf16): said explicitly.
+    int32_t bias_type = dt;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof(bias_type)));
+  }
   // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
-  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, dt, fin, fout, fin));
-  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, dt, fin, m, fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, fin, fout, fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, fin, m, fin));
   BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, dt, fout, m, fout));
   BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   size_t ws = c.blas_workspace_bytes;
@@ -105,12 +136,18 @@ void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t
           int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc, int64_t sc,
           int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
-  cudaDataType_t dt = data_type(t);
+  cudaDataType_t dt = data_type(t), ab = dt;
+  if (t == DType::f32 && c.autocast) {
+    size_t at = 0;
+    a = stage_bf16(c, a, span_of(batch, sa, ta ? k : m, lda, ta ? m : k), &at);
+    b = stage_bf16(c, b, span_of(batch, sb, tb ? n : k, ldb, tb ? k : n), &at);
+    ab = CUDA_R_16BF;
+  }
   auto h = static_cast<cublasHandle_t>(c.cublas);
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   // cuBLAS needs ld >= rows of the stored column-major matrix, even where k == 0.
-  BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ob, oa, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b, dt,
-                                                as_int(ldb, "ldb"), sb, a, dt, as_int(lda, "lda"), sa, &beta, cm, dt,
+  BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ob, oa, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b, ab,
+                                                as_int(ldb, "ldb"), sb, a, ab, as_int(lda, "lda"), sa, &beta, cm, dt,
                                                 as_int(ldc, "ldc"), sc, as_int(batch, "batch"), CUBLAS_COMPUTE_32F,
                                                 CUBLAS_GEMM_DEFAULT));
 }

@@ -34,6 +34,19 @@ size_t cuda_workspace_bytes(const std::string& op, const Attrs& attrs, std::span
   return it->second.workspace(attrs, in, out);
 }
 
+size_t cuda_autocast_bytes(std::span<const TensorDesc> in, std::span<const TensorDesc> out, size_t workspace) {
+  size_t a = 0, b = 0;  // the two largest bf16 copies
+  auto consider = [&](size_t bytes) {
+    bytes = (bytes + 255) / 256 * 256 + 256;
+    if (bytes > a) std::swap(a, bytes);
+    if (bytes > b) b = bytes;
+  };
+  for (const auto& d : in) consider(static_cast<size_t>(d.numel()) * 2);
+  for (const auto& d : out) consider(static_cast<size_t>(d.numel()) * 2);
+  consider(workspace / 2);
+  return a + b;
+}
+
 std::vector<std::string> cuda_kernel_names() {
   std::vector<std::string> names;
   for (const auto& [name, e] : table()) names.push_back(name);

@@ -25,6 +25,9 @@ const CudaKernel* cuda_kernel(const std::string& op);
 // Scratch bytes the CUDA kernel of `op` needs for these operands (0: none).
 size_t cuda_workspace_bytes(const std::string& op, const Attrs& attrs, std::span<const TensorDesc> in,
                             std::span<const TensorDesc> out);
+// Autocast scratch (CudaCtx::autocast) one call of any kernel may need: bf16 copies of two GEMM operands,
+// each lying within one input, one output or the call's workspace, so the two largest of those, halved.
+size_t cuda_autocast_bytes(std::span<const TensorDesc> in, std::span<const TensorDesc> out, size_t workspace);
 // Every op name that has a CUDA kernel (sorted).
 std::vector<std::string> cuda_kernel_names();
 

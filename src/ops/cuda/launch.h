@@ -28,6 +28,12 @@ struct Ctx {
   // executor reads it after a run and raises the UserError the CPU kernel would have raised.
   int* error_flag = nullptr;
   int device = 0;
+  // bf16 autocast (mixed precision over fp32 storage): when set, every f32 GEMM (gemm, linear) casts its two
+  // operands to bf16 here (round to nearest even) and runs on tensor cores with fp32 accumulation and an
+  // f32 result; everything else (norms, softmax, losses, reductions, optimizer) stays fp32. Null: pure fp32.
+  // Size from ops::cuda_autocast_bytes; stream-ordered reuse (each GEMM overwrites it).
+  void* autocast = nullptr;
+  size_t autocast_bytes = 0;
 };
 
 enum BadData : int { kBadToken = 1, kBadTarget = 2 };

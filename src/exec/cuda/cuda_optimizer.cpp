@@ -1,0 +1,88 @@
+// CudaOptimizer (see cuda_optimizer.h): builds the fused kernels' slot table once, then enqueues axpy and
+// adamw / sgd launches on the executor's stream.
+#include "exec/cuda/cuda_optimizer.h"
+
+#include <algorithm>
+
+namespace braid::exec {
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace
+
+CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches)
+    : ex_(ex), spec_(spec), micro_batches_(std::max(micro_batches, 1)) {
+  if (spec.type != "adamw" && spec.type != "sgd")
+    throw UserError(SourceLoc{}, "optimizer '" + spec.type + "' has no device implementation", "use adamw or sgd");
+  if (spec.clip_grad_norm)
+    throw UserError(SourceLoc{}, "clip_grad_norm is not supported by the device optimizer yet",
+                    "drop optimizer.clip_grad_norm for GPU runs, or train on cpu devices");
+  const graph::Graph& g = ex.graph();
+  const bool adamw = spec.type == "adamw", momentum = !adamw && spec.momentum != 0;
+  const int state = (adamw ? 2 : momentum ? 1 : 0) + (micro_batches_ > 1 ? 1 : 0);
+  size_t bytes = 4096;
+  for (const auto& p : g.params())
+    if (p.grad.valid()) {
+      bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4) * static_cast<size_t>(state);
+      ++count_;
+    }
+  bytes += align256(cuda::multi_tensor_table_bytes(count_));
+  arena_ = std::make_unique<cuda::DeviceArena>(ex.stream().device(), bytes);
+  table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "optimizer table");
+  std::vector<cuda::ParamSlot> slots;
+  for (const auto& p : g.params()) {
+    if (!p.grad.valid()) continue;
+    const Tensor& w = ex.device_param(p.name);
+    const Tensor& grad = ex.device_value(p.grad);
+    BRAID_ASSERT(w.dtype() == DType::f32 && grad.dtype() == DType::f32, "device optimizer: ", p.name,
+                 " must be f32 (master weights), is ", w.desc().str());
+    cuda::ParamSlot s;
+    s.n = w.numel();
+    s.p = w.data<float>();
+    const size_t nb = static_cast<size_t>(s.n) * 4;
+    auto zeroed = [&](const char* what) {
+      auto* q = static_cast<float*>(arena_->take(nb, what));
+      ex.stream().memset(q, 0, nb);
+      return q;
+    };
+    if (micro_batches_ > 1) {
+      float* acc = zeroed("gradient accumulator");
+      accum_.emplace_back(grad, acc);
+      s.g = acc;
+    } else {
+      s.g = grad.data<float>();
+    }
+    if (adamw) {
+      s.m = zeroed("exp_avg");
+      s.v = zeroed("exp_avg_sq");
+    } else if (momentum) {
+      s.m = zeroed("momentum_buffer");
+    }
+    max_n_ = std::max(max_n_, s.n);
+    slots.push_back(s);
+  }
+  cuda::upload_slots(ex.stream().ctx(), slots.data(), count_, table_);  // synchronises
+}
+
+CudaOptimizer::~CudaOptimizer() = default;
+
+size_t CudaOptimizer::device_bytes() const { return arena_->used(); }
+
+void CudaOptimizer::accumulate(int mb) {
+  if (micro_batches_ == 1) return;
+  cuda::Ctx c = ex_.stream().ctx();
+  for (const auto& [grad, acc] : accum_)
+    cuda::axpy(c, DType::f32, grad.raw(), acc, grad.numel(), 1.0 / micro_batches_, mb == 0);
+}
+
+void CudaOptimizer::step(double lr) {
+  cuda::Ctx c = ex_.stream().ctx();
+  if (spec_.type == "adamw")
+    cuda::adamw(c, table_, count_, max_n_, lr, spec_.betas[0], spec_.betas[1], spec_.eps, spec_.weight_decay,
+                step_ + 1);
+  else
+    cuda::sgd(c, table_, count_, max_n_, lr, spec_.momentum, spec_.dampening, spec_.weight_decay, spec_.nesterov,
+              step_ == 0);
+  ++step_;
+}
+
+}  // namespace braid::exec
