@@ -1,4 +1,5 @@
-// SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU).
+// SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU), one pass over
+// each parameter, split across the OpenMP threads.
 #include "exec/optimizer.h"
 
 #include <cmath>
@@ -6,6 +7,11 @@
 #include "ops/cpu/kernel_util.h"
 
 namespace braid::exec {
+namespace {
+// Elements per parallel chunk of the update loops: every element is updated independently, so the result
+// does not depend on the chunking (bit-identical for any thread count).
+constexpr int64_t kGrain = 1 << 15;
+}  // namespace
 
 Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store) : spec_(spec), store_(store) {
   for (auto& e : store_.entries()) {
@@ -23,15 +29,18 @@ Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store) : spec_(s
 template <typename T>
 static void sgd_update(T* p, const T* g, T* buf, int64_t n, const io::OptimizerSpec& s, double lr, bool first) {
   const T wd = T(s.weight_decay), mom = T(s.momentum), damp = T(s.dampening), lrt = T(lr);
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i];
-    if (s.weight_decay != 0) d = d + wd * p[i];
-    if (s.momentum != 0) {
-      buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
-      d = s.nesterov ? d + mom * buf[i] : buf[i];
+  const bool decay = s.weight_decay != 0, momentum = s.momentum != 0, nesterov = s.nesterov;
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T d = g[i];
+      if (decay) d = d + wd * p[i];
+      if (momentum) {
+        buf[i] = first ? d : mom * buf[i] + (T(1) - damp) * d;
+        d = nesterov ? d + mom * buf[i] : buf[i];
+      }
+      p[i] = p[i] - lrt * d;
     }
-    p[i] = p[i] - lrt * d;
-  }
+  });
 }
 
 template <typename T>
@@ -41,13 +50,15 @@ static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::Opti
   const double bc1 = 1 - std::pow(s.betas[0], static_cast<double>(t));
   const double bc2 = 1 - std::pow(s.betas[1], static_cast<double>(t));
   const T step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = p[i] * decay;
-    m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-    v[i] = v[i] * b2 + g[i] * g[i] * (T(1) - b2);
-    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] - step_size * (m[i] / denom);
-  }
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      p[i] = p[i] * decay;
+      m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+      v[i] = v[i] * b2 + g[i] * g[i] * (T(1) - b2);
+      T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      p[i] = p[i] - step_size * (m[i] / denom);
+    }
+  });
 }
 
 void Optimizer::step(double lr) {
