@@ -59,7 +59,7 @@ for run in "${RUNS[@]}"; do
       files+=("$metrics")
     else
       rc=$?
-      echo "   failed (exit $rc): $(grep -m1 -v '^$' "$DIR/$label.log" || true)"
+      echo "   failed (exit $rc): $(grep -m1 -i 'error' "$DIR/$label.log" || grep -m1 -v '^$' "$DIR/$label.log" || true)"
       echo "$run$p: exit $rc: $(tr '\n' ' ' < "$DIR/$label.log")" >> "$FAILED"
     fi
   done

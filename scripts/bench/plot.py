@@ -32,7 +32,7 @@ def point(row):
     out = {}
     for kv in (row.get("sweep") or "").split():
         k, _, v = kv.partition("=")
-        out[k] = v
+        out[k] = os.path.basename(v) if "/" in v else v  # plan files: their names
     return out
 
 

@@ -71,7 +71,7 @@ for run in "${RUNS[@]}"; do
       tail -n +2 "$TMP/row.csv" >> "$CSV"
     else
       rc=$?
-      echo "   failed (exit $rc): $(grep -m1 -v '^$' "$TMP/log" || true)"
+      echo "   failed (exit $rc): $(grep -m1 -i 'error' "$TMP/log" || grep -m1 -v '^$' "$TMP/log" || true)"
       echo "$run$p: exit $rc: $(tr '\n' ' ' < "$TMP/log")" >> "$FAILED"
     fi
     rm -f "$TMP/row.csv"

@@ -1,6 +1,7 @@
 // bench(): train()'s steps 1-3 (graph, data, optimizer step) in a timed loop; see bench.h.
 // The step below must stay the same as trainer.cpp's: forward_backward, the finite-loss check, clipping,
-// lr_at, Optimizer::step. Per-node timing is switched on in the executor only when asked.
+// lr_at, Optimizer::step; on `cpu:N`, DataParallel::step. Per-node timing is switched on in the executor
+// only when asked (on `cpu:N`: replica 0's nodes; the data and accumulate phases are then not split out).
 #include "exec/bench.h"
 
 #include <chrono>
