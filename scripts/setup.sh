@@ -18,6 +18,7 @@ packages=(
   libboost-dev libgtest-dev libopenblas-openmp-dev     # Asio (src/dist), tests, CPU GEMM (OpenMP build)
   dataset-fashion-mnist                                # the default demo's data
   python3 python3-torch python3-numpy python3-h5py python3-yaml  # PyTorch reference tests
+  python3-matplotlib                                   # scripts/bench plots
 )
 
 missing=()

@@ -157,8 +157,8 @@ Row summarise(std::string run, std::string sweep, exec::BenchResult r, int64_t w
 const char* kCsvHeader =
     "run,sweep,model,batch,micro_batch,threads,steps,warmup,window,samples_per_s_median,samples_per_s_min,"
     "samples_per_s_max,samples_per_s_p25,samples_per_s_p75,tokens_per_sample,tokens_per_s_median,step_ms_median,"
-    "train_flops_per_step,achieved_gflops,peak_gflops,mfu,peak_rss_bytes,arena_bytes,workspace_bytes,params,"
-    "predicted_step_ms,plan\n";
+    "train_flops_per_step,achieved_gflops,peak_gflops,mfu,peak_rss_bytes,arena_bytes,workspace_bytes,params,devices,"
+    "data_parallel,predicted_step_ms,plan\n";
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -189,6 +189,8 @@ std::string csv_row(const Row& w, const BenchArgs& a, const CpuPeak& p) {
   add(std::to_string(r.arena_bytes));
   add(std::to_string(r.workspace_bytes));
   add(std::to_string(r.params));
+  add(csv_field(r.devices));
+  add(std::to_string(r.data_parallel));
   add(r.predicted_step_s > 0 ? fmt("%.3f", 1e3 * r.predicted_step_s) : "");
   add(csv_field(r.plan));
   return s + "\n";
@@ -222,6 +224,7 @@ std::string json_doc(const std::vector<Row>& rows, const BenchArgs& a, const Cpu
     j.field("achieved_gflops", w.flops_per_s / 1e9).field("mfu", w.mfu);
     j.field("peak_rss_bytes", w.peak_rss_bytes).field("arena_bytes", r.arena_bytes);
     j.field("workspace_bytes", r.workspace_bytes).field("params", r.params);
+    j.field("devices", r.devices).field("data_parallel", r.data_parallel);
     if (!r.plan.empty()) j.field("plan", r.plan).field("predicted_step_ms", 1e3 * r.predicted_step_s);
     j.key("window_samples_per_s").begin_array();
     for (double v : w.window_sps) j.value(v);

@@ -1,14 +1,35 @@
 // The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/launch.h"
 
+namespace {
+
+// OpenMP's default wait policy (libgomp: a thread spins ~300k iterations at every barrier before sleeping)
+// is pathological on a shared machine: a spinning thread holds the core the thread it waits for needs. On
+// the 2-core machine under a load of 9, LeNet ran at 40 samples/s with spinning and 490 with
+// OMP_WAIT_POLICY=passive (docs/benchmarks.md). libgomp reads the policy when it is loaded, before main, so
+// braid re-executes itself once with OMP_WAIT_POLICY=passive unless the user chose a policy
+// (OMP_WAIT_POLICY or GOMP_SPINCOUNT set). If the re-exec fails, braid simply runs with the default.
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("OMP_WAIT_POLICY");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  prefer_passive_openmp(argv);
   CLI::App app{"braid: train neural networks described in YAML"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "braid 0.1.0");

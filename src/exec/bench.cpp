@@ -1,6 +1,7 @@
 // bench(): train()'s steps 1-3 (graph, data, optimizer step) in a timed loop; see bench.h.
 // The step below must stay the same as trainer.cpp's: forward_backward, the finite-loss check, clipping,
-// lr_at, Optimizer::step. Per-node timing is switched on in the executor only when asked.
+// lr_at, Optimizer::step; on `cpu:N`, DataParallel::step. Per-node timing is switched on in the executor
+// only when asked (on `cpu:N`: replica 0's nodes; the data and accumulate phases are then not split out).
 #include "exec/bench.h"
 
 #include <chrono>
@@ -8,11 +9,13 @@
 #include <map>
 
 #include "core/parallel.h"
+#include "exec/data_parallel.h"
 #include "exec/optimizer.h"
 #include "exec/pipeline.h"
 #include "exec/run_plan.h"
 #include "graph/build.h"
 #include "exec/runner.h"
+#include "exec/trainer.h"
 #include "graph/print.h"
 #include "io/dataset.h"
 
@@ -48,7 +51,9 @@ BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchO
   BenchResult res;
   const uint64_t seed = cfg.train.seed;
   const planner::Summary& s = rp.plan.summary;
-  PlanRunner pr(cfg.model, cfg.optimizer, rp.plan, seed);
+  res.devices = cfg.devices;
+  res.data_parallel = s.data_parallel;
+  PlanRunner pr(cfg.model, cfg.optimizer, rp.plan, seed, PlanRunnerOptions{cfg.parallel.sync_batch_norm});
   graph::BuildOptions bo;
   bo.with_backward = true;
   const graph::Graph g = graph::build_graph(cfg.model, s.micro_batch, bo);
@@ -99,8 +104,18 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   const int64_t num_micro = batch / micro;
 
-  ParamStore store;
-  auto runner = make_runner(cfg.model, micro, true, store, seed);
+  // One runner, or N data-parallel replicas on `cpu:N` (as train(): replica 0's graph, store and optimizer
+  // are the ones reported; the step is DataParallel::step).
+  const int dp_degree = data_parallel_degree(cfg, micro);
+  std::unique_ptr<DataParallel> dp;
+  ParamStore own_store;
+  std::unique_ptr<Runner> own_runner;
+  if (dp_degree > 1)
+    dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
+  else
+    own_runner = make_runner(cfg.model, micro, true, own_store, seed);
+  ParamStore& store = dp ? dp->store(0) : own_store;
+  Runner* runner = dp ? &dp->runner(0) : own_runner.get();
   const graph::Graph& g = runner->g;
   auto inputs = dataset_inputs(cfg.model, g);
   auto data = io::open_dataset(cfg.data.train, inputs, seed);
@@ -109,17 +124,20 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
                                             " samples, fewer than one batch of " + std::to_string(batch));
   io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
-  Optimizer opt(cfg.optimizer, store);
+  std::unique_ptr<Optimizer> own_opt;
+  if (!dp) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
 
   res.model = cfg.model.name;
   res.batch = batch;
   res.micro_batch = micro;
   res.threads = num_threads();
+  res.devices = cfg.devices;
+  res.data_parallel = dp_degree;
   res.params = store.num_trainable();
   res.arena_bytes = runner->exec->plan().arena_bytes;
   res.workspace_bytes = runner->exec->plan().workspace_bytes;
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
-  res.train_flops_per_step *= static_cast<double>(num_micro);
+  res.train_flops_per_step *= static_cast<double>(num_micro * dp_degree);  // each replica runs micro / N
   for (const auto& in : inputs)
     if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
       res.tokens_per_sample = in.sample.shape.numel();
@@ -137,14 +155,24 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
     const int64_t step = i;  // the schedule and dropout streams advance as in train()
     auto t0 = Clock::now();
     std::span<const int64_t> batch_idx = sampler.next_view();
-    double loss = forward_backward(*runner, store, *data, batch_idx, micro, seed, step, indices, {},
-                                   per_node ? &phases : nullptr);
+    const double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step % std::max<int64_t>(total_steps, 1), total_steps);
+    double loss = 0;
+    Clock::time_point t1;
+    if (dp) {  // forward, backward, all-reduce, clipping and optimizer on every replica
+      loss = dp->step(*data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0)).loss;
+      t1 = Clock::now();
+    } else {
+      loss = forward_backward(*runner, store, *data, batch_idx, micro, seed, step, indices, {},
+                              per_node ? &phases : nullptr);
+      t1 = Clock::now();
+      if (std::isfinite(loss)) {
+        if (cfg.optimizer.clip_grad_norm) clip_grad_norm(store, *cfg.optimizer.clip_grad_norm);
+        own_opt->step(lr);
+      }
+    }
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
-    auto t1 = Clock::now();
-    if (cfg.optimizer.clip_grad_norm) clip_grad_norm(store, *cfg.optimizer.clip_grad_norm);
-    opt.step(lr_at(cfg.lr_schedule, cfg.optimizer.lr, step % std::max<int64_t>(total_steps, 1), total_steps));
     auto t2 = Clock::now();
     if (!timed) continue;
     res.step_s.push_back(std::chrono::duration<double>(t2 - t0).count());

@@ -27,6 +27,8 @@ struct LayerTime {
 struct BenchResult {
   std::string model;
   int64_t batch = 0, micro_batch = 0, threads = 0;
+  std::string devices;            // the run's `devices` (cpu, cpu:4, ...)
+  int64_t data_parallel = 1;      // data-parallel replicas (N of cpu:N, else 1)
   int64_t tokens_per_sample = 0;   // per-sample length of the first integer sequence input; 0: none
   int64_t params = 0;              // trainable elements
   double train_flops_per_step = 0; // sum of every training-graph node's cost, times the micro-batches

@@ -112,7 +112,8 @@ DpStepResult DataParallel::step(io::Dataset& data, std::span<const int64_t> batc
   res.loss /= static_cast<double>(size());
   res.grad_norm = replicas_[0]->result.grad_norm;
 #ifndef NDEBUG
-  check_replicas_identical();
+  // Every 16th step (and the first): a full check costs a pass over all parameters and optimizer state.
+  if (step % 16 == 0) check_replicas_identical();
 #endif
   return res;
 }
@@ -188,9 +189,15 @@ void DataParallel::set_trace(int r, io::TraceLane* lane) {
 uint64_t DataParallel::checksum(int rank) const {
   const Replica& r = *replicas_.at(static_cast<size_t>(rank));
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const Tensor& t) {
+  auto mix = [&](const Tensor& t) {  // FNV-1a over 8-byte words (then the tail bytes): 8x fewer steps
     const auto* p = static_cast<const unsigned char*>(t.raw());
-    for (size_t i = 0; i < t.bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    const size_t n = t.bytes(), words = n / 8;
+    for (size_t i = 0; i < words; ++i) {
+      uint64_t w;
+      std::memcpy(&w, p + 8 * i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (size_t i = 8 * words; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   };
   for (const auto& e : r.store.entries())
     if (!e.spec.buffer) mix(e.value);

@@ -63,7 +63,7 @@ class DataParallel {
   // every replica, gradient all-reduce (average), clipping (when clip > 0) and the optimizer at rate lr.
   DpStepResult step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip);
 
-  // A checksum of replica r's trainable parameters and optimizer state (bytes, FNV-1a).
+  // A checksum of replica r's trainable parameters and optimizer state (FNV-1a over 8-byte words).
   uint64_t checksum(int r) const;
   // Asserts that every replica's checksum equals replica 0's.
   void check_replicas_identical() const;

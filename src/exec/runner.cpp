@@ -9,9 +9,6 @@
 #include "ops/cpu/kernel_util.h"
 
 namespace braid::exec {
-namespace {
-
-}  // namespace
 
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g) {
   auto bounds = graph::integer_input_bounds(g);
@@ -49,13 +46,14 @@ void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
     const T k = T(scale);
-    const int64_t n = dst.numel();
-    if (first && scale == 1.0)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i];
-    else if (first)
-      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * k;
-    else
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i] * k;
+    parallel_for(dst.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+      if (first && scale == 1.0)
+        std::copy(s + b, s + e, d + b);
+      else if (first)
+        for (int64_t i = b; i < e; ++i) d[i] = s[i] * k;
+      else
+        for (int64_t i = b; i < e; ++i) d[i] += s[i] * k;
+    });
   });
 }
 

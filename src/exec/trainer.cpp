@@ -69,8 +69,8 @@ struct Evaluator {
   }
 };
 
-// The number of data-parallel replicas the run asks for: N for `cpu:N` with an automatic plan, else 1.
-// Checks that N divides the micro-batch.
+}  // namespace
+
 int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
   planner::DeviceSpec dev;
   std::string err;
@@ -83,6 +83,8 @@ int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
                     "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
   return dev.count;
 }
+
+namespace {
 
 std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
   std::string s;

@@ -42,4 +42,8 @@ struct TrainResult {
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts);
 
+// The number of data-parallel replicas the run asks for: N for `cpu:N` with an automatic plan, else 1.
+// Checks that N divides the micro-batch (UserError otherwise). Shared by train() and bench().
+int data_parallel_degree(const io::RunConfig& cfg, int64_t micro);
+
 }  // namespace braid::exec

@@ -2,6 +2,7 @@
 """End-to-end tests of the braid command: check on every shipped model and config, ops listing, and
 training that is bit-identical for the same run file and seed, with a metrics file and eval.
 Usage: cli_test.py BRAID_BINARY SOURCE_DIR WORK_DIR"""
+import csv
 import json
 import os
 import subprocess
@@ -103,6 +104,16 @@ if ok:
           and rows[0]["tokens_per_sample"] == 16 and rows[0]["train_flops_per_step"] > 0
           and 0 < rows[0]["mfu"] and rows[0]["peak_rss_bytes"] > 0 and rows[1]["batch"] == 8)
     case("bench JSON: windows, steps, tokens, FLOPs, MFU, RSS", ok, json.dumps(rows)[:1000])
+# bench on cpu:N runs the data-parallel step; the CSV says so (devices, data_parallel columns).
+r = run(["bench", run_file, "--steps", "2", "--warmup", "1", "--window", "1", "--sweep", "devices=cpu,cpu:2",
+         "--csv", csv_path, "--peak-gflops", "100"])
+ok = r.returncode == 0
+case("bench --sweep devices=cpu,cpu:2 (data parallel)", ok, r.stderr + r.stdout[-1000:])
+if ok:
+    rows = list(csv.DictReader(open(csv_path)))
+    case("bench CSV: devices and data_parallel columns",
+         [(x["devices"], x["data_parallel"]) for x in rows] == [("cpu", "1"), ("cpu:2", "2")]
+         and all(float(x["samples_per_s_median"]) > 0 for x in rows), str(rows))
 r = run(["bench", run_file, "--sweep", "train.batch"])
 case("bench --sweep without values is a user error", r.returncode == 2 and "--sweep" in r.stderr, r.stderr)
 r = run(["bench", os.path.join(src, "models", "tiny_gpt.yaml"), "--steps", "1"])

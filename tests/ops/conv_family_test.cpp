@@ -66,6 +66,11 @@ std::vector<Sample> conv_cases() {
   cases.push_back({"big_pad",
                    {{"out", int64_t{2}}, {"kernel", int64_t{2}}, {"padding", int64_t{3}}},
                    {{TensorDesc{Shape{1, 3, 2, 3}}}}});
+  // Big enough planes that the kernels cut the batch of 5 into groups of 2, 2 and 1 samples (in double:
+  // (K + O) P 8 bytes = 22 x 5184 x 8 per sample against conv.cpp's 2 MiB per group).
+  cases.push_back({"several_groups",
+                   {{"out", int64_t{4}}, {"kernel", int64_t{3}}, {"padding", int64_t{1}}},
+                   {{TensorDesc{Shape{5, 2, 72, 72}}}}});
   return cases;
 }
 

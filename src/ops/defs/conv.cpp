@@ -1,9 +1,12 @@
 // conv2d: 2-D convolution of NCHW input like torch.nn.Conv2d (groups 1, dilation 1, zero padding), by
-// im2col + one GEMM per sample; and its gradient ops: conv2d_grad_input (GEMM + col2im),
-// conv2d_grad_weight (GEMM accumulated over the batch) and conv2d_grad_bias (sum over batch and space).
+// im2col + GEMM over groups of samples; and its gradient ops: conv2d_grad_input (GEMM + col2im),
+// conv2d_grad_weight (GEMM accumulated over the groups) and conv2d_grad_bias (sum over batch and space).
 // Weight [out, C, kh, kw], bias [out]; both start uniform(-1/sqrt(C kh kw), +1/sqrt(C kh kw)) as in PyTorch.
-// The column matrix of one sample is scratch from OpDef::workspace: kernels never allocate. 1x1 convolutions
-// with stride 1 and no padding skip im2col (the sample already is its column matrix).
+// A group of G samples (G from the shapes alone, so results never depend on the thread count) is one column
+// matrix [C kh kw, G Ho Wo] and one GEMM; with dy / y gathered to [out, G Ho Wo] beside it. Both live in
+// scratch from OpDef::workspace: kernels never allocate. Each group runs as few OpenMP regions as possible
+// (im2col over sample x channel, one GEMM, one gather/scatter), which matters on small images.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/kernel_util.h"
@@ -20,14 +23,19 @@ using spatial::Window;
 
 Window conv_window(const Attrs& a, const TensorDesc& x) { return spatial::window_of("conv2d", a, x); }
 
-// The sample is its own column matrix: 1x1 kernel, stride 1, no padding.
-bool direct(const Window& w) { return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0; }
+// Bytes of scratch a group's matrices may take: big enough for wide GEMMs, small enough to stay in cache.
+constexpr int64_t kGroupBytes = int64_t{2} << 20;
 
-// Bytes of one sample's column matrix [C kh kw, Ho Wo] (0 when the sample is used directly).
-size_t col_bytes(const Attrs& a, const TensorDesc& x) {
-  Window w = conv_window(a, x);
-  if (direct(w)) return 0;
-  return static_cast<size_t>(w.C * w.k() * w.out_plane()) * dtype_size(x.dtype);
+// Samples per group: G such that the column matrix [K, G P] and the [O, G P] matrix fit kGroupBytes.
+int64_t group_size(const Window& w, int64_t O, size_t elem) {
+  int64_t per_sample = (w.C * w.k() + O) * w.out_plane() * static_cast<int64_t>(elem);
+  return std::clamp<int64_t>(kGroupBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(w.B, 1));
+}
+
+// Bytes of one group's scratch: the column matrix [K, G P] and the [O, G P] matrix.
+size_t group_bytes(const Window& w, int64_t O, DType t) {
+  int64_t G = group_size(w, O, dtype_size(t));
+  return static_cast<size_t>((w.C * w.k() + O) * G * w.out_plane()) * dtype_size(t);
 }
 
 template <typename T>
@@ -35,11 +43,6 @@ T* scratch(const KernelCtx& ctx, int64_t n) {
   BRAID_ASSERT(ctx.workspace != nullptr && ctx.workspace_bytes >= static_cast<size_t>(n) * sizeof(T),
                "conv2d workspace too small: ", ctx.workspace_bytes, " bytes for ", n, " elements");
   return static_cast<T*>(ctx.workspace);
-}
-
-// Channels per parallel chunk so that a chunk does about 32k element moves.
-int64_t channel_grain(const Window& w) {
-  return std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, w.k() * w.out_plane()));
 }
 
 // Outputs o in [lo, hi) of one axis whose input position o stride - pad + tap falls inside [0, size).
@@ -53,49 +56,64 @@ Span valid_outputs(int64_t tap, int64_t stride, int64_t pad, int64_t size, int64
   return {std::min(lo, hi), hi};
 }
 
-// x: (C, H, W) one sample -> col: (C kh kw, Ho Wo); row (c, i, j) holds x[c, oh sh - ph + i, ow sw - pw + j],
-// zero where that falls in the padding. Row order matches the weight's (C, kh, kw) flattening.
+// x: (C, H, W) one sample, channel c -> rows (c, i, j) of col, each row holding the sample's Ho Wo entries
+// at col + row * ld: x[c, oh sh - ph + i, ow sw - pw + j], zero where that falls in the padding. Row order
+// matches the weight's (C, kh, kw) flattening; ld = G Ho Wo for a group (the sample's column offset is
+// already in col).
 template <typename T>
-void im2col(const T* x, const Window& w, T* col) {
-  parallel_for(w.C, channel_grain(w), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t i = 0; i < w.kh; ++i) {
-        Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
-        for (int64_t j = 0; j < w.kw; ++j) {
-          Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
-          T* dst = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
-          for (int64_t oh = 0; oh < w.Ho; ++oh) {
-            T* row = dst + oh * w.Wo;
-            if (oh < rows.lo || oh >= rows.hi) {
-              for (int64_t ow = 0; ow < w.Wo; ++ow) row[ow] = T(0);
-              continue;
-            }
-            const T* src = x + (c * w.H + oh * w.sh - w.ph + i) * w.W - w.pw + j;  // src[ow sw] is the pixel
-            for (int64_t ow = 0; ow < cols.lo; ++ow) row[ow] = T(0);
-            if (w.sw == 1)
-              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow];
-            else
-              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow * w.sw];
-            for (int64_t ow = cols.hi; ow < w.Wo; ++ow) row[ow] = T(0);
-          }
+void im2col_channel(const T* x, const Window& w, int64_t c, T* col, int64_t ld) {
+  for (int64_t i = 0; i < w.kh; ++i) {
+    Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
+    for (int64_t j = 0; j < w.kw; ++j) {
+      Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
+      T* dst = col + ((c * w.kh + i) * w.kw + j) * ld;
+      for (int64_t oh = 0; oh < w.Ho; ++oh) {
+        T* row = dst + oh * w.Wo;
+        if (oh < rows.lo || oh >= rows.hi) {
+          for (int64_t ow = 0; ow < w.Wo; ++ow) row[ow] = T(0);
+          continue;
         }
+        const T* src = x + (c * w.H + oh * w.sh - w.ph + i) * w.W - w.pw + j;  // src[ow sw] is the pixel
+        for (int64_t ow = 0; ow < cols.lo; ++ow) row[ow] = T(0);
+        if (w.sw == 1)
+          for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow];
+        else
+          for (int64_t ow = cols.lo; ow < cols.hi; ++ow) row[ow] = src[ow * w.sw];
+        for (int64_t ow = cols.hi; ow < w.Wo; ++ow) row[ow] = T(0);
       }
+    }
+  }
+}
+
+// The column matrix [C kh kw, G Ho Wo] of samples [b0, b0 + G) of x (B, C, H, W).
+template <typename T>
+void im2col_group(const T* x, const Window& w, int64_t b0, int64_t G, T* col) {
+  const int64_t P = w.out_plane(), ld = G * P;
+  parallel_for(G * w.C, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, w.k() * P)), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t s = q / w.C, c = q % w.C;
+      im2col_channel(x + (b0 + s) * w.C * w.in_plane(), w, c, col + s * P, ld);
+    }
   });
 }
 
-// The adjoint of im2col: x = 0, then every column entry is added back to its pixel. Each chunk owns whole
-// channels and adds in a fixed order, so the result does not depend on the thread count.
+// The adjoint of im2col for samples [b0, b0 + G): dx = 0, then every column entry is added back to its
+// pixel. Each (sample, channel) plane is owned by one chunk and added in a fixed order, so the result does
+// not depend on the thread count.
 template <typename T>
-void col2im(const T* col, const Window& w, T* x) {
-  parallel_for(w.C, channel_grain(w), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      T* plane = x + c * w.in_plane();
+void col2im_group(const T* col, const Window& w, int64_t b0, int64_t G, T* x) {
+  const int64_t P = w.out_plane(), ld = G * P;
+  parallel_for(G * w.C, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, w.k() * P)), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t s = q / w.C, c = q % w.C;
+      T* plane = x + ((b0 + s) * w.C + c) * w.in_plane();
+      const T* scol = col + s * P;
       for (int64_t e = 0; e < w.in_plane(); ++e) plane[e] = T(0);
       for (int64_t i = 0; i < w.kh; ++i) {
         Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
         for (int64_t j = 0; j < w.kw; ++j) {
           Span cols = valid_outputs(j, w.sw, w.pw, w.W, w.Wo);
-          const T* src = col + ((c * w.kh + i) * w.kw + j) * w.out_plane();
+          const T* src = scol + ((c * w.kh + i) * w.kw + j) * ld;
           for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
             T* dst = plane + (oh * w.sh - w.ph + i) * w.W - w.pw + j;  // dst[ow sw] is the pixel
             const T* row = src + oh * w.Wo;
@@ -107,6 +125,29 @@ void col2im(const T* col, const Window& w, T* x) {
         }
       }
     }
+  });
+}
+
+// dy (B, O, P) samples [b0, b0 + G) -> m (O, G P) (gather), or the reverse (scatter, adding bias[o] when given).
+template <typename T>
+void gather_group(const T* dy, int64_t O, int64_t P, int64_t b0, int64_t G, T* m) {
+  parallel_for(O, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, G * P)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t s = 0; s < G; ++s) std::copy_n(dy + ((b0 + s) * O + o) * P, P, m + (o * G + s) * P);
+  });
+}
+template <typename T>
+void scatter_group(const T* m, const T* bias, int64_t O, int64_t P, int64_t b0, int64_t G, T* y) {
+  parallel_for(O, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, G * P)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t s = 0; s < G; ++s) {
+        const T* src = m + (o * G + s) * P;
+        T* dst = y + ((b0 + s) * O + o) * P;
+        if (bias)
+          for (int64_t e = 0; e < P; ++e) dst[e] = src[e] + bias[o];
+        else
+          std::copy_n(src, P, dst);
+      }
   });
 }
 
@@ -149,32 +190,29 @@ std::vector<TensorDesc> infer_conv(const Attrs& a, std::span<const TensorDesc> i
   return {TensorDesc{Shape{w.B, out, w.Ho, w.Wo}, x.dtype}};
 }
 
-// y[b] (out, Ho Wo) = weight (out, C kh kw) @ col(x[b]) (C kh kw, Ho Wo) + bias
+// y[b] (out, Ho Wo) = weight (out, C kh kw) @ col(x[b]) (C kh kw, Ho Wo) + bias; G samples per GEMM.
 void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[0].desc());
   bool has_bias = in.size() > 2;
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* wt = in[1].data<T>();
+    const T* bias = has_bias ? in[2].data<T>() : nullptr;
     T* y = out[0].data<T>();
-    int64_t O = out[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
-    T* col = direct(w) ? nullptr : scratch<T>(ctx, K * P);
-    for (int64_t b = 0; b < w.B; ++b) {
-      const T* xb = x + b * w.C * w.in_plane();
-      if (col) im2col(xb, w, col);
-      T* yb = y + b * O * P;
-      if (has_bias) {
-        const T* bias = in[2].data<T>();
-        for (int64_t o = 0; o < O; ++o)
-          for (int64_t e = 0; e < P; ++e) yb[o * P + e] = bias[o];
-      }
-      cpu::gemm(false, false, O, P, K, T(1), wt, K, col ? col : xb, P, has_bias ? T(1) : T(0), yb, P);
+    const int64_t O = out[0].shape()[1], K = w.C * w.k(), P = w.out_plane(), G = group_size(w, O, sizeof(T));
+    T* col = scratch<T>(ctx, (K + O) * G * P);
+    T* yg = col + K * G * P;
+    for (int64_t b0 = 0; b0 < w.B; b0 += G) {
+      const int64_t g = std::min(G, w.B - b0);
+      im2col_group(x, w, b0, g, col);
+      cpu::gemm(false, false, O, g * P, K, T(1), wt, K, col, g * P, T(0), yg, g * P);
+      scatter_group(yg, bias, O, P, b0, g, y);
     }
   });
 }
 
-size_t conv_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return col_bytes(a, in[0]);
+size_t conv_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  return group_bytes(conv_window(a, in[0]), out[0].shape[1], in[0].dtype);
 }
 
 // Layouts; B = batch, C = input channels, O = output channels.
@@ -254,25 +292,27 @@ std::vector<TensorDesc> infer_grad_input(const Attrs& a, std::span<const TensorD
   return {in[1]};
 }
 
-// dcol (C kh kw, Ho Wo) = weight^T @ dy[b]; dx[b] = col2im(dcol)
+// dcol (C kh kw, G Ho Wo) = weight^T @ dy[group] (out, G Ho Wo); dx[group] = col2im(dcol)
 void grad_input_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[1].desc());
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* wt = in[2].data<T>();
     T* dx = out[0].data<T>();
-    int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
-    T* dcol = direct(w) ? nullptr : scratch<T>(ctx, K * P);
-    for (int64_t b = 0; b < w.B; ++b) {
-      T* dxb = dx + b * w.C * w.in_plane();
-      cpu::gemm(true, false, K, P, O, T(1), wt, K, dy + b * O * P, P, T(0), dcol ? dcol : dxb, P);
-      if (dcol) col2im(dcol, w, dxb);
+    const int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane(), G = group_size(w, O, sizeof(T));
+    T* dcol = scratch<T>(ctx, (K + O) * G * P);
+    T* dyg = dcol + K * G * P;
+    for (int64_t b0 = 0; b0 < w.B; b0 += G) {
+      const int64_t g = std::min(G, w.B - b0);
+      gather_group(dy, O, P, b0, g, dyg);
+      cpu::gemm(true, false, K, g * P, O, T(1), wt, K, dyg, g * P, T(0), dcol, g * P);
+      col2im_group(dcol, w, b0, g, dx);
     }
   });
 }
 
 size_t grad_input_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return col_bytes(a, in[1]);
+  return group_bytes(conv_window(a, in[1]), in[0].shape[1], in[1].dtype);
 }
 
 std::vector<SplitSignature> grad_input_splits(const Attrs&, std::span<const TensorDesc> in,
@@ -304,25 +344,27 @@ std::vector<TensorDesc> infer_grad_weight(const Attrs& a, std::span<const Tensor
   return {TensorDesc{Shape{dy[1], w.C, w.kh, w.kw}, in[0].dtype}};
 }
 
-// dweight (out, C kh kw) = sum over b of dy[b] (out, Ho Wo) @ col(x[b])^T (Ho Wo, C kh kw)
+// dweight (out, C kh kw) = sum over groups of dy[group] (out, G Ho Wo) @ col(x[group])^T (G Ho Wo, C kh kw)
 void grad_weight_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[1].desc());
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* x = in[1].data<T>();
     T* dw = out[0].data<T>();
-    int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane();
-    T* col = direct(w) ? nullptr : scratch<T>(ctx, K * P);
-    for (int64_t b = 0; b < w.B; ++b) {
-      const T* xb = x + b * w.C * w.in_plane();
-      if (col) im2col(xb, w, col);
-      cpu::gemm(false, true, O, K, P, T(1), dy + b * O * P, P, col ? col : xb, P, b == 0 ? T(0) : T(1), dw, K);
+    const int64_t O = in[0].shape()[1], K = w.C * w.k(), P = w.out_plane(), G = group_size(w, O, sizeof(T));
+    T* col = scratch<T>(ctx, (K + O) * G * P);
+    T* dyg = col + K * G * P;
+    for (int64_t b0 = 0; b0 < w.B; b0 += G) {
+      const int64_t g = std::min(G, w.B - b0);
+      im2col_group(x, w, b0, g, col);
+      gather_group(dy, O, P, b0, g, dyg);
+      cpu::gemm(false, true, O, K, g * P, T(1), dyg, g * P, col, g * P, b0 == 0 ? T(0) : T(1), dw, K);
     }
   });
 }
 
 size_t grad_weight_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return col_bytes(a, in[1]);
+  return group_bytes(conv_window(a, in[1]), in[0].shape[1], in[1].dtype);
 }
 
 std::vector<SplitSignature> grad_weight_splits(const Attrs&, std::span<const TensorDesc> in,

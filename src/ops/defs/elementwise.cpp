@@ -2,8 +2,10 @@
 // tanh and sigmoid, and the internal helpers their gradients emit: reduce_like (sum a gradient down to a
 // broadcast input's shape), <act>_grad and ones_like (the seed of the loss gradient).
 // Math follows PyTorch: gelu(x) = x * Phi(x) ("none") or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// In float, tanh and exp are cpu/fast_math.h's branch-free versions (1 ulp, vectorisable); double uses std::.
 #include <cmath>
 
+#include "ops/cpu/fast_math.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
 
@@ -162,68 +164,78 @@ Act act_of(const std::string& op, const Attrs& a) {
   return a.s("approximate") == "tanh" ? Act::GeluTanh : Act::Gelu;
 }
 
-template <typename T>
-T act_fwd(Act k, T x) {
-  switch (k) {
-    case Act::Relu: return x > T(0) ? x : T(0);
-    case Act::Gelu: return x * T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
-    case Act::GeluTanh: {
-      T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-      return T(0.5) * x * (T(1) + std::tanh(inner));
-    }
-    case Act::Tanh: return std::tanh(x);
-    case Act::Sigmoid: return T(1) / (T(1) + std::exp(-x));
+template <Act K, typename T>
+[[gnu::always_inline]] inline T act_fwd(T x) {
+  if constexpr (K == Act::Relu) return x > T(0) ? x : T(0);
+  if constexpr (K == Act::Gelu) return x * T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
+  if constexpr (K == Act::GeluTanh) {
+    T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + cpu::tanh_of(inner));
   }
-  return x;
+  if constexpr (K == Act::Tanh) return cpu::tanh_of(x);
+  if constexpr (K == Act::Sigmoid) return T(1) / (T(1) + cpu::exp_of(-x));
 }
 
 // d act / dx at x (y = act(x) given for tanh/sigmoid, whose derivative reads best from y).
-template <typename T>
-T act_deriv(Act k, T x, T y) {
-  switch (k) {
-    case Act::Relu: return x > T(0) ? T(1) : T(0);
-    case Act::Gelu: {
-      T cdf = T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
-      T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
-      return cdf + x * pdf;
-    }
-    case Act::GeluTanh: {
-      T x3 = x * x * x;
-      T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x3);
-      T t = std::tanh(inner);
-      T left = T(0.5) * x, right = T(1) + t;
-      T left_d = T(0.5) * right;
-      T right_d = left * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3) * T(0.044715) * x * x);
-      return left_d + right_d;
-    }
-    case Act::Tanh: return T(1) - y * y;
-    case Act::Sigmoid: return y * (T(1) - y);
+template <Act K, typename T>
+[[gnu::always_inline]] inline T act_deriv(T x, T y) {
+  if constexpr (K == Act::Relu) return x > T(0) ? T(1) : T(0);
+  if constexpr (K == Act::Gelu) {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
+    T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+    return cdf + x * pdf;
   }
-  return T(0);
+  if constexpr (K == Act::GeluTanh) {
+    T x3 = x * x * x;
+    T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x3);
+    T t = cpu::tanh_of(inner);
+    T left = T(0.5) * x, right = T(1) + t;
+    T left_d = T(0.5) * right;
+    T right_d = left * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3) * T(0.044715) * x * x);
+    return left_d + right_d;
+  }
+  if constexpr (K == Act::Tanh) return T(1) - y * y;
+  if constexpr (K == Act::Sigmoid) return y * (T(1) - y);
 }
 
+// Calls fn.template operator()<K>() with the activation as a compile-time constant, so that act_fwd /
+// act_deriv inline into the loops and relu's vectorise (the same arithmetic, element by element).
+template <typename F>
+void with_act(Act k, F&& fn) {
+  switch (k) {
+    case Act::Relu: fn.template operator()<Act::Relu>(); return;
+    case Act::Gelu: fn.template operator()<Act::Gelu>(); return;
+    case Act::GeluTanh: fn.template operator()<Act::GeluTanh>(); return;
+    case Act::Tanh: fn.template operator()<Act::Tanh>(); return;
+    case Act::Sigmoid: fn.template operator()<Act::Sigmoid>(); return;
+  }
+}
 
 void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
-  Act k = act_of(op, a);
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
-    parallel_for(out[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = act_fwd(k, x[i]);
+    with_act(act_of(op, a), [&]<Act K>() {
+      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) {  // pointers by value: hoisted
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
+      });
     });
   });
 }
 
 // <act>_grad(dy, x, y) -> dx
 void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
-  Act k = act_of(op, a);
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* x = in[1].data<T>();
     const T* y = in[2].data<T>();
     T* dx = out[0].data<T>();
-    parallel_for(out[0].numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv(k, x[i], y[i]);
+    with_act(act_of(op, a), [&]<Act K>() {
+      parallel_for(out[0].numel(), 1 << 14, [dy, x, y, dx](int64_t b, int64_t e) {
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
+      });
     });
   });
 }
