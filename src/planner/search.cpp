@@ -77,10 +77,14 @@ void trim(std::vector<Entry>& front, int cap, bool* capped) {
 // trimmed (trim(): sorting at every insertion dominated the search time); callers trim to `cap` when done.
 // Sorted by t.
 void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
-  for (const Entry& f : front)
-    if (dominates(f, e)) return;
-  front.erase(std::remove_if(front.begin(), front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
-  auto at = std::upper_bound(front.begin(), front.end(), e, [](const Entry& a, const Entry& b) { return a.t < b.t; });
+  // Sorted by t: only entries with t <= e.t can dominate e, only those with t >= e.t can be dominated by it.
+  auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
+  auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
+  for (auto it = front.begin(); it != hi; ++it)
+    if (dominates(*it, e)) return;
+  auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
+  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
+  auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
   front.insert(at, std::move(e));
   if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
 }
