@@ -60,23 +60,33 @@ bool dominates(const Entry& x, const Entry& y) {
   return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers;
 }
 
-// Adds e to the front unless dominated; drops what e dominates; keeps at most `cap`: the cap / 2 with the least
-// t, and of the others those with the least memory (4 p + a + buf + buffers: a pipeline stage holds several
-// micro-batches' activations), so that a capped front still holds the plans that fit. Sorted by t.
+// Keeps at most `cap` of a front sorted by t: the cap / 2 with the least t, and of the others those with the
+// least memory (4 p + a + buf + buffers: a pipeline stage holds several micro-batches' activations), so that a
+// capped front still holds the plans that fit. Stays sorted by t.
+void trim(std::vector<Entry>& front, int cap, bool* capped) {
+  if (static_cast<int>(front.size()) <= cap) return;
+  auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
+  auto rest = front.begin() + cap / 2;
+  std::stable_sort(rest, front.end(), [&](const Entry& a, const Entry& b) { return mem(a) < mem(b); });
+  front.resize(static_cast<size_t>(cap));
+  std::stable_sort(rest, front.end(), [](const Entry& a, const Entry& b) { return a.t < b.t; });
+  *capped = true;
+}
+
+// Adds e to the front unless dominated; drops what e dominates. The front may grow to 2 cap before it is
+// trimmed (trim(): sorting at every insertion dominated the search time); callers trim to `cap` when done.
+// Sorted by t.
 void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
-  for (const Entry& f : front)
-    if (dominates(f, e)) return;
-  front.erase(std::remove_if(front.begin(), front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
-  auto at = std::upper_bound(front.begin(), front.end(), e, [](const Entry& a, const Entry& b) { return a.t < b.t; });
+  // Sorted by t: only entries with t <= e.t can dominate e, only those with t >= e.t can be dominated by it.
+  auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
+  auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
+  for (auto it = front.begin(); it != hi; ++it)
+    if (dominates(*it, e)) return;
+  auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
+  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
+  auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
   front.insert(at, std::move(e));
-  if (static_cast<int>(front.size()) > cap) {
-    auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
-    auto rest = front.begin() + cap / 2;
-    std::stable_sort(rest, front.end(), [&](const Entry& a, const Entry& b) { return mem(a) < mem(b); });
-    front.resize(static_cast<size_t>(cap));
-    std::stable_sort(rest, front.end(), [](const Entry& a, const Entry& b) { return a.t < b.t; });
-    *capped = true;
-  }
+  if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
 }
 
 // A state: the layouts of the live values, each keyed by its producer's position relative to the interval's
@@ -239,6 +249,7 @@ class Intervals {
         }
       }
     }
+    for (auto& [state, entries] : out) trim(entries, cap_, &capped);
     return out;
   }
 
@@ -260,6 +271,7 @@ class Intervals {
         insert(out, std::move(x), cap_, &capped);
       }
     }
+    trim(out, cap_, &capped);
     return out;
   }
 
@@ -285,6 +297,7 @@ struct Config {
   int64_t b, m;
   std::string schedule;
   double lower_bound = 0;
+  double memory_needed = 0;  // a lower bound on the memory one model chunk needs (memory_fits)
 };
 
 struct CutItem {
@@ -322,17 +335,40 @@ class Searcher {
     std::vector<Config> configs = enumerate(n);
     r.stats.configs = static_cast<int>(configs.size());
     double best = kInfeasible;
+    const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
+    int memory_pruned = 0;
     for (const Config& c : configs) {
       if (c.lower_bound >= best) break;  // sorted by lower bound
+      if (!least || c.memory_needed < least->memory_needed) least = &c;
+      if (c.memory_needed > cl_.device.memory_bytes / c.v) {
+        ++memory_pruned;
+        continue;
+      }
       ++r.stats.configs_searched;
       double t = solve(c, best, &r);
       if (t < best) best = t;
     }
     r.stats.capped = capped_;
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!r.found) r.why_none = configs.empty() ? "no mesh shape, micro-batch and schedule agrees with the batch, the "
-                                                 "devices and the pins"
-                                               : "no plan fits in memory";
+    if (!r.found) {
+      if (configs.empty()) {
+        r.why_none = "no mesh shape, micro-batch and schedule agrees with the batch, the devices and the pins";
+      } else if (memory_pruned == static_cast<int>(configs.size()) && least) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "no plan fits in memory: every mesh shape needs more than the %.1f GB of a device (the least: dp "
+                      "%d x tp %d x pp %d, %lld micro-batches of %lld, %s, at least %.1f GB per model chunk for "
+                      "parameters, gradients, optimizer state and the activations of the micro-batches in flight, with "
+                      "every layer split to hold the least); braid has no activation recomputation, which would cut "
+                      "the activations held",
+                      cl_.device.memory_bytes / 1e9, least->dp, least->tp, least->p,
+                      static_cast<long long>(least->m), static_cast<long long>(least->b), least->schedule.c_str(),
+                      least->memory_needed / 1e9);
+        r.why_none = buf;
+      } else {
+        r.why_none = "no plan fits in memory";
+      }
+    }
     return r;
   }
 
@@ -395,6 +431,7 @@ class Searcher {
             if (pinned_stages_ && static_cast<int64_t>(pins->stages.size()) != p * v) continue;
             Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name};
             c.lower_bound = lower_bound(c);
+            c.memory_needed = memory_needed(c);
             out.push_back(c);
           }
         }
@@ -425,6 +462,56 @@ class Searcher {
     }
     double stages = static_cast<double>(c.p) * c.v;
     return total * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages;
+  }
+
+  // A lower bound on the memory of the fullest model chunk of any plan of shape c, in O(layers + stages log
+  // stages): chunk k holds c_k = (2 + states) x params + buffers and in_k x activations (in_k its micro-batches in
+  // flight). With each layer's least parameter and activation bytes over its options (P, A: totals) and layers
+  // made fractional, chunks of capacity M fit iff A can be spread with sum (M - in_k y_k) >= P, best filling
+  // the chunks with the fewest in flight first; the least such M, by bisection. Ignores the received inputs,
+  // reshard buffers and workspace (the bound stays below the truth), so no shape that fits is pruned.
+  double memory_needed(const Config& c) {
+    const LayerCosts& lc = costs(c.tp, c.b);
+    auto key = std::make_pair(c.tp, c.b);
+    auto it = least_bytes_.find(key);
+    if (it == least_bytes_.end()) {
+      double P = 0, A = 0;
+      auto al = allowed(lc);
+      for (int l = 0; l < lc.layers(); ++l) {
+        double p = kInfeasible, a = kInfeasible;
+        const auto& opts = lc.options(l);
+        for (size_t k = 0; k < opts.size(); ++k) {
+          if (al.count(l) && std::find(al[l].begin(), al[l].end(), static_cast<int>(k)) == al[l].end()) continue;
+          p = std::min(p, opts[k].param_bytes * (2 + ts_.optimizer_states) + opts[k].buffer_bytes);
+          a = std::min(a, opts[k].act_bytes);
+        }
+        if (p == kInfeasible) p = a = 0;
+        P += p;
+        A += a;
+      }
+      it = least_bytes_.emplace(key, std::make_pair(P, A)).first;
+    }
+    const double P = it->second.first, A = it->second.second;
+    const int S = c.p * c.v;
+    std::vector<int> in(static_cast<size_t>(S));
+    for (int k = 0; k < S; ++k) in[static_cast<size_t>(k)] = std::max(1, in_flight(c.schedule, k, c.p, c.v, c.m));
+    std::sort(in.begin(), in.end());
+    auto fits = [&](double M) {
+      double rest = A, spare = 0;
+      for (int x : in) {
+        double y = std::min(rest, M / x);
+        rest -= y;
+        spare += M - x * y;
+      }
+      return rest <= 0 && spare >= P;
+    };
+    double lo = 0, hi = (P + A * in.back()) / 1.0 + 1;  // one chunk holding everything fits anything
+    if (!fits(hi)) return hi;
+    for (int q = 0; q < 60; ++q) {
+      double mid = 0.5 * (lo + hi);
+      (fits(mid) ? hi : lo) = mid;
+    }
+    return lo * (1 - 1e-9);  // below the least capacity that fits: a bound, with room for rounding
   }
 
   // Options each pinned layer may take, for this LayerCosts.
@@ -488,6 +575,11 @@ class Searcher {
       return x.max_t <= y.max_t && x.sum_t <= y.sum_t && x.max_e <= y.max_e;
     };
     auto objective = [&](const CutItem& x) { return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v); };
+    struct Cand {
+      double t, tail;
+      const Entry* e;
+    };
+    std::vector<Cand> cands;
     for (int k = 0; k < S; ++k) {
       int inflight = in_flight(c.schedule, k, c.p, c.v, c.m);
       for (int i = k; i < U; ++i) {
@@ -499,6 +591,9 @@ class Searcher {
           double p2p_b = k > 0 && cut[static_cast<size_t>(i)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(i)], cross(k, k - 1)) : 0;
           double in_bytes = k > 0 ? cut[static_cast<size_t>(i)] : 0;
           auto& cell = dp[static_cast<size_t>(k) + 1][static_cast<size_t>(j)];
+          // The stage's options that fit, reduced to the Pareto front of (T, tail): all the cut DP reads of
+          // an entry once its memory is checked.
+          cands.clear();
           for (const Entry& e : iv.closed(i, j)) {
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
@@ -507,10 +602,18 @@ class Searcher {
             double t = e.t + p2p_f + p2p_b, tb = e.tb + p2p_b, total = 0, exposed = 0;
             dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
             double tail = exposed + m_.optimizer_time(e.p, ts_.optimizer_states);
-            const auto& prev = dp[static_cast<size_t>(k)][static_cast<size_t>(i)];
+            bool dom = false;
+            for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
+            if (dom) continue;
+            cands.erase(std::remove_if(cands.begin(), cands.end(), [&](const Cand& y) { return t <= y.t && tail <= y.tail; }),
+                        cands.end());
+            cands.push_back(Cand{t, tail, &e});
+          }
+          const auto& prev = dp[static_cast<size_t>(k)][static_cast<size_t>(i)];
+          for (const Cand& cd : cands) {
             for (size_t q = 0; q < prev.size(); ++q) {
-              CutItem x{std::max(prev[q].max_t, t), prev[q].sum_t + t, std::max(prev[q].max_e, tail), i,
-                        static_cast<int>(q), &e};
+              CutItem x{std::max(prev[q].max_t, cd.t), prev[q].sum_t + cd.t, std::max(prev[q].max_e, cd.tail), i,
+                        static_cast<int>(q), cd.e};
               if (objective(x) >= best) continue;
               bool dom = false;
               for (const auto& y : cell) dom |= dominated(y, x);
@@ -605,6 +708,7 @@ class Searcher {
   std::map<int, const LayerPlan*> layer_pins_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<Intervals>> intervals_;
+  std::map<std::pair<int, int64_t>, std::pair<double, double>> least_bytes_;  // (P, A) of memory_needed
   bool capped_ = false;
 };
 

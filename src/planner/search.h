@@ -1,7 +1,7 @@
 // The planner's search: for a graph, a cluster's cost model and the run's batch, the plan with the least
 // predicted step time that fits in memory. Enumerates mesh shapes [dp, tp] (the same on every stage; tp
 // divides the devices of a node), stage counts, micro-batch sizes and schedules (gpipe, 1f1b, interleaved with
-// 2 chunks), pruned by a compute lower bound; inside each, a dynamic program over stage cuts at unit
+// 2 chunks), pruned by a compute lower bound and a memory lower bound (no shape that fits is dropped); inside each, a dynamic program over stage cuts at unit
 // boundaries (a unit is one layer, or one instance of a repeated block `name.<i>.*`) whose stages come from a
 // dynamic program over layers in topological order, with the layouts of the live values as state (DAGs:
 // residual adds and branches), keeping the Pareto front of (time, backward time, parameter, activation and
