@@ -71,7 +71,8 @@ TEST(GpuBench, Gpt2TrainStep) {
   ex.fetch(g.loss(), loss);
   const double loss_first = get_as_double(loss, 0);
   train_step();
-  ex.stream().synchronize();
+  ex.fetch(g.loss(), loss);  // synchronises
+  const double loss_second = get_as_double(loss, 0);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) train_step();
   ex.stream().synchronize();
@@ -81,11 +82,11 @@ TEST(GpuBench, Gpt2TrainStep) {
   int64_t params = 0;
   for (const auto& e : store.entries())
     if (!e.spec.buffer) params += e.value.numel();
-  std::printf("BENCH tokens_per_s=%.1f params=%lld precision=%s batch=%lld accum=%d loss_first=%.4f loss_last=%.4f "
-              "device_bytes=%zu\n",
+  std::printf("BENCH tokens_per_s=%.1f params=%lld precision=%s batch=%lld accum=%d loss_first=%.4f loss_second=%.4f "
+              "loss_last=%.4f device_bytes=%zu\n",
               static_cast<double>(steps) * static_cast<double>(accum * batch * 1024) / s,
               static_cast<long long>(params), bf16 ? "bf16" : "fp32", static_cast<long long>(batch), accum, loss_first,
-              loss_last, ex.device_bytes() + opt.device_bytes());
+              loss_second, loss_last, ex.device_bytes() + opt.device_bytes());
   EXPECT_TRUE(std::isfinite(loss_last));
   EXPECT_LT(loss_last, loss_first) << "AdamW on fixed tokens must lower the loss";
 }
