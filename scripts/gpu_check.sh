@@ -73,10 +73,10 @@ peak = 756e12 if "PCIe" in gpu else 989.4e12  # H100/H200 dense bf16; fp32 rows 
 fmt = lambda x: f"{x:,.0f}" if x else "n/a"
 mfu = lambda x: f"{100 * x * flops_per_token / peak:.1f}%" if x else "n/a"
 print(f"{gpu or 'unknown GPU'}, batch {batch} x seq 1024, training step = fwd + bwd + fused AdamW")
-print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> last")
+print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> after 1 update -> last")
 for name, s, ref in (("braid fp32", b32, t32), ("braid bf16", b16, t16), ("pytorch fp32", t32, t32), ("pytorch bf16", t16, t16)):
     x, r = get(s, "tokens_per_s"), get(ref, "tokens_per_s")
     ratio = f"{x / r:.2f}" if x and r else "n/a"
-    print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_last')}")
+    print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_second')} -> {get(s, 'loss_last')}")
 PY
 exit $rc

@@ -4,7 +4,8 @@
 // weights (exec::CudaOptimizer); no host copies but the token ids (a few KiB per micro-batch).
 // BRAID_GPU_BENCH_BF16=1: bf16 autocast (CudaExecutorOptions::bf16). Batch from BRAID_GPU_BENCH_BATCH
 // (default 4), timed steps from BRAID_GPU_BENCH_STEPS (default 5, after 2 warm-up steps).
-// Prints one line "BENCH tokens_per_s=<x> params=<n> precision=<p> loss_first=<l0> loss_last=<l1> ...".
+// Prints one line "BENCH tokens_per_s=<x> params=<n> precision=<p> loss_first=<l0> loss_second=<l1> loss_last=<l>
+// ...": the losses before the first update, after it, and of the last step.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -88,7 +89,10 @@ TEST(GpuBench, Gpt2TrainStep) {
               static_cast<long long>(params), bf16 ? "bf16" : "fp32", static_cast<long long>(batch), accum, loss_first,
               loss_second, loss_last, ex.device_bytes() + opt.device_bytes());
   EXPECT_TRUE(std::isfinite(loss_last));
-  EXPECT_LT(loss_last, loss_first) << "AdamW on fixed tokens must lower the loss";
+  // The first update must lower the loss. Not the last: this configuration (GPT-2 init, lr 6e-4 without warmup)
+  // spikes after 6 updates, on the CPU too (exec::Executor + exec::Optimizer, the same step at batch 4:
+  // 10.9743, 10.5907, 10.0164, 9.5427, 9.1160, 8.7562, 11.2442; the H200 run's fp32 bench: 10.9743 -> 11.2441).
+  EXPECT_LT(loss_second, loss_first) << "one AdamW update on fixed tokens must lower the loss";
 }
 
 // At the benchmark's full size, where the CPU cannot serve as reference (BRAID_GPU_BENCH_CHECK=1; gpu_check.sh
