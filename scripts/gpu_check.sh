@@ -3,7 +3,7 @@
 # the build machine; nothing is built here): the `gpu` tests in one run of test_gpu, then the GPT-2-124M-class
 # training-step benchmark (forward + backward + fused AdamW) of braid and of PyTorch eager, fp32 and bf16
 # autocast, and one table: tokens/s, ratio to PyTorch, MFU = tokens/s * (6 N + 6 L T d) / dense bf16 peak
-# (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Sized for under 6 minutes; every step has a timeout.
+# (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Sized for under 9 minutes; every step has a timeout.
 # Results (test XML, log) also go to $OUT when set. BATCH (default 4), STEPS (default 5) set the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,11 +38,16 @@ PY=${PYTHON:-}
 step "gpu tests (test_gpu, one run)"
 XML=()
 [ -n "$OUTDIR" ] && XML=(--gtest_output=xml:"$OUTDIR/gpu_tests.xml")
-braid_run timeout 170 "$C/bin/test_gpu" --gtest_filter=-GpuBench.* "${XML[@]}" >"${OUTDIR:-/tmp}/gpu_tests.log" 2>&1
+braid_run timeout 240 "$C/bin/test_gpu" --gtest_filter=-GpuBench.* "${XML[@]}" >"${OUTDIR:-/tmp}/gpu_tests.log" 2>&1
 rc=$?
 grep -E '^\[ *(PASSED|FAILED|SKIPPED) *\]|^bf16 step|Failure|error' "${OUTDIR:-/tmp}/gpu_tests.log" | head -40 | tee -a "$LOG"
 tail -3 "${OUTDIR:-/tmp}/gpu_tests.log" | tee -a "$LOG"
 echo "test_gpu exit status $rc (124: timeout)" | tee -a "$LOG"
+
+step "gradient check at the benchmark's size (batch 2; GpuBenchCheck: central differences along each gradient)"
+BRAID_GPU_BENCH_CHECK=1 BRAID_GPU_BENCH_BATCH=2 braid_run timeout 75 "$C/bin/test_gpu" --gtest_filter=GpuBenchCheck.* 2>&1 |
+  tee -a "$LOG" >"${OUTDIR:-/tmp}/gpu_gradcheck.log"
+grep -E 'GRADCHECK loss|Failure|directional|^\[ *(PASSED|FAILED|SKIPPED) *\]' "${OUTDIR:-/tmp}/gpu_gradcheck.log" | head -30
 
 step "benchmarks (batch $BATCH x seq 1024, $STEPS timed training steps each)"
 bench_braid() {
@@ -68,10 +73,10 @@ peak = 756e12 if "PCIe" in gpu else 989.4e12  # H100/H200 dense bf16; fp32 rows 
 fmt = lambda x: f"{x:,.0f}" if x else "n/a"
 mfu = lambda x: f"{100 * x * flops_per_token / peak:.1f}%" if x else "n/a"
 print(f"{gpu or 'unknown GPU'}, batch {batch} x seq 1024, training step = fwd + bwd + fused AdamW")
-print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> last")
+print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> after 1 update -> last")
 for name, s, ref in (("braid fp32", b32, t32), ("braid bf16", b16, t16), ("pytorch fp32", t32, t32), ("pytorch bf16", t16, t16)):
     x, r = get(s, "tokens_per_s"), get(ref, "tokens_per_s")
     ratio = f"{x / r:.2f}" if x and r else "n/a"
-    print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_last')}")
+    print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_second')} -> {get(s, 'loss_last')}")
 PY
 exit $rc

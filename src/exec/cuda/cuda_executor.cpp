@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include "core/rng.h"
 #include "ops/cuda/kernels.h"
@@ -62,7 +63,11 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
   size_t param_bytes = 0;
   for (const auto& v : g.values())
-    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) param_bytes += align256(v.desc.bytes());
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      param_bytes += align256(v.desc.bytes());
+      if (cuda_.bf16 && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+        param_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
+    }
   const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
                        align256(workspace_bytes_) + align256(autocast_bytes_) + 4096;
   stream_ = std::make_unique<cuda::Stream>(cuda_.device);
@@ -82,6 +87,8 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
                    v.desc.str(), " in the graph");
       Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
       param_views_.emplace_back(params.index_of(v.name), d);
+      if (cuda_.bf16 && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+        shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "bf16 copy"), v.desc.numel()});
       for (auto& views : views_) views[v.id.idx()] = d;
       continue;
     }
@@ -93,6 +100,9 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
     }
   }
+  std::sort(shadows_.begin(), shadows_.end(), [](const cuda::Bf16Shadow& a, const cuda::Bf16Shadow& b) {
+    return std::less<const void*>()(a.src, b.src);
+  });
   for (const auto& in : g.inputs())
     for (auto& st : staging_) st[in.idx()] = Tensor::empty(g.value(in).desc);
   for (ValueId v : keep)
@@ -126,6 +136,19 @@ CudaExecutor::~CudaExecutor() = default;
 void CudaExecutor::upload_params() {
   for (const auto& [idx, d] : param_views_) stream_->upload(d.raw(), params_.entries()[idx].value.raw(), d.bytes());
   stream_->synchronize();
+  shadows_fresh_ = false;
+}
+
+void* CudaExecutor::bf16_shadow(const void* p) const {
+  for (const auto& s : shadows_)
+    if (s.src == p) return s.dst;
+  return nullptr;
+}
+
+void CudaExecutor::refresh_shadows() {
+  cuda::Ctx c = stream_->ctx();
+  for (const auto& s : shadows_) cuda::cast(c, DType::f32, s.src, DType::bf16, s.dst, s.n);
+  shadows_fresh_ = true;
 }
 
 void CudaExecutor::download_params() {
@@ -260,6 +283,11 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
   ctx.workspace_bytes = workspace_bytes_;
   ctx.autocast = autocast_;
   ctx.autocast_bytes = autocast_bytes_;
+  if (!shadows_.empty()) {
+    if (!shadows_fresh_) refresh_shadows();
+    ctx.shadows = shadows_.data();
+    ctx.shadow_count = static_cast<int>(shadows_.size());
+  }
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
   const auto& ins = node_in_[static_cast<size_t>(slot)];

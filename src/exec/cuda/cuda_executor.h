@@ -63,6 +63,11 @@ class CudaExecutor {
   void download_params();
   // The device view of parameter or buffer `name` ("h.0.fc.weight").
   const Tensor& device_param(const std::string& name) const;
+  // Under bf16 autocast: the bf16 copy of device parameter data `p` (Ctx::shadows), or null. Whoever writes
+  // device parameters other than upload_params() and the device optimizer (which rewrites the copies in its
+  // fused update) calls params_changed(), and the copies are cast again at the start of the next run.
+  void* bf16_shadow(const void* p) const;
+  void params_changed() { shadows_fresh_ = false; }
   cuda::Stream& stream() { return *stream_; }
   cuda::DeviceArena& arena() { return *arena_; }
   size_t device_bytes() const { return arena_->used(); }
@@ -73,6 +78,7 @@ class CudaExecutor {
   void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
   void stage_inputs(int slot);
   void finish_run(int slot);
+  void refresh_shadows();
 
   const graph::Graph& g_;
   ParamStore& params_;
@@ -91,6 +97,8 @@ class CudaExecutor {
   std::vector<std::vector<Tensor>> mirror_;                           // [slot][value]: host copies of keep
   std::vector<ValueId> keep_;
   std::vector<std::pair<size_t, Tensor>> param_views_;                // (store index, device view)
+  std::vector<cuda::Bf16Shadow> shadows_;                             // bf16 parameter copies, by src
+  bool shadows_fresh_ = false;
   std::vector<uint64_t> node_keys_;
   io::TraceLane* trace_ = nullptr;
   int trace_mb_ = -1;

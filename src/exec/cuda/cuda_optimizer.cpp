@@ -38,6 +38,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     cuda::ParamSlot s;
     s.n = w.numel();
     s.p = w.data<float>();
+    s.p16 = ex.bf16_shadow(s.p);  // under autocast: the GEMMs' bf16 copy, rewritten with each update
     const size_t nb = static_cast<size_t>(s.n) * 4;
     auto zeroed = [&](const char* what) {
       auto* q = static_cast<float*>(arena_->take(nb, what));

@@ -4,6 +4,8 @@
 // take bf16 operands with fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta). Autocast (Ctx::autocast):
 // f32 GEMMs cast both operands to bf16 in the autocast scratch first (the span each covers, strides kept)
 // and run bf16 x bf16 -> f32 on tensor cores; C, bias and the epilogue stay f32.
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "ops/cuda/device_util.cuh"
@@ -57,6 +59,13 @@ int64_t span_of(int64_t batch, int64_t s, int64_t rows, int64_t ld, int64_t cols
 
 // Casts `n` f32 elements at x to bf16 at the autocast scratch's offset *at (advanced, 256-aligned).
 const void* stage_bf16(const Ctx& c, const void* x, int64_t n, size_t* at) {
+  if (c.shadow_count > 0) {  // a parameter with a current bf16 copy: no cast
+    const Bf16Shadow* end = c.shadows + c.shadow_count;
+    const Bf16Shadow* s = std::lower_bound(c.shadows, end, x, [](const Bf16Shadow& a, const void* p) {
+      return std::less<const void*>()(a.src, p);
+    });
+    if (s != end && s->src == x && n <= s->n) return s->dst;
+  }
   size_t bytes = (static_cast<size_t>(n) * 2 + 255) / 256 * 256;
   if (*at + bytes > c.autocast_bytes)
     throw InternalError("autocast: bf16 scratch of " + std::to_string(c.autocast_bytes) + " bytes, a GEMM needs " +
@@ -150,6 +159,18 @@ void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t
                                                 as_int(ldb, "ldb"), sb, a, ab, as_int(lda, "lda"), sa, &beta, cm, dt,
                                                 as_int(ldc, "ldc"), sc, as_int(batch, "batch"), CUBLAS_COMPUTE_32F,
                                                 CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_bf16_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                   int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc,
+                   int64_t sc, int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  auto h = static_cast<cublasHandle_t>(c.cublas);
+  cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ob, oa, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b,
+                                                CUDA_R_16BF, as_int(ldb, "ldb"), sb, a, CUDA_R_16BF, as_int(lda, "lda"),
+                                                sa, &beta, cm, CUDA_R_32F, as_int(ldc, "ldc"), sc, as_int(batch, "batch"),
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,

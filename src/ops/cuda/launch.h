@@ -11,6 +11,13 @@
 
 namespace braid::cuda {
 
+// A bf16 copy of an f32 tensor (see Ctx::shadows).
+struct Bf16Shadow {
+  const void* src = nullptr;  // f32
+  void* dst = nullptr;        // bf16
+  int64_t n = 0;
+};
+
 // What a kernel gets (mirrors ops::KernelCtx, plus the stream and the stream's library handles).
 struct Ctx {
   bool training = true;
@@ -34,7 +41,15 @@ struct Ctx {
   // Size from ops::cuda_autocast_bytes; stream-ordered reuse (each GEMM overwrites it).
   void* autocast = nullptr;
   size_t autocast_bytes = 0;
+  // Under autocast: bf16 copies of f32 tensors that many GEMMs read (the parameters), kept current by their
+  // owners (CudaExecutor casts them once after an upload; the device optimizer writes them with each update),
+  // sorted by src. A GEMM operand starting at src and spanning at most n elements is read from dst instead
+  // of being cast again: the same bf16 values (round to nearest even), one cast per update instead of one per
+  // GEMM use.
+  const Bf16Shadow* shadows = nullptr;
+  int shadow_count = 0;
 };
+
 
 enum BadData : int { kBadToken = 1, kBadTarget = 2 };
 
@@ -121,6 +136,10 @@ void gather_strided(const Ctx& c, size_t elem_size, const void* x, const BcastIn
 void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
           int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc, int64_t sc,
           int64_t batch = 1);
+// The same with operands that are bf16 already (autocast paths keeping their own bf16 copies) and an f32 C.
+void gemm_bf16_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                   int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc,
+                   int64_t sc, int64_t batch);
 enum class Epilogue : int { None = 0, Bias = 1, BiasRelu = 2, BiasGelu = 3 };
 // y (m, fout) = x (m, fin) W^T (fout, fin) [+ bias, then relu / gelu(tanh)] through cuBLASLt's epilogues.
 // Falls back to bias rows + gemm (Bias only) where cuBLASLt finds no algorithm.
@@ -197,6 +216,7 @@ struct ParamSlot {
   float* m = nullptr;  // AdamW exp_avg / SGD momentum_buffer (null: no momentum)
   float* v = nullptr;  // AdamW exp_avg_sq
   int64_t n = 0;
+  void* p16 = nullptr;  // bf16 copy of p (Ctx::shadows) rewritten with each update, or null
 };
 // Uploads `count` slots into `table` (device memory of multi_tensor_table_bytes(count) bytes, from the arena).
 size_t multi_tensor_table_bytes(int count);

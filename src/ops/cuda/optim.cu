@@ -20,7 +20,9 @@ __global__ void adamw_kernel(const ParamSlot* slots, float b1, float b2, float e
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
     s.m[i] = m;
     s.v[i] = v;
-    s.p[i] = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(m, denom)));
+    const float np = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(m, denom)));
+    s.p[i] = np;
+    if (s.p16) static_cast<bf16*>(s.p16)[i] = __float2bfloat16_rn(np);
   }
 }
 
@@ -36,7 +38,9 @@ __global__ void sgd_kernel(const ParamSlot* slots, float lr, float mom, float da
       s.m[i] = b;
       d = nesterov ? __fadd_rn(d, __fmul_rn(mom, b)) : b;
     }
-    s.p[i] = __fsub_rn(s.p[i], __fmul_rn(lr, d));
+    const float np = __fsub_rn(s.p[i], __fmul_rn(lr, d));
+    s.p[i] = np;
+    if (s.p16) static_cast<bf16*>(s.p16)[i] = __float2bfloat16_rn(np);
   }
 }
 
