@@ -82,6 +82,20 @@ double rel_err(const Tensor& a, const Tensor& b, int64_t* at, double floor = 1e-
   return worst;
 }
 
+// ||a - b|| / ||b|| over the whole tensor: the gate for gradients, whose elements come from long reductions
+// (2048 rows here) summed in another order by cuBLAS than by OpenBLAS, so that a single element produced by
+// cancellation may differ by 1e-3 of itself (the first H200 run: worst 2.5e-3 on elements of 1e-6) while the
+// tensor agrees to ~1e-6.
+double l2_rel(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double d = get_as_double(a, i) - get_as_double(b, i), y = get_as_double(b, i);
+    num += d * d;
+    den += y * y;
+  }
+  return std::sqrt(num) / (std::sqrt(den) + 1e-30);
+}
+
 }  // namespace
 
 TEST(BenchShapeGpu, DeviceAdamWOneStepMatchesCpu) {
@@ -147,15 +161,17 @@ TEST(BenchShapeGpu, BenchShapeGradientsMatchCpu) {
     exec::CudaExecutor gpu(s.g, gpu_store, s.keep, {}, co);
     for (const auto& in : s.m.inputs) fill_fixed(gpu.input(in.name), 50257);
     gpu.run(true, 1, 0);
-    // bf16: operands rounded to 8 bits of mantissa; a loose bound that still catches wrong gradients.
-    const double tol = bf16 ? 0.5 : 1e-3;
+    // Gate: the whole tensor's L2 relative error (fp32: 1e-4; bf16, operands rounded to 8 bits of mantissa:
+    // 3e-2, still far below what a wrong gradient gives); the worst element is printed beside it.
+    const double tol = bf16 ? 3e-2 : 1e-4;
     for (ValueId v : s.keep) {
       int64_t at = 0;
       double e = rel_err(gpu.value(v), cpu.value(v), &at, bf16 ? 3e-2 : 1e-3);
-      std::printf("%s %-28s max relative difference %.2e (element %lld)\n", bf16 ? "bf16" : "fp32",
-                  s.g.value(v).name.c_str(), e, static_cast<long long>(at));
-      EXPECT_LT(e, tol) << s.g.value(v).name << " element " << at << ": gpu " << get_as_double(gpu.value(v), at)
-                        << ", cpu " << get_as_double(cpu.value(v), at);
+      double l2 = l2_rel(gpu.value(v), cpu.value(v));
+      std::printf("%s %-28s L2 relative difference %.2e, worst element %.2e (element %lld)\n", bf16 ? "bf16" : "fp32",
+                  s.g.value(v).name.c_str(), l2, e, static_cast<long long>(at));
+      EXPECT_LT(l2, tol) << s.g.value(v).name << " worst element " << at << ": gpu "
+                         << get_as_double(gpu.value(v), at) << ", cpu " << get_as_double(cpu.value(v), at);
     }
   }
 }
