@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dist/reduce.h"
+#include "exec/comm/reduce.h"
 #include "dist/tcp_transport.h"
 
 namespace braid::dist {
@@ -109,7 +109,7 @@ class TcpComm final : public exec::Communicator {
     // 2. Fold chunk r in rank order (this rank's own copy is read in place), 3. send it to everyone.
     std::vector<const std::byte*> src(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) src[j] = j == r ? bytes_of(t) + begin(r) * es : scratch_.data() + j * mine * es;
-    fold(t.dtype(), op, bytes_of(t) + begin(r) * es, src.data(), n, mine);
+    exec::fold(t.dtype(), op, bytes_of(t) + begin(r) * es, src.data(), n, mine);
     const Span folded{bytes_of(t) + begin(r) * es, static_cast<uint64_t>(mine * es)};
     send(what, ch0 + 1, sig, std::vector<Span>(static_cast<size_t>(n), folded), &r1);
     finish(what, r1, sig);
@@ -160,7 +160,7 @@ class TcpComm final : public exec::Communicator {
     finish(what, r0, sig);
     std::vector<const std::byte*> src(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) src[j] = j == r ? pack_.data() + r * b : scratch_.data() + j * b;
-    fold(in.dtype(), op, bytes_of(out), src.data(), n, out.numel());
+    exec::fold(in.dtype(), op, bytes_of(out), src.data(), n, out.numel());
   }
 
   void do_all_to_all(const Tensor& in, Tensor& out, int split_axis, int concat_axis) override {

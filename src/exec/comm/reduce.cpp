@@ -1,12 +1,11 @@
-// Rank-order folds (see reduce.h); the arithmetic mirrors src/exec/comm/inproc.cpp exactly.
-#include "dist/reduce.h"
+// Rank-order folds; see reduce.h.
+#include "exec/comm/reduce.h"
 
 #include <type_traits>
 
-namespace braid::dist {
+namespace braid::exec {
 namespace {
 
-using exec::ReduceOp;
 
 template <typename T>
 T apply(ReduceOp op, T a, T b) {
@@ -46,7 +45,7 @@ void fold_op(ReduceOp op, std::byte* dst, const std::byte* const* src, int n, in
       if constexpr (std::is_floating_point_v<T>) return fold_typed<T, ReduceOp::Avg>(dst, src, n, count);
       break;
   }
-  BRAID_ASSERT(false, "reduce op ", exec::reduce_op_name(op), " on an integer tensor passed the argument check");
+  BRAID_ASSERT(false, "reduce op ", reduce_op_name(op), " on an integer tensor passed the argument check");
 }
 
 }  // namespace
@@ -62,4 +61,4 @@ void fold(DType t, ReduceOp op, std::byte* dst, const std::byte* const* src, int
   }
 }
 
-}  // namespace braid::dist
+}  // namespace braid::exec
