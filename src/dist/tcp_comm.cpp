@@ -8,7 +8,10 @@
 #include "dist/tcp_comm.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "exec/comm/reduce.h"
 #include "dist/tcp_transport.h"
@@ -85,6 +88,9 @@ class TcpComm final : public exec::Communicator {
     auto begin = [&](int j) { return err.empty() ? t.numel() * j / n : 0; };
     const int64_t mine = begin(r + 1) - begin(r);
     const int64_t ch0 = next_channel();
+    // Large tensors: pipelined (the choice depends only on what the signature fixes, so ranks that agree
+    // on the call agree on the path; ranks that do not both send round 0 alike and raise the mismatch).
+    if (err.empty() && n > 1 && t.bytes() >= kPipelineMinBytes) return all_reduce_pipelined(t, op, sig, ch0);
     // Round 0: chunk j of this rank's tensor to rank j; the copies of chunk r from every rank into scratch.
     scratch_.resize(static_cast<size_t>(std::max<int64_t>(mine * es * n, 1)));
     std::vector<Span> out(static_cast<size_t>(n));
@@ -113,6 +119,138 @@ class TcpComm final : public exec::Communicator {
     const Span folded{bytes_of(t) + begin(r) * es, static_cast<uint64_t>(mine * es)};
     send(what, ch0 + 1, sig, std::vector<Span>(static_cast<size_t>(n), folded), &r1);
     finish(what, r1, sig);
+  }
+
+  // The pipelined all-reduce: the same rounds and the same fold, split into segments along each chunk so
+  // that three threads work at once: a sender thread writes round 0 (one frame per peer, as the short
+  // path) and then each folded segment to every peer (a frame per segment), the receiver thread files
+  // every frame in place, and this thread folds segment k as soon as every peer's copy of it has arrived.
+  // Round 1's destinations are posted up front: peer j's folded segment k of chunk j overwrites exactly
+  // the bytes this rank sent j as segment k of round 0, which j had to receive whole before folding.
+  void all_reduce_pipelined(Tensor& t, ReduceOp op, const std::string& sig, int64_t ch0) {
+    const char* what = "all_reduce";
+    const int n = size(), r = rank();
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+    auto begin = [&](int j) { return t.numel() * j / n; };
+    auto chunk = [&](int j) { return bytes_of(t) + begin(j) * es; };
+    const int64_t mine = begin(r + 1) - begin(r);
+    const int64_t seg = std::max<int64_t>(kSegmentBytes / es, 1);  // elements per segment
+    auto segs = [&](int j) { return (begin(j + 1) - begin(j) + seg - 1) / seg; };
+    scratch_.resize(static_cast<size_t>(std::max<int64_t>(mine * es * n, 1)));
+    std::vector<Span> out(static_cast<size_t>(n));
+    std::vector<MutSpan> in(static_cast<size_t>(n));
+    for (int j = 0; j < n; ++j) {
+      out[j] = {chunk(j), static_cast<uint64_t>((begin(j + 1) - begin(j)) * es)};
+      in[j] = {scratch_.data() + j * mine * es, static_cast<uint64_t>(mine * es)};
+    }
+    Round r0 = post(ch0, in);
+    // Round 1: segment k of chunk j from rank j, on channel ch0 + 1 + k, in place.
+    std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);  // index of (j, 0) in r1
+    for (int j = 0; j < n; ++j) first[j + 1] = first[j] + (j == r ? 0 : segs(j));
+    std::vector<Posted> r1(static_cast<size_t>(first[n]));
+    std::vector<std::pair<detail::Key, Posted*>> e1;
+    e1.reserve(r1.size());
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      const int64_t len = begin(j + 1) - begin(j);
+      for (int64_t k = 0; k < segs(j); ++k) {
+        Posted& p = r1[static_cast<size_t>(first[j] + k)];
+        p.data = chunk(j) + k * seg * es;
+        p.bytes = static_cast<uint64_t>((std::min(len, (k + 1) * seg) - k * seg) * es);
+        e1.push_back({detail::Key{j, FrameKind::Coll, ch0 + 1 + k}, &p});
+      }
+    }
+    for (auto& [key, p] : e1) mesh_->post(key, *p);
+    auto cancel1 = [&] {
+      for (auto& [key, p] : e1)
+        if (!p->done) mesh_->unpost(key, *p);
+    };
+
+    // The sender thread. `folded` (segments of chunk r ready) and `stop` are guarded by smu.
+    std::mutex smu;
+    std::condition_variable scv;
+    int64_t folded = 0;
+    bool stop = false;
+    std::string send_error;
+    const int64_t nseg = (mine + seg - 1) / seg;
+    std::thread sender([&] {
+      std::vector<Mesh::Out> outs;
+      for (int j = 0; j < n; ++j)
+        if (j != r) outs.push_back({j, FrameKind::Coll, ch0, sig, out[j].data, out[j].bytes});
+      std::string e = mesh_->write(outs, deadline());
+      for (int64_t k = 0; e.empty() && k < nseg; ++k) {
+        {
+          std::unique_lock lk(smu);
+          if (!scv.wait_until(lk, deadline(), [&] { return stop || folded > k; })) e = "timed out waiting for its own fold";
+          if (stop) return;
+        }
+        if (!e.empty()) break;
+        const std::byte* p = chunk(r) + k * seg * es;
+        const uint64_t b = static_cast<uint64_t>((std::min(mine, (k + 1) * seg) - k * seg) * es);
+        for (auto& o : outs) {
+          o.channel = ch0 + 1 + k;
+          o.data = p;
+          o.bytes = b;
+        }
+        e = mesh_->write(outs, deadline());
+      }
+      if (!e.empty()) {
+        {
+          std::lock_guard lk(smu);
+          send_error = BRAID_STR(at(what), ": ", e);
+        }
+        mesh_->proc->abort(send_error);  // wakes this rank's waits; the peers stop waiting for this one
+      }
+    });
+    auto stop_sender = [&] {
+      {
+        std::lock_guard lk(smu);
+        stop = true;
+      }
+      scv.notify_all();
+      sender.join();
+    };
+    auto failed = [&](const std::string& e) {  // abort first (unblocks the sender), then join, then throw
+      const std::string msg = BRAID_STR(at(what), ": ", e);
+      mesh_->proc->abort(msg);
+      cancel1();
+      stop_sender();
+      throw InternalError(msg);
+    };
+
+    // Every peer's round-0 header (its signature): a mismatch is raised as on the short path, after
+    // consuming round 0 and before a byte of round 1 is sent.
+    if (auto e = mesh_->await(r0.entries, [](const Posted& p) { return p.header; }, deadline()); !e.empty()) failed(e);
+    bool agree = true;
+    for (auto& [key, p] : r0.entries) agree = agree && p->sig == sig && p->size_ok;
+    if (!agree) {
+      stop_sender();
+      cancel1();
+      if (!send_error.empty()) throw InternalError(send_error);
+      finish(what, r0, sig);  // raises the mismatch on every rank
+      fail(BRAID_STR(at(what), ": the ranks disagree on the call"));  // not reached
+    }
+    std::vector<const std::byte*> src(static_cast<size_t>(n));
+    for (int64_t k = 0; k < nseg; ++k) {
+      const int64_t s0 = k * seg, s1 = std::min(mine, s0 + seg);
+      const uint64_t need = static_cast<uint64_t>(s1 * es);
+      if (auto e = mesh_->await(r0.entries, [need](const Posted& p) { return p.got >= need; }, deadline()); !e.empty())
+        failed(e);
+      for (int j = 0; j < n; ++j) src[j] = (j == r ? chunk(r) : scratch_.data() + j * mine * es) + s0 * es;
+      exec::fold(t.dtype(), op, chunk(r) + s0 * es, src.data(), n, s1 - s0);
+      {
+        std::lock_guard lk(smu);
+        folded = k + 1;
+      }
+      scv.notify_all();
+    }
+    if (auto e = mesh_->take(r0.entries, deadline()); !e.empty()) failed(e);
+    if (auto e = mesh_->take(e1, deadline()); !e.empty()) failed(e);
+    sender.join();  // it has written every segment (or failed, and aborted)
+    if (!send_error.empty()) throw InternalError(send_error);
+    for (auto& [key, p] : e1)
+      if (!p->size_ok || p->sig != sig)
+        fail(BRAID_STR(at(what), ": rank ", std::get<0>(key), " sent a round-1 segment of another size or call"));
   }
 
   void do_all_gather(const Tensor& in, Tensor& out, int axis) override {
@@ -304,7 +442,10 @@ class TcpComm final : public exec::Communicator {
     std::vector<std::pair<detail::Key, Posted*>> entries;
   };
 
-  int64_t next_channel() { return 4 * seq_++; }
+  // Each collective owns 2^24 channels: all-reduce's round 1 uses one per segment.
+  int64_t next_channel() { return (seq_++) << 24; }
+  static constexpr int64_t kSegmentBytes = int64_t{1} << 20;
+  static constexpr uint64_t kPipelineMinBytes = uint64_t{1} << 20;
   Clock::time_point deadline() const { return Clock::now() + mesh_->proc->options.timeout; }
   std::string at(const char* what) const { return BRAID_STR("tcp ", what, " at rank ", rank(), " of group ", mesh_->name); }
   std::string p2p(const char* what, int src, int dst, int tag) const {

@@ -381,6 +381,8 @@ void Mesh::receive() {
             Posted* ps = pit->second;
             p.posted = ps;
             ps->size_ok = ps->bytes == p.payload_bytes;
+            ps->sig = p.sig;
+            ps->header = true;
             p.dst = ps->size_ok ? ps->data : nullptr;
             p.stage = Peer::Stage::Payload;
             resumed = true;
@@ -434,7 +436,8 @@ bool Mesh::on_readable(int j) {
       if (ps) {
         lk.lock();
         ps->in_read = false;
-        if (ps->cancelled) cv.notify_all();
+        if (r > 0 && !ps->cancelled) ps->got += static_cast<uint64_t>(r);
+        cv.notify_all();  // a caller may be waiting for this prefix (or, cancelled, for in_read)
       }
     } else {
       r = ::recv(p.fd, into, want, MSG_DONTWAIT);
@@ -482,8 +485,11 @@ bool Mesh::on_readable(int j) {
         if (pit != posted.end()) {
           p.posted = pit->second;
           p.posted->size_ok = p.posted->bytes == p.payload_bytes;
+          p.posted->sig = p.sig;
+          p.posted->header = true;
           p.dst = p.posted->size_ok ? p.posted->data : nullptr;
           p.stage = Peer::Stage::Payload;
+          cv.notify_all();
         } else if (p.kind == FrameKind::P2P &&
                    static_cast<int>(inbox[key].size()) >= proc->options.mailbox_capacity) {
           p.stage = Peer::Stage::Paused;  // backpressure: stop reading this peer until a recv makes room
@@ -522,7 +528,8 @@ void Mesh::frame_ready(int j) {
   } else if (p.posted) {
     if (!p.posted->cancelled) {
       p.posted->done = true;
-      p.posted->sig = std::move(p.sig);
+      if (!p.posted->header) p.posted->sig = std::move(p.sig);  // set at the header: a caller may read it
+      p.posted->header = true;
     }
     const Key key{j, kind, p.channel};
     if (auto it = posted.find(key); it != posted.end() && it->second == p.posted) posted.erase(it);
@@ -533,7 +540,8 @@ void Mesh::frame_ready(int j) {
     ps->size_ok = ps->bytes == p.buffer.size();
     if (ps->size_ok && ps->bytes) std::memcpy(ps->data, p.buffer.data(), ps->bytes);
     ps->sig = std::move(p.sig);
-    ps->done = true;
+    ps->done = ps->header = true;
+    ps->got = ps->size_ok ? ps->bytes : 0;
     posted.erase(it);
   } else {
     inbox[{j, kind, p.channel}].push_back(Message{std::move(p.sig), std::move(p.buffer)});
@@ -573,7 +581,8 @@ void Mesh::post(const Key& key, Posted& p) {
     p.size_ok = m.payload.size() == p.bytes;
     if (p.size_ok && p.bytes) std::memcpy(p.data, m.payload.data(), p.bytes);
     p.sig = std::move(m.sig);
-    p.done = true;
+    p.done = p.header = true;
+    p.got = p.size_ok ? p.bytes : 0;
     it->second.erase(it->second.begin());
     cv.notify_all();  // a send to itself may be waiting for room
     if (std::get<1>(key) == FrameKind::P2P) {
@@ -601,6 +610,11 @@ void Mesh::unpost(const Key& key, Posted& p) {
 }
 
 std::string Mesh::take(const std::vector<std::pair<Key, Posted*>>& entries, Clock::time_point deadline) {
+  return wait_entries(entries, nullptr, deadline);
+}
+
+std::string Mesh::wait_entries(const std::vector<std::pair<Key, Posted*>>& entries,
+                               const std::function<bool(const Posted&)>& enough, Clock::time_point deadline) {
   std::string error;
   bool aborted = false;
   {
@@ -611,12 +625,12 @@ std::string Mesh::take(const std::vector<std::pair<Key, Posted*>>& entries, Cloc
     auto ready = [&] {
       if (proc->aborted) return true;
       for (const auto& e : entries)
-        if (!e.second->done && !gone(e)) return false;
+        if (!e.second->done && !(enough && enough(*e.second)) && !gone(e)) return false;
       return true;
     };
     const bool in_time = cv.wait_until(lk, deadline, ready);
     bool all = true;
-    for (const auto& e : entries) all = all && e.second->done;
+    for (const auto& e : entries) all = all && (e.second->done || (enough && enough(*e.second)));
     if (all) return {};
     aborted = proc->aborted;  // its reason is read below, without mu (lock order)
     for (const auto& e : entries)

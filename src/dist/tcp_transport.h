@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,8 @@ struct Posted {
   bool size_ok = true;    // false: the frame had another size; its payload was dropped
   bool in_read = false;   // the receiver is writing into data right now
   bool cancelled = false; // the caller gave up; the receiver must not write any more
+  bool header = false;    // the frame's header has arrived: sig and size_ok are known (or it is done)
+  uint64_t got = 0;       // payload bytes already in data (a caller may use a prefix before done)
   std::string sig;        // the sender's signature of the call
 };
 
@@ -119,6 +122,10 @@ struct Mesh {
   // Waits until every posted entry is done or a member it waits on is gone, the process aborts or the
   // deadline passes; returns "" or what went wrong (the entries are unposted either way).
   std::string take(const std::vector<std::pair<Key, Posted*>>& entries, Clock::time_point deadline);
+  // As take(), but returns "" as soon as every entry is done or satisfies `enough` (called under mu), and
+  // then leaves the entries posted (take() them later). On an error the entries are unposted, as by take().
+  template <typename Enough>
+  std::string await(const std::vector<std::pair<Key, Posted*>>& entries, Enough enough, Clock::time_point deadline);
   void unpost(const Key& key, Posted& p);
   // Writes one frame to each listed peer, all at once; returns "" or the error (naming the peer).
   struct Out {
@@ -140,11 +147,18 @@ struct Mesh {
   void close();                        // bye to every peer, stop the receiver, close the sockets
 
  private:
+  std::string wait_entries(const std::vector<std::pair<Key, Posted*>>& entries,
+                           const std::function<bool(const Posted&)>& enough, Clock::time_point deadline);
   void receive_loop();
   void receive();
   bool on_readable(int j);  // false when the peer is gone
   void frame_ready(int j);
   void lose(int j, const std::string& why);
 };
+
+template <typename Enough>
+std::string Mesh::await(const std::vector<std::pair<Key, Posted*>>& entries, Enough enough, Clock::time_point deadline) {
+  return wait_entries(entries, std::function<bool(const Posted&)>(std::move(enough)), deadline);
+}
 
 }  // namespace braid::dist::detail

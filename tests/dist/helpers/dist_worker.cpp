@@ -87,6 +87,18 @@ int run_collectives(Communicator& world) {
   const DType reducible[] = {DType::f32, DType::f64, DType::i32, DType::i64};
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
   int salt = 0;
+  // Large tensors take the TCP backend's pipelined path (1 MiB segments, the last one partial).
+  for (DType t : {DType::f32, DType::f64})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      const Shape s{(1 << 20) + 3};
+      ++salt;
+      cases.emplace_back(BRAID_STR("all_reduce ", dtype_name(t), s.str(), " ", exec::reduce_op_name(op)),
+                         [=](Communicator& c) {
+                           Tensor x = input(t, s, c.rank(), salt);
+                           c.all_reduce(x, op);
+                           return std::vector<Tensor>{x};
+                         });
+    }
   for (DType t : reducible)
     for (ReduceOp op : ops) {
       if (op == ReduceOp::Avg && !is_float(t)) continue;
@@ -203,6 +215,14 @@ int run_mismatch(Communicator& world) {
   try {
     world.all_reduce(x);
     std::fprintf(stderr, "rank %d: a mismatched all_reduce passed\n", world.rank());
+    return 1;
+  } catch (const InternalError& e) {
+    std::printf("rank %d: error: %s\n", world.rank(), e.what());
+  }
+  Tensor big = Tensor::empty({Shape{(1 << 20) + (world.rank() == 0 ? 0 : 4)}, DType::f32});  // pipelined
+  try {
+    world.all_reduce(big);
+    std::fprintf(stderr, "rank %d: a mismatched large all_reduce passed\n", world.rank());
     return 1;
   } catch (const InternalError& e) {
     std::printf("rank %d: error: %s\n", world.rank(), e.what());
