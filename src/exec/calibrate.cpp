@@ -408,11 +408,14 @@ CpuModel cpu_cost_model(int n) {
     p.cpu.peak_flops_f32 *= k;
     p.cpu.memory_bandwidth *= k;
     p.cpu.memory_bytes *= k;
+    p.cpu.cores = cores;
     m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
     m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
     return m;
   }
-  m.model = planner::analytic_cost_model(planner::cluster_preset(name, planner::fallback_cpu_figures(n, cores)));
+  planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
+  f.cores = cores;
+  m.model = planner::analytic_cost_model(planner::cluster_preset(name, f));
   m.description = "analytic (no calibration profile at " + profile_path() + ": run `braid calibrate --devices " + name + "`)";
   return m;
 }

@@ -88,6 +88,7 @@ Cluster cluster_preset(const std::string& name, const CpuFigures& cpu, const Sou
     c.devices_per_node = n;
     c.intra_node = {cpu.link_bandwidth, cpu.link_latency};
     c.inter_node = c.intra_node;
+    c.host_cores = cpu.cores;
     return c;
   }
   if (name == "h200x1" || name == "h200x8") {

@@ -35,6 +35,10 @@ struct Cluster {
   Link intra_node;  // between devices of one node
   Link inter_node;  // between devices of different nodes (per device: its own NIC share)
   SourceLoc loc;    // the file, when read from one
+  // Processor cores the devices share (cpu:N devices in one process), 0 when every device has its own
+  // processor. With cores > 0 the devices' figures are those of all devices busy at once, and a pipeline
+  // stage computing while others wait runs faster (evaluate.h: processor sharing). Not in cluster files.
+  int host_cores = 0;
   int devices() const { return nodes * devices_per_node; }
   int node_of(int device) const { return device / devices_per_node; }
 };
@@ -47,6 +51,7 @@ struct CpuFigures {
   double link_bandwidth = 0;     // in-process collective bandwidth (bytes/s)
   double link_latency = 0;       // in-process collective latency (s)
   double op_overhead = 0;        // seconds per op launch (measured by calibration; 0: the analytic default)
+  int cores = 0;                 // the machine's cores the N devices share (0: not modelled); Cluster::host_cores
 };
 // The documented fallback figures for one of N logical CPU devices sharing `cores` cores (docs/planner.md).
 CpuFigures fallback_cpu_figures(int n, int cores);

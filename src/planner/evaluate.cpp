@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -40,6 +41,142 @@ void dp_sync(const CostModel& m, const Group& g, double param_bytes, double back
 
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {
   return (static_cast<double>(m) * v - 1) * max_t + sum_t / v + max_tail;
+}
+
+double shared_speed(int busy, int devices, int cores) {
+  if (cores <= 0 || busy <= 0) return 1;
+  devices = std::max(1, devices);
+  double threads = std::max(1, cores / devices);
+  double all = std::min(1.0, cores / (devices * threads));
+  double now = std::min(1.0, cores / (std::max(1, busy) * threads));
+  return std::max(1.0, now / all);
+}
+
+namespace {
+
+struct Step {
+  bool forward;
+  int stage;
+  int mb;
+};
+
+// Compute order per pipeline device, as exec/schedule.cpp's generators (gpipe, one_f_one_b,
+// interleaved_1f1b) emit it.
+std::vector<std::vector<Step>> compute_order(const std::string& schedule, int D, int v, int M) {
+  std::vector<std::vector<Step>> order(static_cast<size_t>(D));
+  if (schedule == "interleaved" && v > 1) {
+    const int total = v * M, group = D * v;
+    auto chunk_step = [&](int r, int k, bool forward) {
+      int chunk = (k % group) / D;
+      if (!forward) chunk = v - 1 - chunk;
+      return Step{forward, chunk * D + r, (k / group) * D + k % D};
+    };
+    for (int r = 0; r < D; ++r) {
+      auto& o = order[static_cast<size_t>(r)];
+      const int warmup = M == D ? total : std::min((D - r - 1) * 2 + (v - 1) * D, total);
+      for (int k = 0; k < warmup; ++k) o.push_back(chunk_step(r, k, true));
+      for (int k = 0; k + warmup < total; ++k) {
+        o.push_back(chunk_step(r, warmup + k, true));
+        o.push_back(chunk_step(r, k, false));
+      }
+      for (int k = total - warmup; k < total; ++k) o.push_back(chunk_step(r, k, false));
+    }
+    return order;
+  }
+  for (int d = 0; d < D; ++d) {
+    auto& o = order[static_cast<size_t>(d)];
+    if (schedule == "gpipe") {
+      for (int mb = 0; mb < M; ++mb) o.push_back({true, d, mb});
+      for (int mb = 0; mb < M; ++mb) o.push_back({false, d, mb});
+      continue;
+    }
+    const int warmup = std::min(D - d - 1, M);
+    for (int mb = 0; mb < warmup; ++mb) o.push_back({true, d, mb});
+    for (int k = 0; k + warmup < M; ++k) {
+      o.push_back({true, d, warmup + k});
+      o.push_back({false, d, k});
+    }
+    for (int mb = M - warmup; mb < M; ++mb) o.push_back({false, d, mb});
+  }
+  return order;
+}
+
+}  // namespace
+
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64, const std::vector<StageWork>& stages,
+                         int devices, int cores) {
+  const int M = static_cast<int>(m64), S = static_cast<int>(stages.size());
+  if (p < 1 || M < 1 || S != p * std::max(1, v)) throw InternalError("simulate_pipeline: inconsistent shape");
+  auto order = compute_order(schedule, p, std::max(1, v), M);
+  // done[(stage, mb, forward)]
+  std::vector<char> fdone(static_cast<size_t>(S) * M, 0), bdone(static_cast<size_t>(S) * M, 0);
+  auto at = [&](int s, int mb) { return static_cast<size_t>(s) * M + mb; };
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::vector<int> phase(static_cast<size_t>(p), 0);  // 0 waiting, 1 computing, 2 communicating
+  std::vector<double> left(static_cast<size_t>(p), 0);
+  double now = 0;
+  auto finish = [&](int d) {
+    const Step& st = order[static_cast<size_t>(d)][pc[static_cast<size_t>(d)]];
+    (st.forward ? fdone : bdone)[at(st.stage, st.mb)] = 1;
+    ++pc[static_cast<size_t>(d)];
+    phase[static_cast<size_t>(d)] = 0;
+  };
+  for (;;) {
+    // Start (and pass through zero-length phases of) every device whose next step is ready.
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (int d = 0; d < p; ++d) {
+        size_t du = static_cast<size_t>(d);
+        if (phase[du] == 0 && pc[du] < order[du].size()) {
+          const Step& st = order[du][pc[du]];
+          bool ready = st.forward ? (st.stage == 0 || fdone[at(st.stage - 1, st.mb)])
+                                  : (fdone[at(st.stage, st.mb)] && (st.stage + 1 == S || bdone[at(st.stage + 1, st.mb)]));
+          if (!ready) continue;
+          const StageWork& w = stages[static_cast<size_t>(st.stage)];
+          phase[du] = 1;
+          left[du] = st.forward ? w.forward_compute_s : w.backward_compute_s;
+          changed = true;
+        }
+        if (phase[du] == 1 && left[du] <= 0) {
+          const Step& st = order[du][pc[du]];
+          const StageWork& w = stages[static_cast<size_t>(st.stage)];
+          phase[du] = 2;
+          left[du] = st.forward ? w.forward_comm_s : w.backward_comm_s;
+          changed = true;
+        }
+        if (phase[du] == 2 && left[du] <= 0) finish(d), changed = true;
+      }
+    }
+    int busy = 0;
+    bool active = false;
+    for (int d = 0; d < p; ++d) {
+      size_t du = static_cast<size_t>(d);
+      if (phase[du] == 1) busy += stages[static_cast<size_t>(order[du][pc[du]].stage)].devices;
+      active |= phase[du] != 0;
+    }
+    if (!active) {
+      for (int d = 0; d < p; ++d)
+        if (pc[static_cast<size_t>(d)] < order[static_cast<size_t>(d)].size())
+          throw InternalError("simulate_pipeline: the " + schedule + " order deadlocks");
+      return now;
+    }
+    const double rate = shared_speed(busy, devices, cores);
+    double dt = std::numeric_limits<double>::infinity();
+    for (int d = 0; d < p; ++d) {
+      size_t du = static_cast<size_t>(d);
+      if (phase[du] == 1) dt = std::min(dt, left[du] / rate);
+      if (phase[du] == 2) dt = std::min(dt, left[du]);
+    }
+    now += dt;
+    for (int d = 0; d < p; ++d) {
+      size_t du = static_cast<size_t>(d);
+      if (phase[du] == 0) continue;
+      double t = phase[du] == 1 ? left[du] / rate : left[du];
+      // The step(s) ending now end exactly (no rounding residue left behind).
+      left[du] = t <= dt * (1 + 1e-12) ? 0 : left[du] - (phase[du] == 1 ? dt * rate : dt);
+    }
+  }
 }
 
 namespace {
@@ -109,11 +246,14 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   double max_t = 0, sum_t = 0, max_tail = 0, model_flops = 0;
   size_t busiest = 0;
   std::vector<double> device_memory(static_cast<size_t>(p), 0);
+  std::vector<StageWork> works;
   for (int s = 0; s < nst; ++s) {
     const StagePlan& st = plan.stages[static_cast<size_t>(s)];
     StageShape sh = stage_shape(st, cl);
     const LayerCosts& lc = costs_for(sh);
     StagePrediction sp;
+    StageWork work;
+    work.devices = static_cast<int>(st.devices.size());
     int a = first[static_cast<size_t>(s)], b = first[static_cast<size_t>(s) + 1];
     std::map<ValueId, Layout> layout;
     double buf = 0, tp_comm = 0;
@@ -139,6 +279,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       sp.forward_s += o.forward_s;
       sp.backward_s += o.backward_s;
       sp.compute_s += o.forward_s + o.backward_s - o.grad_sync_s;
+      work.forward_compute_s += o.forward_s;
+      work.backward_compute_s += o.backward_s - o.grad_sync_s;
       tp_comm += o.grad_sync_s;
       sp.param_bytes += o.param_bytes;
       sp.act_bytes += o.act_bytes;
@@ -174,6 +316,9 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       tp_comm += t;
     }
     sp.comm_s = tp_comm;
+    work.forward_comm_s = std::max(0.0, sp.forward_s - work.forward_compute_s);
+    work.backward_comm_s = std::max(0.0, sp.backward_s - work.backward_compute_s);
+    works.push_back(work);
     sp.act_bytes += in_bytes;
     dp_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, &sp.dp_sync_s, &sp.dp_exposed_s);
     sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states);
@@ -186,7 +331,9 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s);
     r.stages.push_back(sp);
   }
-  r.step_time_s = pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v);
+  r.step_time_s = r.formula_step_time_s = pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v);
+  if (cl.host_cores > 0 && nst > 1)
+    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, cl.devices(), cl.host_cores) + max_tail;
   for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];

@@ -1,7 +1,9 @@
 // Predicting a plan's step time, per stage, and its memory per device from a cost model: the formulas the
 // search minimises (docs/planner.md, "Cost model"), computed directly from a complete plan. The trainer and
 // bench call predict_step_time to set predictions beside measurements.
-// Invariant: for every plan the search returns, predict() gives the time the search reported for it.
+// Invariant: for every plan the search returns, predict()'s formula_step_time_s is the time the search
+// reported for it, and so is step_time_s unless the cluster's devices share cores (host_cores > 0) and the
+// plan pipelines; then step_time_s is the processor-sharing simulation (the search ranks by the formula).
 #pragma once
 #include <string>
 #include <vector>
@@ -37,7 +39,8 @@ struct StagePrediction {
 };
 
 struct StepPrediction {
-  double step_time_s = 0;
+  double step_time_s = 0;                // with host_cores > 0 and a pipeline: simulate_pipeline + max tail
+  double formula_step_time_s = 0;        // pipeline_step's figure, what the search minimises
   std::vector<StagePrediction> stages;  // in plan order (virtual stages included)
   double memory_limit_bytes = 0;        // per model chunk: the device's memory / virtual_stages
   bool fits = true;                     // every stage within memory_limit_bytes
@@ -63,5 +66,26 @@ void dp_sync(const CostModel& m, const Group& dp_group, double param_bytes, doub
              double* total, double* exposed);
 // (m v - 1) max T + (1/v) sum T + max tail.
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
+
+// Processor sharing (docs/planner.md, "Pipelines on shared cores"): one (virtual) stage's micro-batch.
+// compute times are those with every device of the cluster busy (how the cost model's figures are
+// measured); comm is point-to-point and tensor-group collectives, which take the same time whatever runs.
+struct StageWork {
+  double forward_compute_s = 0, forward_comm_s = 0;
+  double backward_compute_s = 0, backward_comm_s = 0;
+  int devices = 1;  // devices running this stage at once (its data x tensor group)
+};
+// Speed of a device's compute relative to the all-busy figures when `busy` of the cluster's `devices`
+// devices compute on `cores` shared cores: each device runs max(1, cores / devices) threads, so the busy
+// ones get min(1, cores / (busy x threads)) of their threads' cores, against min(1, cores / devices) when
+// all are busy. >= 1; 1 when cores <= 0.
+double shared_speed(int busy, int devices, int cores);
+// The makespan of the forwards and backwards of `schedule` (gpipe | 1f1b | interleaved) on `p` pipeline
+// devices, v chunks each, m micro-batches (stage k on device k % p, in the order of exec/schedule.h's
+// generators): an event simulation in which a forward waits for the previous stage's forward (with its
+// send), a backward for its forward and the next stage's backward, and every computing device runs at
+// shared_speed(devices computing at that moment) -- rates change as devices start and stop.
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m, const std::vector<StageWork>& stages,
+                         int devices, int cores);
 
 }  // namespace braid::planner

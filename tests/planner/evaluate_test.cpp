@@ -1,0 +1,96 @@
+// predict()'s processor-sharing pipeline simulation (docs/planner.md, "Pipelines on shared cores"): the
+// speed rule, the simulation against the textbook makespan without sharing, its speed-up with idle devices,
+// and that only pipelined plans on clusters with shared cores change.
+#include <gtest/gtest.h>
+
+#include "planner/cluster.h"
+#include "planner/evaluate.h"
+#include "planner/search.h"
+#include "plan_test_util.h"
+
+using namespace braid;
+using namespace braid::planner;
+using namespace braid::planner::test;
+
+namespace {
+
+std::vector<StageWork> equal_stages(int n, double f, double b, int devices = 1) {
+  StageWork w;
+  w.forward_compute_s = f;
+  w.backward_compute_s = b;
+  w.devices = devices;
+  return std::vector<StageWork>(static_cast<size_t>(n), w);
+}
+
+TEST(SharedCores, SpeedRule) {
+  EXPECT_EQ(shared_speed(1, 4, 0), 1);    // cores not modelled
+  EXPECT_EQ(shared_speed(1, 4, 2), 2);    // 4 one-thread devices on 2 cores: one alone runs at a full core
+  EXPECT_EQ(shared_speed(2, 4, 2), 2);
+  EXPECT_DOUBLE_EQ(shared_speed(3, 4, 2), 4.0 / 3);
+  EXPECT_EQ(shared_speed(4, 4, 2), 1);    // all busy: the calibrated figures
+  EXPECT_EQ(shared_speed(1, 2, 2), 1);    // one thread per device on its own core: nothing to gain
+  EXPECT_EQ(shared_speed(1, 2, 4), 1);    // two threads per device, four cores
+  EXPECT_EQ(shared_speed(0, 4, 2), 1);
+}
+
+TEST(SharedCores, SimulationWithoutSharingIsTheTextbookMakespan) {
+  // Equal stages F = 1, B = 2: GPipe and 1F1B take (m + p - 1)(F + B).
+  for (const char* sched : {"gpipe", "1f1b"})
+    for (int p : {2, 4})
+      for (int m : {1, 3, 8}) {
+        SCOPED_TRACE(std::string(sched) + " p " + std::to_string(p) + " m " + std::to_string(m));
+        EXPECT_NEAR(simulate_pipeline(sched, p, 1, m, equal_stages(p, 1, 2), p, 0), (m + p - 1) * 3.0, 1e-9);
+        EXPECT_NEAR(simulate_pipeline(sched, p, 1, m, equal_stages(p, 1, 2), p, 0),
+                    pipeline_step(3, 3.0 * p, 0, m, 1), 1e-9);
+      }
+  // Interleaved, 2 chunks of half the work: (m v - 1) T + (1/v) sum T.
+  EXPECT_NEAR(simulate_pipeline("interleaved", 2, 2, 4, equal_stages(4, 0.5, 1), 2, 0), pipeline_step(1.5, 6, 0, 4, 2),
+              1e-9);
+  // Communication delays the next stage: one micro-batch through 2 stages, 0.25 s each way per stage.
+  auto w = equal_stages(2, 1, 2);
+  for (auto& s : w) s.forward_comm_s = s.backward_comm_s = 0.25;
+  EXPECT_NEAR(simulate_pipeline("1f1b", 2, 1, 1, w, 2, 0), 2 * 3 + 4 * 0.25, 1e-9);
+}
+
+TEST(SharedCores, IdleDevicesSpeedUpTheBusyOnes) {
+  // 2 one-thread devices on 1 core: one micro-batch runs F0 F1 B1 B0 one at a time, each at twice the
+  // all-busy speed.
+  EXPECT_NEAR(simulate_pipeline("1f1b", 2, 1, 1, equal_stages(2, 1, 2), 2, 1), 3.0, 1e-9);
+  // 4 devices on 2 cores, many micro-batches: faster than without sharing, never below the work spread
+  // over the 2 cores (each stage's work at full speed is half its all-busy figure).
+  double shared = simulate_pipeline("1f1b", 4, 1, 8, equal_stages(4, 1, 2), 4, 2);
+  double plain = simulate_pipeline("1f1b", 4, 1, 8, equal_stages(4, 1, 2), 4, 0);
+  EXPECT_LT(shared, plain);
+  EXPECT_GE(shared, 8 * 4 * 3 * 0.5 / 2 - 1e-9);
+  // A stage run by 2 devices (data parallel 2) counts both: 2 positions x 2 devices on 2 cores, 4 devices.
+  EXPECT_NEAR(simulate_pipeline("1f1b", 2, 1, 1, equal_stages(2, 1, 2, 2), 4, 2), 3.0, 1e-9);
+  // Deterministic.
+  EXPECT_EQ(shared, simulate_pipeline("1f1b", 4, 1, 8, equal_stages(4, 1, 2), 4, 2));
+}
+
+TEST(SharedCores, OnlyPipelinesOnSharedCoresChange) {
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Cluster plain = cluster_preset("cpu:4", f);
+  f.cores = 2;
+  Cluster shared = cluster_preset("cpu:4", f);
+  EXPECT_EQ(shared.host_cores, 2);
+  EXPECT_EQ(plain.host_cores, 0);
+  auto mp = analytic_cost_model(plain), ms = analytic_cost_model(shared);
+  TrainSettings ts{16, 2};
+  PureStrategies pp = pure_strategies(g, *mp, ts, {}), ps = pure_strategies(g, *ms, ts, {});
+  ASSERT_TRUE(ps.data.found && ps.pipeline.found);
+  // Data parallel: every device busy throughout, the formula.
+  EXPECT_EQ(ps.data.prediction.step_time_s, pp.data.prediction.step_time_s);
+  EXPECT_EQ(ps.data.prediction.step_time_s, ps.data.prediction.formula_step_time_s);
+  // Pipeline: the search ranks by the formula; the prediction simulates and is faster.
+  EXPECT_NEAR(ps.pipeline.searched_step_time_s, ps.pipeline.prediction.formula_step_time_s,
+              1e-9 * ps.pipeline.searched_step_time_s);
+  EXPECT_LT(ps.pipeline.prediction.step_time_s, ps.pipeline.prediction.formula_step_time_s);
+  EXPECT_EQ(ps.pipeline.plan.summary.predicted.step_time_s, ps.pipeline.prediction.step_time_s);
+  EXPECT_EQ(pp.pipeline.prediction.step_time_s, pp.pipeline.prediction.formula_step_time_s);
+  StepPrediction again = predict(ps.pipeline.plan, g, *ms, ts);
+  EXPECT_EQ(again.step_time_s, ps.pipeline.prediction.step_time_s);
+}
+
+}  // namespace
