@@ -272,17 +272,11 @@ class TcpComm final : public exec::Communicator {
     for (int j = 0; j < n; ++j) place_block(out, a, j, n, j == r ? bytes_of(in) : scratch_.data() + j * b);
   }
 
-  void do_reduce_scatter(const Tensor& in, Tensor& out, int axis, ReduceOp op) override {
-    const char* what = "reduce_scatter";
-    live(what);
-    const int n = size(), r = rank();
-    const std::string err = exec::comm_check::reduce_scatter(in, out, axis, op, n);
-    const int a = err.empty() ? in.shape().norm_axis(axis) : 0;
-    const std::string sig = err.empty() ? BRAID_STR(what, "(", in.desc().str(), ", axis ", a, ", ",
-                                                    exec::reduce_op_name(op), ")")
-                                        : "!" + err;
-    const uint64_t b = err.empty() ? out.bytes() : 0;  // one slice
-    // Send slices packed (slice j to rank j); receive every rank's slice r.
+  // One round in which rank j receives slice j of every rank's `in` (n slices of b bytes along axis a): this
+  // rank's slices packed into pack_ (slice j at j * b), every rank's slice for this rank landing in scratch_
+  // (rank j's at j * b; this rank's own stays in pack_). Shared by reduce_scatter and all_to_all.
+  void exchange_slices(const char* what, const std::string& sig, const Tensor& in, int a, uint64_t b) {
+    const int n = size();
     pack_.resize(std::max<size_t>(b * static_cast<size_t>(n), 1));
     scratch_.resize(std::max<size_t>(b * static_cast<size_t>(n), 1));
     std::vector<Span> o(static_cast<size_t>(n));
@@ -296,6 +290,19 @@ class TcpComm final : public exec::Communicator {
     Round r0 = post(ch, i);
     send(what, ch, sig, o, &r0);
     finish(what, r0, sig);
+  }
+
+  void do_reduce_scatter(const Tensor& in, Tensor& out, int axis, ReduceOp op) override {
+    const char* what = "reduce_scatter";
+    live(what);
+    const int n = size(), r = rank();
+    const std::string err = exec::comm_check::reduce_scatter(in, out, axis, op, n);
+    const int a = err.empty() ? in.shape().norm_axis(axis) : 0;
+    const std::string sig = err.empty() ? BRAID_STR(what, "(", in.desc().str(), ", axis ", a, ", ",
+                                                    exec::reduce_op_name(op), ")")
+                                        : "!" + err;
+    const uint64_t b = err.empty() ? out.bytes() : 0;  // one slice
+    exchange_slices(what, sig, in, a, b);
     std::vector<const std::byte*> src(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) src[j] = j == r ? pack_.data() + r * b : scratch_.data() + j * b;
     exec::fold(in.dtype(), op, bytes_of(out), src.data(), n, out.numel());
@@ -311,19 +318,7 @@ class TcpComm final : public exec::Communicator {
     const std::string sig =
         err.empty() ? BRAID_STR(what, "(", in.desc().str(), ", split axis ", a, ", concat axis ", c, ")") : "!" + err;
     const uint64_t b = err.empty() ? in.bytes() / static_cast<uint64_t>(n) : 0;  // one chunk
-    pack_.resize(std::max<size_t>(b * static_cast<size_t>(n), 1));
-    scratch_.resize(std::max<size_t>(b * static_cast<size_t>(n), 1));
-    std::vector<Span> o(static_cast<size_t>(n));
-    std::vector<MutSpan> i(static_cast<size_t>(n));
-    for (int j = 0; j < n; ++j) {
-      if (b) pack_slice(in, a, j, n, pack_.data() + j * b);
-      o[j] = {pack_.data() + j * b, b};
-      i[j] = {scratch_.data() + j * b, b};
-    }
-    const int64_t ch = next_channel();
-    Round r0 = post(ch, i);
-    send(what, ch, sig, o, &r0);
-    finish(what, r0, sig);
+    exchange_slices(what, sig, in, a, b);
     for (int j = 0; j < n; ++j) place_block(out, c, j, n, j == r ? pack_.data() + r * b : scratch_.data() + j * b);
   }
 

@@ -309,7 +309,7 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
     StageLowering low(model, p, layer_plans, options);
     if (s > 0)
       for (ValueId v : crossing[static_cast<size_t>(s - 1)]) {
-        BoundaryValue b{model.value(v).name, model.value(v).desc, needs[v.idx()]};
+        BoundaryValue b{model.value(v).name, model.value(v).desc, needs[v.idx()], "d/" + model.value(v).name};
         p.recv.push_back(b);
         low.add_recv(b, v);
       }
@@ -323,7 +323,7 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
     if (s + 1 < num_stages)
       for (ValueId v : crossing[static_cast<size_t>(s)]) {
         send_model.push_back(v);
-        p.send.push_back({model.value(v).name, model.value(v).desc, needs[v.idx()]});
+        p.send.push_back({model.value(v).name, model.value(v).desc, needs[v.idx()], "d/" + model.value(v).name});
       }
     low.finish(send_model, model.loss());
     graph::verify(p.g);

@@ -40,6 +40,7 @@ struct BoundaryValue {
   std::string name;     // the model's value name ("h.0.res2")
   TensorDesc desc;
   bool needs_grad = false;  // float and depending on a trainable parameter: its gradient travels back
+  std::string grad_name;    // "d/<name>": its gradient's name in traces
 };
 
 struct StageProgram {

@@ -160,6 +160,21 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
   }
   for (auto& d : devices_) {
     BRAID_ASSERT(!d->chunks.empty(), "device ", d->id, " holds no stage");
+    d->sums = Tensor::empty(TensorDesc{Shape{2}, DType::f64});
+    d->flag = Tensor::empty(TensorDesc{Shape{1}, DType::f64});
+    // The step's last backward accumulates each gradient as soon as its node has run and hands a full bucket
+    // to the comm thread (the chunks no longer move: their addresses are stable from here on).
+    for (auto& c : d->chunks) {
+      if (c.buckets.empty()) continue;
+      c.bucket_hook = [this, dev = d.get(), ch = &c](size_t node) {
+        for (size_t gi : ch->grads_at_node[node]) {
+          const auto& [grad, entry] = ch->grads[gi];
+          accumulate(dev->store.entries()[entry].grad, ch->exec->value(grad, ch->hook_slot), 1.0 / micro_batches_,
+                     ch->hook_first);
+          if (--ch->buckets[ch->bucket_of[gi]].pending == 0) submit_bucket(*dev, *ch, ch->bucket_of[gi]);
+        }
+      };
+    }
     d->opt = std::make_unique<Optimizer>(opt, d->store);
     d->world = world ? world->communicator(d->id) : inproc_->communicator(d->id);
   }
@@ -360,8 +375,8 @@ void PlanRunner::worker(Device& d) {
 void PlanRunner::run_step(Device& d, const Job& job) {
   const int M = micro_batches_;
   const int64_t micro_global = micro_ * dp_;
-  std::vector<int> backwards(d.chunks.size(), 0);
   for (auto& c : d.chunks) {
+    c.backwards = 0;
     c.free_slots.clear();
     for (int s = c.exec->slots(); s-- > 0;) c.free_slots.push_back(s);
     c.slot_of.assign(static_cast<size_t>(M), -1);
@@ -409,20 +424,14 @@ void PlanRunner::run_step(Device& d, const Job& job) {
       case InstrKind::Backward: {
         int slot = slot_for(c, mb);
         c.exec->set_trace_micro_batch(mb);
-        const size_t ci = static_cast<size_t>(&c - d.chunks.data());
-        const bool first = backwards[ci] == 0;
+        const bool first = c.backwards == 0;
         auto t0 = std::chrono::steady_clock::now();
-        if (!c.buckets.empty() && backwards[ci] == M - 1) {
-          // The step's last backward of this stage: each gradient is accumulated as soon as its node has run,
-          // and a bucket whose gradients are all there starts its all-reduce while backward goes on.
-          std::function<void(size_t)> hook = [&, slot, first](size_t node) {
-            for (size_t gi : c.grads_at_node[node]) {
-              const auto& [grad, entry] = c.grads[gi];
-              accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, first);
-              if (--c.buckets[c.bucket_of[gi]].pending == 0) submit_bucket(d, c, c.bucket_of[gi]);
-            }
-          };
-          c.exec->set_after_node(&hook);
+        if (!c.buckets.empty() && c.backwards == M - 1) {
+          // The step's last backward of this stage: gradients go to their buckets as their nodes run, and a
+          // full bucket starts its all-reduce while backward goes on (bucket_hook).
+          c.hook_slot = slot;
+          c.hook_first = first;
+          c.exec->set_after_node(&c.bucket_hook);
           c.exec->run_backward(slot, seed_, stream, offset);
           c.exec->set_after_node(nullptr);
         } else {
@@ -431,7 +440,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
             accumulate(d.store.entries()[entry].grad, c.exec->value(grad, slot), 1.0 / M, first);
         }
         d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ++backwards[ci];
+        ++c.backwards;
         if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
         break;
       }
@@ -469,7 +478,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
             const Tensor& v = c.exec->value(p.recv_grads[k], slot);
             for (int t = 0; t < prev_tp; ++t) {
               int peer = device_at(p.stage - 1, c.replica, t);
-              io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, "d/" + p.recv[k].name, mb,
+              io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, p.recv[k].grad_name, mb,
                                                            peer, static_cast<double>(v.bytes())});
               d.world->send(v, peer, tag_of(p.stage - 1, k, true));
             }
@@ -484,7 +493,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         for (size_t k = 0; k < p.send_grads.size(); ++k) {
           if (!p.send_grads[k].valid()) continue;
           Tensor v = c.exec->value(p.send_grads[k], slot);
-          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, "d/" + p.send[k].name, mb, peer,
+          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, p.send[k].grad_name, mb, peer,
                                                        static_cast<double>(v.bytes())});
           d.world->recv(v, peer, tag_of(p.stage, k, true));
         }
@@ -502,7 +511,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   }
   // The loss (held by the loss stage's tensor rank 0 of each replica) and the global gradient norm: sums
   // over the world in rank order. A gradient counts once: replica 0's, tensor rank 0's unless it is a slice.
-  Tensor sums = Tensor::empty(TensorDesc{Shape{2}, DType::f64});
+  Tensor& sums = d.sums;
   double sq = 0;
   if (job.clip > 0)
     for (const auto& c : d.chunks) {
@@ -635,7 +644,7 @@ std::vector<std::vector<size_t>> PlanRunner::bucket_bytes(int device) const {
 }
 
 bool PlanRunner::any(bool flag) {
-  Tensor t = Tensor::empty(TensorDesc{Shape{1}, DType::f64});
+  Tensor& t = devices_[0]->flag;
   t.data<double>()[0] = flag ? 1.0 : 0.0;
   devices_[0]->world->all_reduce(t, ReduceOp::Max);  // the workers are idle between steps
   return t.data<double>()[0] > 0;

@@ -114,6 +114,11 @@ class PlanRunner {
     std::vector<size_t> bucket_of;  // per gradient
     std::unique_ptr<Communicator> bucket_comm;  // the data group, used by the comm thread only
     int outstanding = 0;            // buckets submitted and not yet reduced (guarded by the device's comm_mu)
+    // The executor's after-node hook for the step's last backward (made once; reads hook_slot, hook_first).
+    std::function<void(size_t)> bucket_hook;
+    int hook_slot = 0;
+    bool hook_first = false;
+    int backwards = 0;              // backward runs of this chunk in the current step
   };
   struct CommJob {
     Chunk* chunk = nullptr;
@@ -140,6 +145,8 @@ class PlanRunner {
     bool comm_quit = false;
     std::exception_ptr comm_error;
     double busy_s = 0;  // Forward and Backward wall time
+    Tensor sums;        // f64[2]: the loss and squared gradient norm all-reduced at the end of a step
+    Tensor flag;        // f64[1]: any()
   };
   struct Job {
     io::Dataset* data = nullptr;
