@@ -7,6 +7,16 @@
 #include <algorithm>
 #include <cstdint>
 
+// Marks a function whose loops should also be compiled for AVX-512 and AVX2, picked at load time by the CPU
+// (GCC function multi-versioning), so that one binary runs everywhere and uses the widest vectors the machine
+// has. Results do not depend on the version taken: braid compiles without contraction or reassociation
+// (CMakeLists.txt), so every lane does the same IEEE operations in the same order as scalar code.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define BRAID_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define BRAID_CPU_CLONES
+#endif
+
 namespace braid {
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n); runs inline when n <= grain.

@@ -3,16 +3,66 @@
 
 #include <cblas.h>
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 namespace braid::ops::cpu {
+
+namespace {
+
+// How a float GEMM uses the threads: OpenBLAS's own threading, or braid splitting C into one block of rows
+// (or columns) per OpenMP thread, each a single-threaded OpenBLAS call (OpenBLAS's OpenMP build runs
+// single-threaded inside a parallel region). The split keeps every thread on its own panel of C with no
+// synchronisation inside the GEMM; on the 2-core machine it is faster on the dense-layer shapes (docs/
+// benchmarks.md, "GEMM threading"). BRAID_GEMM_THREADING=openblas selects OpenBLAS's threading for A/B runs.
+bool split_gemm_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("BRAID_GEMM_THREADING");
+    return !(v && std::string_view(v) == "openblas");
+  }();
+  return enabled;
+}
+
+void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+              beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-              beta, c, static_cast<int>(ldc));
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself; OpenBLAS decides alone.
+  constexpr double kSplitMinFlops = 2e6;
+  const bool by_rows = m >= n;
+  const int64_t dim = by_rows ? m : n;
+  constexpr int64_t kAlign = 16;  // whole micro-panels of the AVX-512 kernels
+  if (threads <= 1 || !split_gemm_enabled() || 2.0 * double(m) * double(n) * double(k) < kSplitMinFlops ||
+      dim < 2 * kAlign) {
+    sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t parts = std::min<int64_t>(threads, dim / kAlign);
+  const int64_t per = (dim + parts - 1) / parts;
+  const int64_t step = (per + kAlign - 1) / kAlign * kAlign;
+#pragma omp parallel num_threads(static_cast<int>(parts))
+  {
+    const int64_t lo = std::min(dim, omp_get_thread_num() * step), hi = std::min(dim, lo + step);
+    if (hi > lo) {
+      if (by_rows)  // rows lo..hi of C: rows of op(A)
+        sgemm_1(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
+      else  // columns lo..hi of C: columns of op(B)
+        sgemm_1(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+    }
+  }
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

@@ -211,15 +211,26 @@ void with_act(Act k, F&& fn) {
   }
 }
 
+// The loops, compiled per vector width (BRAID_CPU_CLONES): gelu's tanh is arithmetic-bound, so AVX-512
+// lanes cut its time roughly by the width ratio against the SSE2 baseline.
+template <Act K, typename T>
+BRAID_CPU_CLONES void act_fwd_loop(const T* __restrict x, T* __restrict y, int64_t b, int64_t e) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
+}
+template <Act K, typename T>
+BRAID_CPU_CLONES void act_bwd_loop(const T* __restrict dy, const T* __restrict x, const T* __restrict y,
+                                   T* __restrict dx, int64_t b, int64_t e) {
+#pragma omp simd
+  for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
+}
+
 void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
-      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) {  // pointers by value: hoisted
-#pragma omp simd
-        for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
-      });
+      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) { act_fwd_loop<K>(x, y, b, e); });
     });
   });
 }
@@ -232,10 +243,8 @@ void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor>
     const T* y = in[2].data<T>();
     T* dx = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
-      parallel_for(out[0].numel(), 1 << 14, [dy, x, y, dx](int64_t b, int64_t e) {
-#pragma omp simd
-        for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
-      });
+      parallel_for(out[0].numel(), 1 << 14,
+                   [dy, x, y, dx](int64_t b, int64_t e) { act_bwd_loop<K>(dy, x, y, dx, b, e); });
     });
   });
 }
