@@ -58,6 +58,38 @@ std::vector<TensorDesc> infer_layer_norm(const Attrs& a, std::span<const TensorD
   return {in[0], TensorDesc{stat, in[0].dtype}, TensorDesc{stat, in[0].dtype}};
 }
 
+// Row sums in double over 8 fixed lanes (element j goes to lane j % 8, lanes added in a fixed tree), so the
+// loops vectorise and the result is the same for every vector width and thread count.
+constexpr int kLanes = 8;
+inline double lane_total(const double* acc) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <typename T>
+BRAID_CPU_CLONES void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+                                      T* __restrict y, T* __restrict mean, T* __restrict rstd, int64_t d, double eps,
+                                      int64_t r0, int64_t r1) {
+  const int64_t body = d / kLanes * kLanes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * d;
+    double acc[kLanes] = {};
+    for (int64_t j = 0; j < body; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += xr[j + l];
+    for (int64_t j = body; j < d; ++j) acc[j - body] += xr[j];
+    const double m = lane_total(acc) / static_cast<double>(d);
+    double vacc[kLanes] = {};
+    for (int64_t j = 0; j < body; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) vacc[l] += (xr[j + l] - m) * (xr[j + l] - m);
+    for (int64_t j = body; j < d; ++j) vacc[j - body] += (xr[j] - m) * (xr[j] - m);
+    const double v = lane_total(vacc) / static_cast<double>(d);  // biased, as PyTorch
+    const double rs = 1.0 / std::sqrt(v + eps);
+    mean[r] = static_cast<T>(m);
+    rstd[r] = static_cast<T>(rs);
+    T* yr = y + r * d;
+    for (int64_t j = 0; j < d; ++j) yr[j] = static_cast<T>((xr[j] - m) * rs * w[j] + b[j]);
+  }
+}
+
 void layer_norm_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   double eps = a.f("eps");
   dispatch_float(in[0].dtype(), [&]<typename T>() {
@@ -65,18 +97,7 @@ void layer_norm_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in
     T *y = out[0].data<T>(), *mean = out[1].data<T>(), *rstd = out[2].data<T>();
     int64_t d = in[0].shape().back(), rows = in[0].numel() / std::max<int64_t>(d, 1);
     parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * d;
-        double m = 0, v = 0;
-        for (int64_t j = 0; j < d; ++j) m += xr[j];
-        m /= static_cast<double>(d);
-        for (int64_t j = 0; j < d; ++j) v += (xr[j] - m) * (xr[j] - m);
-        v /= static_cast<double>(d);  // biased, as PyTorch
-        double rs = 1.0 / std::sqrt(v + eps);
-        mean[r] = static_cast<T>(m);
-        rstd[r] = static_cast<T>(rs);
-        for (int64_t j = 0; j < d; ++j) y[r * d + j] = static_cast<T>((xr[j] - m) * rs * w[j] + b[j]);
-      }
+      layer_norm_rows(x, w, b, y, mean, rstd, d, eps, r0, r1);
     });
   });
 }
@@ -88,6 +109,60 @@ std::vector<TensorDesc> infer_layer_norm_grad(const Attrs&, std::span<const Tens
   return {in[1], in[2], in[2]};
 }
 
+template <typename T>
+BRAID_CPU_CLONES void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* __restrict w,
+                                         const T* __restrict mean, const T* __restrict rstd, T* __restrict dx,
+                                         int64_t d, int64_t r0, int64_t r1) {
+  const int64_t body = d / kLanes * kLanes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *xr = x + r * d, *dyr = dy + r * d;
+    const double m = mean[r], rs = rstd[r];
+    double ag[kLanes] = {}, agx[kLanes] = {};
+    for (int64_t j = 0; j < body; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        double g = static_cast<double>(dyr[j + l]) * w[j + l], xh = (xr[j + l] - m) * rs;
+        ag[l] += g;
+        agx[l] += g * xh;
+      }
+    for (int64_t j = body; j < d; ++j) {
+      double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
+      ag[j - body] += g;
+      agx[j - body] += g * xh;
+    }
+    const double sg = lane_total(ag) / static_cast<double>(d), sgx = lane_total(agx) / static_cast<double>(d);
+    T* dxr = dx + r * d;
+    for (int64_t j = 0; j < d; ++j) {
+      double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
+      dxr[j] = static_cast<T>(rs * (g - sg - xh * sgx));
+    }
+  }
+}
+
+// Parameter gradients for columns j0..j1 (at most kColBlock): rows summed in order per column, the columns of a
+// row side by side (contiguous, vectorised).
+constexpr int64_t kColBlock = 256;
+template <typename T>
+BRAID_CPU_CLONES void layer_norm_dwb_cols(const T* __restrict dy, const T* __restrict x, const T* __restrict mean,
+                                          const T* __restrict rstd, T* __restrict dw, T* __restrict db, int64_t d,
+                                          int64_t rows, int64_t j0, int64_t j1) {
+  double sw[kColBlock], sb[kColBlock];
+  const int64_t n = j1 - j0;
+  for (int64_t j = 0; j < n; ++j) sw[j] = sb[j] = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *dyr = dy + r * d + j0, *xr = x + r * d + j0;
+    const double m = mean[r], rs = rstd[r];
+    for (int64_t j = 0; j < n; ++j) {
+      double g = dyr[j];
+      sw[j] += g * (xr[j] - m) * rs;
+      sb[j] += g;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    dw[j0 + j] = static_cast<T>(sw[j]);
+    db[j0 + j] = static_cast<T>(sb[j]);
+  }
+}
+
 void layer_norm_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
   dispatch_float(in[1].dtype(), [&]<typename T>() {
     const T *dy = in[0].data<T>(), *x = in[1].data<T>(), *w = in[2].data<T>();
@@ -95,34 +170,14 @@ void layer_norm_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor>
     T *dx = out[0].data<T>(), *dw = out[1].data<T>(), *db = out[2].data<T>();
     int64_t d = in[1].shape().back(), rows = in[1].numel() / std::max<int64_t>(d, 1);
     parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *xr = x + r * d, *dyr = dy + r * d;
-        double m = mean[r], rs = rstd[r], sg = 0, sgx = 0;
-        for (int64_t j = 0; j < d; ++j) {
-          double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
-          sg += g;
-          sgx += g * xh;
-        }
-        sg /= static_cast<double>(d);
-        sgx /= static_cast<double>(d);
-        for (int64_t j = 0; j < d; ++j) {
-          double g = static_cast<double>(dyr[j]) * w[j], xh = (xr[j] - m) * rs;
-          dx[r * d + j] = static_cast<T>(rs * (g - sg - xh * sgx));
-        }
-      }
+      layer_norm_dx_rows(dy, x, w, mean, rstd, dx, d, r0, r1);
     });
-    // Parameter gradients: columns in parallel, rows summed in order (deterministic).
-    parallel_for(d, 256, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        double sw = 0, sb = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-          double g = dy[r * d + j];
-          sw += g * (x[r * d + j] - static_cast<double>(mean[r])) * static_cast<double>(rstd[r]);
-          sb += g;
-        }
-        dw[j] = static_cast<T>(sw);
-        db[j] = static_cast<T>(sb);
-      }
+    // Parameter gradients: blocks of columns in parallel, rows summed in order (deterministic).
+    const int64_t per_thread_cols = std::max<int64_t>(16, (d + num_threads() - 1) / num_threads());
+    const int64_t width = std::min(kColBlock, (per_thread_cols + 15) / 16 * 16);
+    parallel_for((d + width - 1) / width, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        layer_norm_dwb_cols(dy, x, mean, rstd, dw, db, d, rows, c * width, std::min(d, (c + 1) * width));
     });
   });
 }
