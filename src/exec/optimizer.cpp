@@ -2,6 +2,7 @@
 // each parameter, split across the OpenMP threads.
 #include "exec/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/kernel_util.h"
@@ -28,19 +29,27 @@ Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store) : spec_(s
 
 // The loop body with the options as compile-time constants, so that the loop has no branch and vectorises.
 template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
+BRAID_CPU_CLONES void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t b, int64_t e, T wd,
+                                T mom, T damp, T lrt) {
+  for (int64_t i = b; i < e; ++i) {
+    T d = g[i];
+    if constexpr (kDecay) d = d + wd * p[i];
+    if constexpr (kMomentum) {
+      if constexpr (kFirst) buf[i] = d;
+      else buf[i] = mom * buf[i] + (T(1) - damp) * d;
+      if constexpr (kNesterov) d = d + mom * buf[i];
+      else d = buf[i];
+    }
+    p[i] = p[i] - lrt * d;
+  }
+}
+
+// The loop body with the options as compile-time constants, so that the loop has no branch and vectorises
+// (per vector width: BRAID_CPU_CLONES).
+template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
 static void sgd_loop(T* p, const T* g, T* buf, int64_t n, T wd, T mom, T damp, T lrt) {
   parallel_for(n, kGrain, [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T d = g[i];
-      if constexpr (kDecay) d = d + wd * p[i];
-      if constexpr (kMomentum) {
-        if constexpr (kFirst) buf[i] = d;
-        else buf[i] = mom * buf[i] + (T(1) - damp) * d;
-        if constexpr (kNesterov) d = d + mom * buf[i];
-        else d = buf[i];
-      }
-      p[i] = p[i] - lrt * d;
-    }
+    sgd_range<T, kDecay, kMomentum, kNesterov, kFirst>(p, g, buf, b, e, wd, mom, damp, lrt);
   });
 }
 
@@ -61,6 +70,18 @@ static void sgd_update(T* p, const T* g, T* buf, int64_t n, const io::OptimizerS
 }
 
 template <typename T>
+BRAID_CPU_CLONES void adamw_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t b,
+                                  int64_t e, T b1, T b2, T eps, T decay, T step_size, T bc2_sqrt) {
+  for (int64_t i = b; i < e; ++i) {
+    p[i] = p[i] * decay;
+    m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    v[i] = v[i] * b2 + g[i] * g[i] * (T(1) - b2);
+    T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+    p[i] = p[i] - step_size * (m[i] / denom);
+  }
+}
+
+template <typename T>
 static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::OptimizerSpec& s, double lr, int64_t t) {
   const T b1 = T(s.betas[0]), b2 = T(s.betas[1]), eps = T(s.eps);
   const T decay = T(1 - lr * s.weight_decay);
@@ -68,13 +89,7 @@ static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::Opti
   const double bc2 = 1 - std::pow(s.betas[1], static_cast<double>(t));
   const T step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
   parallel_for(n, kGrain, [=](int64_t b, int64_t e) {  // by value: pointers and constants hoisted
-    for (int64_t i = b; i < e; ++i) {
-      p[i] = p[i] * decay;
-      m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-      v[i] = v[i] * b2 + g[i] * g[i] * (T(1) - b2);
-      T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      p[i] = p[i] - step_size * (m[i] / denom);
-    }
+    adamw_range(p, g, m, v, b, e, b1, b2, eps, decay, step_size, bc2_sqrt);
   });
 }
 
@@ -95,24 +110,62 @@ void Optimizer::step(double lr) {
   }
 }
 
+namespace {
+// Sum of squares of g[b, e) in double over 8 lanes (element i into lane i mod 8, lanes added in order).
+template <typename T>
+BRAID_CPU_CLONES double sum_squares(const T* __restrict g, int64_t b, int64_t e) {
+  const int64_t body = b + (e - b) / 8 * 8;
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = b; i < body; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(g[i + k]) * static_cast<double>(g[i + k]);
+  for (int64_t i = body; i < e; ++i) lane[i - body] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  double s = 0;
+  for (double v : lane) s += v;
+  return s;
+}
+
+template <typename T>
+BRAID_CPU_CLONES void scale_range(T* __restrict g, int64_t b, int64_t e, T k) {
+  for (int64_t i = b; i < e; ++i) g[i] = g[i] * k;
+}
+
+// A tensor's sum of squares in up to kPieces pieces fixed by its size alone (never by the thread count),
+// summed on the threads and added in piece order: the same bits for any thread count.
+constexpr int64_t kPieces = 64, kPieceMin = 1 << 15;
+template <typename T>
+double tensor_sum_squares(const T* g, int64_t n) {
+  const int64_t pieces = std::clamp<int64_t>(n / kPieceMin, 1, kPieces);
+  const int64_t per = (n + pieces - 1) / pieces;
+  double part[kPieces];
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t q = p0; q < p1; ++q) part[q] = sum_squares(g, std::min(n, q * per), std::min(n, (q + 1) * per));
+  });
+  double s = 0;
+  for (int64_t q = 0; q < pieces; ++q) s += part[q];
+  return s;
+}
+}  // namespace
+
+double sum_squares(const Tensor& g) {
+  double s = 0;
+  ops::cpu::dispatch_float(g.dtype(), [&]<typename T>() { s = tensor_sum_squares(g.data<T>(), g.numel()); });
+  return s;
+}
+
+void scale_in_place(Tensor& g, double coef) {
+  ops::cpu::dispatch_float(g.dtype(), [&]<typename T>() {
+    T* p = g.data<T>();
+    const T k = T(coef);
+    parallel_for(g.numel(), kGrain, [p, k](int64_t b, int64_t e) { scale_range(p, b, e, k); });
+  });
+}
+
 double grad_norm(const ParamStore& store) {
   // The L2 norm over all gradients, squares summed in double, parameter by parameter (deterministic).
   double total = 0;
   for (const auto& e : store.entries()) {
     if (e.spec.buffer || !e.has_grad) continue;
-    ops::cpu::dispatch_float(e.grad.dtype(), [&]<typename T>() {
-      const T* g = e.grad.data<T>();
-      const int64_t n = e.grad.numel(), body = n / 8 * 8;
-      // Eight partial sums (element i into lane i mod 8), combined in lane order: independent chains the
-      // compiler vectorises, and a fixed order, so the norm is the same for any thread count.
-      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t i = 0; i < body; i += 8)
-        for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(g[i + k]) * static_cast<double>(g[i + k]);
-      for (int64_t i = body; i < n; ++i) lane[i - body] += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-      double s = 0;
-      for (double v : lane) s += v;
-      total += s;
-    });
+    total += sum_squares(e.grad);
   }
   return std::sqrt(total);
 }
@@ -123,10 +176,7 @@ double clip_grad_norm(ParamStore& store, double max_norm) {
   if (coef < 1.0)
     for (auto& e : store.entries()) {
       if (e.spec.buffer || !e.has_grad) continue;
-      ops::cpu::dispatch_float(e.grad.dtype(), [&]<typename T>() {
-        T* g = e.grad.data<T>();
-        for (int64_t i = 0; i < e.grad.numel(); ++i) g[i] = g[i] * T(coef);
-      });
+      scale_in_place(e.grad, coef);
     }
   return norm;
 }

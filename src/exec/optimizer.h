@@ -32,6 +32,10 @@ class Optimizer {
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(ParamStore& store, double max_norm);
 double grad_norm(const ParamStore& store);
+// One tensor's sum of squares in double, in pieces fixed by its size (the same bits for any thread count),
+// and g *= k on the threads; the building blocks of grad_norm and clip_grad_norm, shared with PlanRunner.
+double sum_squares(const Tensor& g);
+void scale_in_place(Tensor& g, double k);
 
 // Learning rate for optimizer step `step` (0-based) of `total`.
 //   constant: lr;  step: lr * gamma^(step / step_size);

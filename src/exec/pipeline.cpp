@@ -521,10 +521,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         if (c.tensor_rank != 0 && sh.layout.kind != ops::Sbp::Kind::Split) continue;
         const ParamEntry* e = d.store.find(sh.name);
         if (!e->has_grad) continue;
-        ops::cpu::dispatch_float(e->grad.dtype(), [&]<typename T>() {
-          const T* g = e->grad.data<T>();
-          for (int64_t i = 0; i < e->grad.numel(); ++i) sq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-        });
+        sq += sum_squares(e->grad);
       }
     }
   sums.data<double>()[0] = loss_sum;
@@ -542,10 +539,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
     if (coef < 1.0)
       for (auto& e : d.store.entries()) {
         if (e.spec.buffer || !e.has_grad) continue;
-        ops::cpu::dispatch_float(e.grad.dtype(), [&]<typename T>() {
-          T* g = e.grad.data<T>();
-          for (int64_t i = 0; i < e.grad.numel(); ++i) g[i] = g[i] * T(coef);
-        });
+        scale_in_place(e.grad, coef);
       }
     d.result.grad_norm = norm;
   }
