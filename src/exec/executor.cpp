@@ -66,6 +66,14 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
     }
   }
+  BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
+  for (const auto& [v, t] : options.external) {
+    const graph::Value& val = g.value(v);
+    BRAID_ASSERT(val.kind != graph::ValueKind::Param && val.kind != graph::ValueKind::Buffer &&
+                     t.desc() == val.desc && t.defined(),
+                 "external tensor ", t.desc().str(), " for value ", val.name, " (", val.desc.str(), ")");
+    views_[0][v.idx()] = t;
+  }
   node_in_.resize(views_.size());
   node_out_.resize(views_.size());
   for (size_t s = 0; s < views_.size(); ++s)

@@ -21,6 +21,9 @@ namespace braid::exec {
 struct ExecutorOptions {
   int slots = 1;            // micro-batches in flight between forward and backward
   std::vector<bool> stash;  // per value: kept per slot (empty: none; with slots == 1 it makes no difference)
+  // Values written straight into caller-owned tensors instead of the arena (one slot only): a step of one
+  // micro-batch has its gradients land in the ParamStore, with no copy after the run.
+  std::vector<std::pair<ValueId, Tensor>> external;
 };
 
 class Executor {

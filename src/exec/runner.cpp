@@ -19,7 +19,7 @@ std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph
 }
 
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed) {
+                                    uint64_t seed, bool grads_in_store) {
   auto r = std::make_unique<Runner>();
   graph::BuildOptions bo;
   bo.with_backward = training;
@@ -32,7 +32,13 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
   for (const auto& [n, v] : r->g.metrics) keep.push_back(v);
   for (const auto& p : r->g.params())
     if (p.grad.valid()) keep.push_back(p.grad);
-  r->exec = std::make_unique<Executor>(r->g, store, keep);
+  ExecutorOptions eo;
+  if (training && grads_in_store) {
+    for (const auto& p : r->g.params())
+      if (p.grad.valid()) eo.external.emplace_back(p.grad, store.entries()[store.index_of(p.name)].grad);
+    r->grads_in_store = true;
+  }
+  r->exec = std::make_unique<Executor>(r->g, store, keep, eo);
   for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
   for (const auto& p : r->g.params())
     if (p.grad.valid()) r->grads.emplace_back(p.grad, store.index_of(p.name));
@@ -87,8 +93,10 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
     r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
     loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
     lap(&PhaseTimes::graph_s);
-    for (const auto& [grad, entry] : r.grads)
-      accumulate(store.entries()[entry].grad, r.exec->value(grad), 1.0 / static_cast<double>(num_micro), m == 0);
+    BRAID_ASSERT(!r.grads_in_store || num_micro == 1, "gradients written into the store need one micro-batch a step");
+    if (!r.grads_in_store)
+      for (const auto& [grad, entry] : r.grads)
+        accumulate(store.entries()[entry].grad, r.exec->value(grad), 1.0 / static_cast<double>(num_micro), m == 0);
     lap(&PhaseTimes::accumulate_s);
   }
   return loss;

@@ -20,12 +20,14 @@ struct Runner {
   std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
   // Each trainable parameter's gradient value and its entry in the ParamStore (resolved once, not per step).
   std::vector<std::pair<ValueId, size_t>> grads;
+  bool grads_in_store = false;  // the executor writes gradients into the store's tensors (one micro-batch)
 };
 
 // Builds the graph (with backward when training, with metrics otherwise), creates missing parameters in
-// `store` (initialised from `seed`) and the executor.
+// `store` (initialised from `seed`) and the executor. grads_in_store (for steps of exactly one micro-batch):
+// the gradients are computed in place in the store's grad tensors, so forward_backward copies nothing.
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed);
+                                    uint64_t seed, bool grads_in_store = false);
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
 // Where forward_backward's time went (seconds, added to): reading data, running the graph, accumulating
