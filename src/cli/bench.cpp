@@ -346,19 +346,24 @@ int time_layers(const TimeArgs& a, FILE* out) {
   size_t wl = 5, wo = 2;
   for (const auto& l : r.layers) {
     wl = std::max(wl, l.layer.size());
-    wo = std::max(wo, l.op.size());
+    wo = std::max(wo, l.op.size() + 1);
   }
   wl = std::max<size_t>(wl, 17);
   auto pct = [&](double ms) { return fmt("%.1f%%", step_ms > 0 ? 100 * ms / step_ms : 0); };
   std::fprintf(out, "%-*s  %-*s  %11s  %11s  %10s  %6s\n", static_cast<int>(wl), "layer", static_cast<int>(wo), "op",
                "forward ms", "backward ms", "total ms", "share");
   double fwd = 0, bwd = 0;
+  std::string fused_note;
   for (const auto& l : r.layers) {
+    if (!l.fused_into.empty() && fused_note.empty())
+      fused_note = "* forward fused into the layer before it (" + l.fused_into +
+                   " here): that layer's GEMM applies the activation as its epilogue, and the time is counted there\n";
     double f = 1e3 * l.forward_s / n, b = 1e3 * l.backward_s / n;
     fwd += f;
     bwd += b;
     std::fprintf(out, "%-*s  %-*s  %11.3f  %11.3f  %10.3f  %6s\n", static_cast<int>(wl), l.layer.c_str(),
-                 static_cast<int>(wo), l.op.c_str(), f, b, f + b, pct(f + b).c_str());
+                 static_cast<int>(wo), (l.op + (l.fused_into.empty() ? "" : "*")).c_str(), f, b, f + b,
+                 pct(f + b).c_str());
   }
   auto line = [&](const char* name, double ms) {
     std::fprintf(out, "%-*s  %-*s  %11s  %11s  %10.3f  %6s\n", static_cast<int>(wl), name, static_cast<int>(wo), "", "",
@@ -372,6 +377,7 @@ int time_layers(const TimeArgs& a, FILE* out) {
   line("clip + optimizer", opt);
   line("other", std::max(0.0, step_ms - fwd - bwd - data - acc - opt));
   line("step", step_ms);
+  if (!fused_note.empty()) std::fputs(fused_note.c_str(), out);
   return 0;
 }
 

@@ -26,12 +26,13 @@ using Clock = std::chrono::steady_clock;
 
 // Per-node seconds summed by model layer: forward nodes in graph order define the layer order; a layer
 // reached only by backward nodes (none today) is appended where it first appears.
-std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>& node_s) {
+std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>& node_s,
+                                const std::vector<size_t>& fused_heads) {
   std::vector<LayerTime> rows;
   std::map<std::string, size_t> index;
   auto row = [&](const graph::Node& n) -> LayerTime& {
     auto [it, fresh] = index.emplace(n.layer, rows.size());
-    if (fresh) rows.push_back(LayerTime{n.layer, n.backward ? "" : n.op->name, 0, 0});
+    if (fresh) rows.push_back(LayerTime{n.layer, n.backward ? "" : n.op->name, {}, 0, 0});
     return rows[it->second];
   };
   for (const auto& n : g.nodes())
@@ -39,6 +40,10 @@ std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>
   for (const auto& n : g.nodes()) {
     LayerTime& r = row(n);
     (n.backward ? r.backward_s : r.forward_s) += node_s[n.id.idx()];
+  }
+  for (size_t h : fused_heads) {
+    const graph::Node& tail = g.nodes()[h + 1];
+    if (tail.layer != g.nodes()[h].layer) row(tail).fused_into = g.nodes()[h].layer;
   }
   return rows;
 }
@@ -180,7 +185,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   }
   runner->exec->set_node_timing(nullptr);
   if (opts.per_node) {
-    res.layers = by_layer(g, node_s);
+    res.layers = by_layer(g, node_s, runner->exec->fused());
     res.data_s = phases.data_s;
     res.accumulate_s = phases.accumulate_s;
   }

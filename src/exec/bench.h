@@ -21,6 +21,7 @@ struct BenchOptions {
 // One layer of `braid time`: its nodes' seconds summed over the timed steps, split by direction.
 struct LayerTime {
   std::string layer, op;  // op: the layer's (first) forward node's op
+  std::string fused_into;  // the layer whose fused kernel ran this layer's forward (its time is counted there)
   double forward_s = 0, backward_s = 0;
 };
 

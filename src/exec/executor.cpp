@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/rng.h"
+#include "ops/cpu/fused.h"
+#include "ops/cpu/kernel_util.h"
 
 namespace braid::exec {
 namespace {
@@ -88,6 +92,19 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     BRAID_ASSERT(n.op->cpu != nullptr || n.op->collective, "op ", n.op->name, " has no CPU kernel");
     node_keys_.push_back(name_hash(n.name));
   }
+  fuse_.assign(g.nodes().size(), 0);
+  const char* env = std::getenv("BRAID_FUSION");
+  if (options.fuse && !(env && std::string_view(env) == "0"))
+    for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
+      const graph::Node &a = g.nodes()[i], &b = g.nodes()[i + 1];
+      if (fuse_[i] != 0 || a.op->name != "linear" || !ops::cpu::is_activation(b.op->name) ||
+          b.inputs.empty() || b.inputs[0] != a.outputs[0] || a.backward != b.backward ||
+          g.value(a.outputs[0]).desc.dtype != DType::f32 || g.value(b.outputs[0]).desc.dtype != DType::f32)
+        continue;
+      fuse_[i] = 1;
+      fuse_[i + 1] = 2;
+      fused_heads_.push_back(i);
+    }
   first_backward_ = g.nodes().size();
   for (const auto& n : g.nodes()) {
     if (n.backward) {
@@ -182,7 +199,12 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
   auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
   for (size_t i = from; i < to; ++i) {
     const graph::Node& n = nodes[i];
-    if (n.op->collective) {
+    if (fuse_[i] == 1 && i + 1 < to) {
+      const graph::Node& act = nodes[i + 1];
+      ops::cpu::linear_activation(n.attrs, act.op->name, act.attrs, ins[i], outs[i][0], outs[i + 1][0]);
+    } else if (fuse_[i] == 2 && i > from) {
+      // ran with the node before it
+    } else if (n.op->collective) {
       run_collective(n, ins[i], outs[i]);
     } else {
       ctx.rng_key = hash_key(run_key, node_keys_[i]);

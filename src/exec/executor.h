@@ -24,6 +24,10 @@ struct ExecutorOptions {
   // Values written straight into caller-owned tensors instead of the arena (one slot only): a step of one
   // micro-batch has its gradients land in the ParamStore, with no copy after the run.
   std::vector<std::pair<ValueId, Tensor>> external;
+  // Fusion: a linear node whose output feeds the activation node right after it runs as one kernel, the
+  // activation applied to each GEMM block while it is in cache (ops/cpu/fused.h). The values and their
+  // bits are those of the unfused nodes; BRAID_FUSION=0 in the environment turns it off (A/B runs).
+  bool fuse = true;
 };
 
 class Executor {
@@ -60,6 +64,8 @@ class Executor {
   const graph::Graph& graph() const { return g_; }
   int slots() const { return static_cast<int>(views_.size()); }
   bool has_backward() const { return first_backward_ < g_.nodes().size(); }
+  // Node pairs run as one fused kernel (see ExecutorOptions::fuse), by the index of the first node.
+  const std::vector<size_t>& fused() const { return fused_heads_; }
 
  private:
   void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
@@ -71,6 +77,8 @@ class Executor {
   std::vector<std::vector<Tensor>> views_;                  // [slot][value]
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
   std::vector<uint64_t> node_keys_;
+  std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
+  std::vector<size_t> fused_heads_;
   io::TraceLane* trace_ = nullptr;
   int trace_mb_ = -1;
   size_t first_backward_ = 0;                // index of the first backward node (= node count if none)

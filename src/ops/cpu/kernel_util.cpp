@@ -38,6 +38,11 @@ void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GemmEpilogue{});
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& ep) {
   if (m == 0 || n == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself; OpenBLAS decides alone.
@@ -48,6 +53,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   if (threads <= 1 || !split_gemm_enabled() || 2.0 * double(m) * double(n) * double(k) < kSplitMinFlops ||
       dim < 2 * kAlign) {
     sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
     return;
   }
   const int64_t parts = std::min<int64_t>(threads, dim / kAlign);
@@ -57,10 +63,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   {
     const int64_t lo = std::min(dim, omp_get_thread_num() * step), hi = std::min(dim, lo + step);
     if (hi > lo) {
-      if (by_rows)  // rows lo..hi of C: rows of op(A)
+      if (by_rows) {  // rows lo..hi of C: rows of op(A)
         sgemm_1(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
-      else  // columns lo..hi of C: columns of op(B)
+        if (ep.fn) ep.fn(ep.ctx, lo, hi, 0, n);
+      } else {  // columns lo..hi of C: columns of op(B)
         sgemm_1(ta, tb, m, hi - lo, k, alpha, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+        if (ep.fn) ep.fn(ep.ctx, 0, m, lo, hi);
+      }
     }
   }
 }

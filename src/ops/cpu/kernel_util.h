@@ -3,10 +3,15 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
 #include "core/tensor.h"
+
+namespace braid::ops {
+class Attrs;
+}
 
 namespace braid::ops::cpu {
 
@@ -31,6 +36,20 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+// A GEMM epilogue: fn(ctx, r0, r1, c0, c1) runs on the block rows [r0, r1) x columns [c0, c1) of C right after
+// the thread that computed the block finished it (the block still in that core's cache). Float only.
+struct GemmEpilogue {
+  void (*fn)(void* ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1) = nullptr;
+  void* ctx = nullptr;
+};
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue);
+
+// The activation ops' forward loop, y[i] = act(x[i]) for i in [0, n) (op: relu, gelu with its `approximate`
+// attribute, tanh, sigmoid): the same code the ops run, so a fused epilogue gives the same bits.
+bool is_activation(const std::string& op);
+void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n);
 
 // NumPy broadcasting of `in` to `out_shape`: for every output element, the flat index of the input element.
 // Shapes are right-aligned; a missing or size-1 input axis broadcasts.

@@ -249,6 +249,18 @@ void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor>
   });
 }
 
+}  // namespace
+
+namespace cpu {
+bool is_activation(const std::string& op) { return op == "relu" || op == "gelu" || op == "tanh" || op == "sigmoid"; }
+
+void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n) {
+  with_act(act_of(op, a), [&]<Act K>() { act_fwd_loop<K>(x, y, 0, n); });
+}
+}  // namespace cpu
+
+namespace {
+
 #define BRAID_ACT_KERNELS(NAME)                                                                        \
   void NAME##_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) { \
     act_forward(#NAME, a, in, out);                                                                    \

@@ -5,6 +5,7 @@
 // of each split signature. Layout: x (M, in) row-major after flattening the leading axes; W (out, in).
 #include <cmath>
 
+#include "ops/cpu/fused.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
 
@@ -78,6 +79,42 @@ void linear_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std:
                    fout, out[0].data<T>());
   });
 }
+
+}  // namespace
+
+void cpu::linear_activation(const Attrs&, const std::string& act_op, const Attrs& act_attrs,
+                            std::span<const Tensor> in, const Tensor& z, const Tensor& y) {
+  BRAID_ASSERT(z.dtype() == DType::f32 && y.dtype() == DType::f32, "linear_activation is float32 only");
+  const Tensor& w = in[1];
+  const int64_t fout = w.shape()[0], fin = w.shape()[1], m = in[0].numel() / fin;
+  const float* b = in.size() == 3 ? in[2].data<float>() : nullptr;
+  float* zp = z.data<float>();
+  if (b)  // as affine_rows: the bias first, the GEMM adds onto it (the same bits as the unfused linear)
+    parallel_for(m, 1 << 10, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < fout; ++j) zp[r * fout + j] = b[j];
+    });
+  struct Ctx {
+    const std::string* op;
+    const Attrs* attrs;
+    const float* z;
+    float* y;
+    int64_t ld;
+  } ctx{&act_op, &act_attrs, zp, y.data<float>(), fout};
+  auto epilogue = [](void* p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    auto* c = static_cast<Ctx*>(p);
+    if (c0 == 0 && c1 == c->ld) {  // whole rows: one contiguous run
+      cpu::activation(*c->op, *c->attrs, c->z + r0 * c->ld, c->y + r0 * c->ld, (r1 - r0) * c->ld);
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r)
+      cpu::activation(*c->op, *c->attrs, c->z + r * c->ld + c0, c->y + r * c->ld + c0, c1 - c0);
+  };
+  cpu::gemm(false, true, m, fout, fin, 1.0f, in[0].data<float>(), fin, w.data<float>(), fin, b ? 1.0f : 0.0f, zp,
+            fout, cpu::GemmEpilogue{epilogue, &ctx});
+}
+
+namespace {
 
 void linear_grad(GradCtx& c) {
   ValueId dy = c.dout[0];
