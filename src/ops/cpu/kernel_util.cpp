@@ -2,6 +2,9 @@
 #include "ops/cpu/kernel_util.h"
 
 #include <cblas.h>
+#ifdef BRAID_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
 
 #include <omp.h>
 
@@ -14,21 +17,45 @@ namespace braid::ops::cpu {
 
 namespace {
 
-// How a float GEMM uses the threads: OpenBLAS's own threading, or braid splitting C into one block of rows
-// (or columns) per OpenMP thread, each a single-threaded OpenBLAS call (OpenBLAS's OpenMP build runs
-// single-threaded inside a parallel region). The split keeps every thread on its own panel of C with no
-// synchronisation inside the GEMM; on the 2-core machine it is faster on the dense-layer shapes (docs/
-// benchmarks.md, "GEMM threading"). BRAID_GEMM_THREADING=openblas selects OpenBLAS's threading for A/B runs.
-bool split_gemm_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("BRAID_GEMM_THREADING");
-    return !(v && std::string_view(v) == "openblas");
+// Float GEMM, chosen once per process by BRAID_SGEMM (default: onednn where built, else openblas):
+//   onednn           oneDNN's sgemm, single-threaded, on braid's panels (below)
+//   openblas         OpenBLAS's sgemm, single-threaded, on braid's panels
+//   openblas-threads OpenBLAS with its own threading (braid's behaviour before the panels; for A/B runs)
+// Panels: braid splits C into one block of rows (or columns) per OpenMP thread and each thread runs one
+// single-threaded GEMM on its block, so no thread waits on another inside a GEMM and the result of every
+// element does not depend on the thread count (both libraries give the same bits for a block as for the
+// whole matrix; checked by tests/ops/gemm_test.cpp). Measured in docs/benchmarks.md ("GEMM library").
+enum class Sgemm { OneDnn, OpenBlas, OpenBlasThreads };
+Sgemm sgemm_choice() {
+  static const Sgemm choice = [] {
+    const char* v = std::getenv("BRAID_SGEMM");
+    const std::string_view s = v ? v : "";
+    if (s == "openblas") return Sgemm::OpenBlas;
+    if (s == "openblas-threads") return Sgemm::OpenBlasThreads;
+#ifdef BRAID_HAVE_ONEDNN
+    return Sgemm::OneDnn;
+#else
+    return Sgemm::OpenBlas;
+#endif
   }();
-  return enabled;
+  return choice;
 }
 
+// One single-threaded GEMM (OpenBLAS's OpenMP build runs single-threaded inside a parallel region; oneDNN's
+// sgemm is held to one thread by the calling task's thread count, restored after).
 void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#ifdef BRAID_HAVE_ONEDNN
+  if (sgemm_choice() == Sgemm::OneDnn) {
+    const int saved = omp_get_max_threads();
+    if (saved != 1) omp_set_num_threads(1);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (saved != 1) omp_set_num_threads(saved);
+    BRAID_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(st), " (", m, "x", n, "x", k,
+                 ")");
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
               beta, c, static_cast<int>(ldc));
@@ -45,13 +72,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& ep) {
   if (m == 0 || n == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself; OpenBLAS decides alone.
+  // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself: one thread does it all.
   constexpr double kSplitMinFlops = 2e6;
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
   constexpr int64_t kAlign = 16;  // whole micro-panels of the AVX-512 kernels
-  if (threads <= 1 || !split_gemm_enabled() || 2.0 * double(m) * double(n) * double(k) < kSplitMinFlops ||
-      dim < 2 * kAlign) {
+  if (threads <= 1 || sgemm_choice() == Sgemm::OpenBlasThreads ||
+      2.0 * double(m) * double(n) * double(k) < kSplitMinFlops || dim < 2 * kAlign) {
     sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
     return;
