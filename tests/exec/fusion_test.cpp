@@ -7,8 +7,7 @@
 #include <cstring>
 
 #include "exec/executor.h"
-#include "graph/build.h"
-#include "io/model_spec.h"
+#include "training_graph.h"
 
 using namespace braid;
 
@@ -19,23 +18,16 @@ struct Run {
 };
 
 Run run(const std::string& model_file, int64_t batch, bool fuse, int threads) {
-  Diagnostics d;
-  io::ModelSpec m = io::load_model(model_file, {}, d);
-  d.throw_if_any();
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  graph::Graph g = graph::build_graph(m, batch, bo);
-  exec::ParamStore store;
-  store.create(g, 7);
-  std::vector<ValueId> keep{g.loss()};
-  for (const auto& p : g.params())
-    if (p.grad.valid()) keep.push_back(p.grad);
+  test::TrainingGraph t;
+  test::load_training_graph(t, model_file, batch, 7);
+  const graph::Graph& g = t.g;
+  std::vector<ValueId> keep = t.keep;
   for (const auto& n : g.nodes())  // every forward activation's output too
     if (!n.backward && (n.op->name == "relu" || n.op->name == "gelu")) keep.push_back(n.outputs[0]);
   exec::ExecutorOptions eo;
   eo.fuse = fuse;
-  exec::Executor ex(g, store, keep, eo);
-  for (const auto& in : m.inputs) {
+  exec::Executor ex(g, t.store, keep, eo);
+  for (const auto& in : t.model.inputs) {
     const Tensor& t = ex.input(in.name);
     for (int64_t i = 0; i < t.numel(); ++i) {
       if (t.dtype() == DType::f32) t.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);

@@ -10,8 +10,7 @@
 #include <new>
 
 #include "exec/executor.h"
-#include "graph/build.h"
-#include "io/model_spec.h"
+#include "training_graph.h"
 
 namespace {
 std::atomic<long> g_allocs{0};
@@ -29,20 +28,11 @@ using namespace braid;
 
 namespace {
 long allocations_per_run(const std::string& model_file, int64_t batch) {
-  Diagnostics d;
-  io::ModelSpec m = io::load_model(model_file, {}, d);
-  d.throw_if_any();
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  graph::Graph g = graph::build_graph(m, batch, bo);
-  exec::ParamStore store;
-  store.create(g, 1);
-  std::vector<ValueId> keep{g.loss()};
-  for (const auto& p : g.params())
-    if (p.grad.valid()) keep.push_back(p.grad);
-  exec::Executor ex(g, store, keep);
+  test::TrainingGraph t;
+  test::load_training_graph(t, model_file, batch, 1);
+  exec::Executor ex(t.g, t.store, t.keep);
   std::vector<Tensor> inputs;
-  for (const auto& in : m.inputs) inputs.push_back(ex.input(in.name));
+  for (const auto& in : t.model.inputs) inputs.push_back(ex.input(in.name));
   auto fill_inputs = [&] {  // inputs share the arena with other values: refill before each run, as a loader does
     for (auto& t : inputs) t.zero();
   };
