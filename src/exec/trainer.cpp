@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -223,6 +224,20 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     else tracer->write(opts.trace);
     if (rank0) std::fprintf(out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
   };
+  // A job that fails (a lost rank, a refused write, an error on any rank) leaves each surviving rank's part,
+  // its events up to the failure, for inspection; the merged file is written only by a job that ends well.
+  struct PartOnFailure {
+    const io::TraceRecorder* tracer;
+    std::string path;
+    int uncaught = std::uncaught_exceptions();
+    ~PartOnFailure() {
+      if (!tracer || std::uncaught_exceptions() <= uncaught) return;
+      try {
+        tracer->write(path);
+      } catch (...) {  // already failing: the first error is the one to report
+      }
+    }
+  } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
   const graph::Graph& g = train_runner->g;
   if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);

@@ -2,7 +2,7 @@
 // by braid launch and by torchrun-style variables (two `braid train` processes, rank 0 serving the store),
 // gives one valid JSON file at the path asked for (Python's json module reads it), pids 0 and 1 named
 // "rank N (host)", forward and backward events from each, every event inside the job's wall time, and no
-// part files left behind.
+// part files left behind; a job whose merge fails leaves every rank's part and no half-written file.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -152,4 +152,27 @@ TEST(TraceMerge, TorchrunStyleRanksWriteOneTrace) {
   for (auto& c : procs.children()) ASSERT_TRUE(c.exited_with(0)) << log;
   check_merged(dir, wall_us, log);
   std::system(("rm -rf " + dir + " " + dir + ".rank0.log " + dir + ".rank1.log").c_str());
+}
+
+TEST(TraceMerge, FailedMergeLeavesThePartsAndNoTraceFile) {
+  const std::string dir = make_temp_dir();
+  std::filesystem::create_directory(dir + "/trace.json");  // rank 0 cannot rename the merged file over it
+  Procs procs;
+  std::vector<std::string> argv = {kBraid, "launch", "--nproc", "2", "--"};
+  const std::vector<std::string> train = train_argv(dir);
+  argv.insert(argv.end(), train.begin(), train.end());
+  Child& launcher = procs.spawn(argv, {}, dir + ".log");
+  ASSERT_TRUE(procs.wait_one(launcher, 300s)) << launcher.output();
+  const std::string out = launcher.output();
+  EXPECT_FALSE(launcher.exited_with(0)) << out;
+  EXPECT_NE(out.find("cannot rename"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/trace.json")) << out;
+  for (int r : {0, 1}) {
+    const std::string part = dir + "/trace.json.rank" + std::to_string(r) + ".json";
+    ASSERT_TRUE(std::filesystem::exists(part)) << part << "\n" << out;
+    EXPECT_EQ(x_events(read_text(part)).empty(), false) << part;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  std::system(("rm -rf " + dir + " " + dir + ".log").c_str());
 }
