@@ -1,10 +1,13 @@
 // braid check / train / ops.
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <memory>
 
 #include "core/format.h"
+#include "dist/clock_sync.h"
 #include "dist/rendezvous.h"
 #include "exec/memory_plan.h"
 #include "exec/trainer.h"
@@ -179,6 +182,11 @@ int train(const TrainArgs& a, FILE* out) {
     job = std::make_unique<dist::Job>(dist::join_job(env));
     o.world = job->world.get();
     o.rank = env.rank;
+    if (!o.trace.empty() && job->store) {  // one merged trace: each rank's clock against the store's
+      o.trace_clock_offset_ns = dist::estimate_store_clock_offset(*job->store).offset_ns;
+      char host[256] = {};
+      if (::gethostname(host, sizeof host - 1) == 0) o.trace_host = host;
+    }
   }
   exec::TrainResult r = exec::train(cfg, o);
   if (r.stop_signal) return 128 + r.stop_signal;  // interrupted (after saving), as shells report it

@@ -336,6 +336,9 @@ struct StoreServer::Impl {
         send(c, {StoreStatus::Ok, e.value});
         return wake();
       }
+      case StoreOp::Time:
+        return send(c, {StoreStatus::Ok,
+                        encode_i64(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count())});
       case StoreOp::Delete: {
         const bool had = kv.erase(q.key) > 0;
         return send(c, {StoreStatus::Ok, std::string(1, had ? '\1' : '\0')});
@@ -649,6 +652,13 @@ std::optional<uint64_t> StoreClient::age_ms(const std::string& key) {
   const StoreReply r = call(q, milliseconds(0));
   if (r.status == StoreStatus::NotFound) return std::nullopt;
   return static_cast<uint64_t>(decode_i64(r.payload));
+}
+
+int64_t StoreClient::server_time_ns() {
+  std::lock_guard lk(mu_);
+  StoreRequest q;
+  q.op = StoreOp::Time;
+  return decode_i64(call(q, milliseconds(0)).payload);
 }
 
 std::unique_ptr<StoreClient> StoreClient::clone(StoreClientOptions options) const {

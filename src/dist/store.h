@@ -95,6 +95,9 @@ class StoreClient {
   bool del(const std::string& key);  // true if it existed
   // Milliseconds since key was last written, by the server's clock (so heartbeats ignore clock skew).
   std::optional<uint64_t> age_ms(const std::string& key);
+  // The server's steady clock (ns since its epoch) when it handled the request: a reference clock for
+  // aligning the ranks' traces (dist/clock_sync.h).
+  int64_t server_time_ns();
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }

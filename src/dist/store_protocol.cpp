@@ -18,6 +18,7 @@ std::string_view store_op_name(StoreOp op) {
     case StoreOp::Barrier: return "barrier";
     case StoreOp::Delete: return "delete";
     case StoreOp::Age: return "age";
+    case StoreOp::Time: return "time";
   }
   return "?";
 }
@@ -143,6 +144,7 @@ std::string parse_request(std::span<const std::byte> body, StoreRequest& out) {
       out.n = static_cast<uint32_t>(r.uint(4));
       out.timeout_ms = r.uint(8);
       break;
+    case static_cast<uint64_t>(StoreOp::Time): break;
     default: return BRAID_STR("unknown opcode ", op);
   }
   out.op = static_cast<StoreOp>(op);
@@ -192,6 +194,7 @@ std::vector<std::byte> encode_request(const StoreRequest& q) {
       w.uint(q.n, 4);
       w.uint(q.timeout_ms, 8);
       break;
+    case StoreOp::Time: break;
   }
   return w.finish();
 }

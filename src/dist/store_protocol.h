@@ -28,6 +28,7 @@ enum class StoreOp : uint8_t {
   Barrier = 6,  // name, n u32, timeout_ms u64 -> Ok | Timeout
   Delete = 7,   // key                      -> Ok u8 (1 if it existed)
   Age = 8,      // key                      -> Ok u64 (ms since the key was last written) | NotFound
+  Time = 9,     // (no fields)              -> Ok i64 (the server's steady clock, ns; for clock alignment)
 };
 std::string_view store_op_name(StoreOp op);
 
@@ -47,7 +48,7 @@ struct StoreRequest {
 
 struct StoreReply {
   StoreStatus status = StoreStatus::Ok;
-  std::string payload;  // Get: the value; Add: i64; Delete: u8; Age: u64; Error: the message
+  std::string payload;  // Get: the value; Add: i64; Delete: u8; Age: u64; Time: i64; Error: the message
 };
 
 // What the parser found at the front of a byte buffer.

@@ -90,7 +90,10 @@ class TcpComm final : public exec::Communicator {
     const int64_t ch0 = next_channel();
     // Large tensors: pipelined (the choice depends only on what the signature fixes, so ranks that agree
     // on the call agree on the path; ranks that do not both send round 0 alike and raise the mismatch).
-    if (err.empty() && n > 1 && t.bytes() >= kPipelineMinBytes) return all_reduce_pipelined(t, op, sig, ch0);
+    // Only when each chunk has at least 2 segments: with one, nothing overlaps that the short path does
+    // not already overlap, and the sender thread's start and hand-offs are pure cost.
+    if (err.empty() && n > 1 && t.bytes() >= kPipelineMinSegments * kSegmentBytes * static_cast<uint64_t>(n))
+      return all_reduce_pipelined(t, op, sig, ch0);
     // Round 0: chunk j of this rank's tensor to rank j; the copies of chunk r from every rank into scratch.
     scratch_.resize(static_cast<size_t>(std::max<int64_t>(mine * es * n, 1)));
     std::vector<Span> out(static_cast<size_t>(n));
@@ -134,7 +137,7 @@ class TcpComm final : public exec::Communicator {
     auto begin = [&](int j) { return t.numel() * j / n; };
     auto chunk = [&](int j) { return bytes_of(t) + begin(j) * es; };
     const int64_t mine = begin(r + 1) - begin(r);
-    const int64_t seg = std::max<int64_t>(kSegmentBytes / es, 1);  // elements per segment
+    const int64_t seg = std::max<int64_t>(static_cast<int64_t>(kSegmentBytes) / es, 1);  // elements per segment
     auto segs = [&](int j) { return (begin(j + 1) - begin(j) + seg - 1) / seg; };
     scratch_.resize(static_cast<size_t>(std::max<int64_t>(mine * es * n, 1)));
     std::vector<Span> out(static_cast<size_t>(n));
@@ -439,8 +442,8 @@ class TcpComm final : public exec::Communicator {
 
   // Each collective owns 2^24 channels: all-reduce's round 1 uses one per segment.
   int64_t next_channel() { return (seq_++) << 24; }
-  static constexpr int64_t kSegmentBytes = int64_t{1} << 20;
-  static constexpr uint64_t kPipelineMinBytes = uint64_t{1} << 20;
+  static constexpr uint64_t kSegmentBytes = uint64_t{1} << 20;
+  static constexpr uint64_t kPipelineMinSegments = 2;  // per chunk
   Clock::time_point deadline() const { return Clock::now() + mesh_->proc->options.timeout; }
   std::string at(const char* what) const { return BRAID_STR("tcp ", what, " at rank ", rank(), " of group ", mesh_->name); }
   std::string p2p(const char* what, int src, int dst, int tag) const {

@@ -1,5 +1,5 @@
-// The TCP communication backend: exec::Communicator for CPU tensors between processes, one TCP connection
-// per pair of ranks of a group (a full mesh, set up through the rendezvous store: each rank publishes
+// The TCP communication backend: exec::Communicator for CPU tensors between processes, two TCP connections
+// per pair of ranks of a group, one per direction (a full mesh, set up through the rendezvous store: each rank publishes
 // host:port, lower ranks accept, higher ranks connect and prove the job's secret). Semantics are the
 // in-process backend's (docs/communication.md), bit for bit: every reduction is folded in rank order by the
 // owner of each chunk, then gathered (docs/distributed.md explains why this and not a ring).

@@ -236,7 +236,8 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
 
   auto fail = [&](const std::string& why) {
     for (auto& p : peers)
-      if (p && p->fd >= 0) ::close(std::exchange(p->fd, -1));
+      for (int* f : {&p->fd, &p->wfd})  // every peer exists (made above)
+        if (*f >= 0) ::close(std::exchange(*f, -1));
     throw InternalError(BRAID_STR(where(), ": ", why));
   };
 
@@ -252,6 +253,7 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
   put(proc->secret.size(), 2);
   for (char c : proc->secret) hello.push_back(static_cast<std::byte>(c));
   put(static_cast<uint32_t>(rank), 4);
+  put(0, 1);  // the direction: 0 = the connecting rank writes on it, 1 = the accepting rank does
   for (int j = 0; j < rank; ++j) {
     std::string their;
     try {
@@ -264,27 +266,32 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
     const size_t colon = their.rfind(':');
     std::string h = their.substr(0, colon);
     if (h.size() > 1 && h.front() == '[') h = h.substr(1, h.size() - 2);
-    std::string err;
-    const int fd = connect_to(h, their.substr(colon + 1), deadline, err);
-    if (fd < 0) fail(BRAID_STR("rank ", j, " at ", their, ": ", err));
-    peers[static_cast<size_t>(j)]->fd = fd;
-    tune(fd);
-    if (auto e = write_exact(fd, hello.data(), hello.size(), deadline); !e.empty())
-      fail(BRAID_STR("handshake with rank ", j, " at ", their, ": ", e));
-    char ack = 0;
-    if (auto e = read_exact(fd, &ack, 1, deadline); !e.empty() || ack != 'K')
-      fail(BRAID_STR("rank ", j, " at ", their, " did not accept the handshake (", e.empty() ? "refused" : e, ")"));
+    for (uint8_t dir : {0, 1}) {  // this rank's writing connection, then its reading one
+      std::string err;
+      const int fd = connect_to(h, their.substr(colon + 1), deadline, err);
+      if (fd < 0) fail(BRAID_STR("rank ", j, " at ", their, ": ", err));
+      (dir == 0 ? peers[static_cast<size_t>(j)]->wfd : peers[static_cast<size_t>(j)]->fd) = fd;
+      tune(fd);
+      hello.back() = static_cast<std::byte>(dir);
+      if (auto e = write_exact(fd, hello.data(), hello.size(), deadline); !e.empty())
+        fail(BRAID_STR("handshake with rank ", j, " at ", their, ": ", e));
+      char ack = 0;
+      if (auto e = read_exact(fd, &ack, 1, deadline); !e.empty() || ack != 'K')
+        fail(BRAID_STR("rank ", j, " at ", their, " did not accept the handshake (", e.empty() ? "refused" : e, ")"));
+    }
   }
 
-  // 3. Accept every higher rank; connections that fail the handshake are closed and counted, never fatal.
-  int need = n - 1 - rank, rejected = 0;
+  // 3. Accept every higher rank's two connections; those that fail the handshake are closed and counted,
+  // never fatal.
+  int need = 2 * (n - 1 - rank), rejected = 0;
   while (need > 0) {
     pollfd pf{lfd, POLLIN, 0};
     if (::poll(&pf, 1, ms_left(deadline, 1000)) <= 0) {
       if (Clock::now() < deadline) continue;
       std::string missing;
       for (int j = rank + 1; j < n; ++j)
-        if (peers[static_cast<size_t>(j)]->fd < 0) missing += BRAID_STR(missing.empty() ? "" : ", ", j);
+        if (peers[static_cast<size_t>(j)]->fd < 0 || peers[static_cast<size_t>(j)]->wfd < 0)
+          missing += BRAID_STR(missing.empty() ? "" : ", ", j);
       fail(BRAID_STR("timed out after ", secs(opt.connect_timeout), " s waiting for ranks [", missing,
                      "] to connect (", rejected, " connections failed the handshake)"));
     }
@@ -306,10 +313,12 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
       ok = read_exact(fd, secret.data(), secret.size(), hs_deadline).empty() &&
            constant_time_equal(secret, proc->secret);
     }
-    std::array<std::byte, 4> rb{};
-    if (ok) ok = read_exact(fd, rb.data(), 4, hs_deadline).empty();
+    std::array<std::byte, 5> rb{};
+    if (ok) ok = read_exact(fd, rb.data(), 5, hs_deadline).empty();
     who = static_cast<uint32_t>(get_u(rb.data(), 4));
-    if (ok) ok = static_cast<int>(who) > rank && static_cast<int>(who) < n && peers[who]->fd < 0;
+    const auto dir = static_cast<uint8_t>(rb[4]);  // 0: the peer writes on it (this rank reads)
+    if (ok) ok = static_cast<int>(who) > rank && static_cast<int>(who) < n && dir <= 1 &&
+                 (dir == 0 ? peers[who]->fd : peers[who]->wfd) < 0;
     if (!ok) {
       ++rejected;
       std::fprintf(stderr, "braid tcp: %s: closed a connection that failed the handshake\n", where().c_str());
@@ -322,7 +331,7 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
       ::close(fd);
       continue;
     }
-    peers[who]->fd = fd;
+    (dir == 0 ? peers[who]->fd : peers[who]->wfd) = fd;
     --need;
   }
 
@@ -695,7 +704,7 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
       msghdr m{};
       m.msg_iov = w->iov;
       m.msg_iovlen = 3;
-      const ssize_t n = ::sendmsg(w->peer->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = ::sendmsg(w->peer->wfd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) continue;
         lose(w->j, std::strerror(errno));  // the same words as when the receiver notices first
@@ -712,7 +721,7 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     }
     fds.clear();
     for (W* w : pending)
-      if (left(*w) > 0) fds.push_back({w->peer->fd, POLLOUT, 0});
+      if (left(*w) > 0) fds.push_back({w->peer->wfd, POLLOUT, 0});
     if (fds.empty()) continue;
     if (Clock::now() >= deadline) {
       std::string stuck;
@@ -755,14 +764,15 @@ void Mesh::send_abort(const std::string& reason) {
     Peer& p = *peers[static_cast<size_t>(j)];
     std::unique_lock wl(p.write_mu, std::try_to_lock);
     if (!wl.owns_lock()) continue;  // mid-frame: the peer learns from the closed socket instead
-    if (write_exact(p.fd, header.data(), header.size(), deadline).empty())
-      write_exact(p.fd, r.data(), r.size(), deadline);
+    if (write_exact(p.wfd, header.data(), header.size(), deadline).empty())
+      write_exact(p.wfd, r.data(), r.size(), deadline);
   }
 }
 
 void Mesh::shutdown_sockets() {
   for (auto& p : peers)
-    if (p && p->fd >= 0) ::shutdown(p->fd, SHUT_RDWR);
+    for (int f : {p ? p->fd : -1, p ? p->wfd : -1})
+      if (f >= 0) ::shutdown(f, SHUT_RDWR);
 }
 
 void Mesh::close() {
@@ -774,9 +784,9 @@ void Mesh::close() {
     const auto header = frame_header(FrameKind::Bye, 0, 0, 0);
     const auto deadline = Clock::now() + std::chrono::milliseconds(1000);
     for (int j = 0; j < size(); ++j) {
-      if (j == rank || !peers[static_cast<size_t>(j)] || peers[static_cast<size_t>(j)]->fd < 0) continue;
+      if (j == rank || !peers[static_cast<size_t>(j)] || peers[static_cast<size_t>(j)]->wfd < 0) continue;
       std::lock_guard wl(peers[static_cast<size_t>(j)]->write_mu);
-      write_exact(peers[static_cast<size_t>(j)]->fd, header.data(), header.size(), deadline);
+      write_exact(peers[static_cast<size_t>(j)]->wfd, header.data(), header.size(), deadline);
     }
   }
   stopping = true;
@@ -785,7 +795,8 @@ void Mesh::close() {
     receiver.join();
   }
   for (auto& p : peers)
-    if (p && p->fd >= 0) ::close(std::exchange(p->fd, -1));
+    for (int* f : {p ? &p->fd : nullptr, p ? &p->wfd : nullptr})
+      if (f && *f >= 0) ::close(std::exchange(*f, -1));
   if (wake_fd >= 0) ::close(std::exchange(wake_fd, -1));
 }
 

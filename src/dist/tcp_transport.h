@@ -1,5 +1,5 @@
-// The TCP backend's transport (internal to src/dist): a Mesh is one group's connections, one socket per
-// peer, with a receiver thread that reads every socket at once and files each frame by (peer, kind,
+// The TCP backend's transport (internal to src/dist): a Mesh is one group's connections, two sockets per
+// peer (one it writes, one it reads), with a receiver thread that reads every socket at once and files each frame by (peer, kind,
 // channel): straight into memory a caller has posted for it (no copy), or into a buffered message.
 // Writers are the communicator's caller thread; several peers are written at once with poll(2), so no
 // exchange pattern can deadlock on full socket buffers. A Process holds what the groups of one process
@@ -75,7 +75,10 @@ struct Message {
 };
 
 struct Peer {
-  int fd = -1;
+  // One connection per direction: the kernel holds a socket's lock through every sendmsg's and recvmsg's
+  // copy, so a single full-duplex socket makes this rank's sending and receiving copies take turns.
+  int fd = -1;   // the peer's frames arrive here (read by the receiver thread only)
+  int wfd = -1;  // this rank's frames to the peer go here (written under write_mu)
   int world_rank = 0;
   std::mutex write_mu;
   // receiver-thread state

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -97,6 +99,43 @@ std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
   return s;
 }
 
+// One trace for a job of several processes. Each rank writes its part (`path`.rankN.json, atomically) and
+// sends its text to rank 0, which writes the parts it does not see (ranks on other hosts), merges them into
+// `path` on the job's reference clock (io::merge_into) and removes them; then every rank removes its own.
+// Any failure (a rank gone, a write refused) throws before anything is removed: the parts stay for
+// inspection and `path` is never half-written.
+std::string trace_part_path(const std::string& path, int rank) { return path + ".rank" + std::to_string(rank) + ".json"; }
+
+void write_merged_trace(const io::TraceRecorder& tracer, const std::string& path, Communicator& world) {
+  constexpr int kTraceTag = 0x7ff00000;  // above every pipeline tag (exec/pipeline.cpp tag_of)
+  const int rank = world.rank(), n = world.size();
+  std::string text = tracer.json();
+  io::write_trace_file(trace_part_path(path, rank), text);
+  Tensor len = Tensor::empty(TensorDesc{Shape{1}, DType::i64});
+  if (rank != 0) {
+    len.data<int64_t>()[0] = static_cast<int64_t>(text.size());
+    world.send(len, 0, kTraceTag);
+    Tensor bytes = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(text.size() + 3) / 4}, DType::i32});
+    std::memcpy(bytes.raw(), text.data(), text.size());
+    world.send(bytes, 0, kTraceTag);
+  } else {
+    std::vector<std::string> parts{trace_part_path(path, 0)};
+    for (int r = 1; r < n; ++r) {
+      world.recv(len, r, kTraceTag);
+      const auto size = static_cast<size_t>(len.data<int64_t>()[0]);
+      Tensor bytes = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(size + 3) / 4}, DType::i32});
+      world.recv(bytes, r, kTraceTag);
+      parts.push_back(trace_part_path(path, r));
+      io::write_trace_file(parts.back(), std::string(static_cast<const char*>(bytes.raw()), size));
+    }
+    io::merge_into(parts, path);
+    for (const auto& p : parts) std::filesystem::remove(p);
+  }
+  world.barrier();  // the merge succeeded: every rank drops its own part (on another host's disk)
+  std::error_code ec;
+  std::filesystem::remove(trace_part_path(path, rank), ec);
+}
+
 }  // namespace
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
@@ -153,25 +192,53 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<io::TraceRecorder> tracer;
   io::TraceLane* lane0 = nullptr;
   if (!opts.trace.empty()) {
-    auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu");
-    if (pr)  // each device's gradient all-reduce thread: a lane of its own
-      for (int d = 0; d < pr->devices(); ++d)
-        lanes.push_back({pr->devices() + d, "device " + std::to_string(d) + " all-reduce"});
-    tracer = std::make_unique<io::TraceRecorder>(lanes);
-    lane0 = &tracer->lane(0);
-    if (pr)
-      for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d), &tracer->lane(pr->devices() + d));
-    else if (dp)
-      for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
-    else
-      train_runner->exec->set_trace(lane0);
+    io::TraceOptions topts;
+    if (multi) {  // this process's device only: pid = rank, lanes keep their device ids
+      topts.rank = opts.rank;
+      topts.process_name = "rank " + std::to_string(opts.rank) + (opts.trace_host.empty() ? "" : " (" + opts.trace_host + ")");
+      topts.clock_offset_ns = opts.trace_clock_offset_ns;
+      const int d = opts.rank, n = pr->devices();
+      tracer = std::make_unique<io::TraceRecorder>(
+          std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (cpu)"},
+                                         {n + d, "device " + std::to_string(d) + " all-reduce"}},
+          topts);
+      pr->set_trace(d, &tracer->lane(d), &tracer->lane(n + d));
+      lane0 = &tracer->lane(d);
+    } else {
+      auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu");
+      if (pr)  // each device's gradient all-reduce thread: a lane of its own
+        for (int d = 0; d < pr->devices(); ++d)
+          lanes.push_back({pr->devices() + d, "device " + std::to_string(d) + " all-reduce"});
+      tracer = std::make_unique<io::TraceRecorder>(lanes, topts);
+      lane0 = &tracer->lane(0);
+      if (pr)
+        for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d), &tracer->lane(pr->devices() + d));
+      else if (dp)
+        for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
+      else
+        train_runner->exec->set_trace(lane0);
+    }
   }
   auto write_trace = [&] {
     if (!tracer) return;
-    const std::string path = rank0 ? opts.trace : opts.trace + ".rank" + std::to_string(opts.rank);
-    tracer->write(path);
-    std::fprintf(out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
+    if (multi) write_merged_trace(*tracer, opts.trace, *opts.world);
+    else tracer->write(opts.trace);
+    if (rank0) std::fprintf(out, "braid: trace written to %s (open it in ui.perfetto.dev)\n", opts.trace.c_str());
   };
+  // A job that fails (a lost rank, a refused write, an error on any rank) leaves each surviving rank's part,
+  // its events up to the failure, for inspection; the merged file is written only by a job that ends well.
+  struct PartOnFailure {
+    const io::TraceRecorder* tracer;
+    std::string path;
+    int uncaught = std::uncaught_exceptions();
+    ~PartOnFailure() {
+      if (!tracer || std::uncaught_exceptions() <= uncaught) return;
+      try {
+        tracer->write(path);
+      } catch (...) {  // already failing: the first error is the one to report
+      }
+    }
+  } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
   const graph::Graph& g = train_runner->g;
   if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);

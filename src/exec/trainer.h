@@ -3,6 +3,7 @@
 // with evaluation, a metrics file and terminal progress. Same run file and seed: bit-identical run.
 #pragma once
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,8 +17,8 @@ struct TrainOptions {
   std::string resume;      // "latest" (in checkpoint.dir) or a checkpoint path: continue exactly
   std::string init_from;   // a checkpoint or weights file: start from its parameters and buffers
   bool init_partial = false;  // with init_from: load the tensors that match, list the others
-  int64_t stop_after = 0;
-  std::string trace;       // write a chrome-trace JSON here (a lane per device); "" = no tracing  // stop after this step (as if interrupted: save a checkpoint, return); 0 = never
+  int64_t stop_after = 0;  // stop after this step (as if interrupted: save a checkpoint, return); 0 = never
+  std::string trace;       // write a chrome-trace JSON here (a lane per device); "" = no tracing
   std::string save_init;   // write the initial weights (HDF5, /params/<name>) before the first step
   std::string save_final;  // write the final weights after the last step
   bool progress = true;    // terminal progress (a bar on a TTY, plain lines otherwise)
@@ -26,6 +27,11 @@ struct TrainOptions {
   // the trace; every rank trains. nullptr: every device in this process.
   Communicator* world = nullptr;
   int rank = 0;
+  // With `world` and `trace`: this process's steady clock + offset = the job's reference clock
+  // (dist::estimate_store_clock_offset), and the host shown in the trace's process name "rank N (host)".
+  // Every rank writes `trace`.rankN.json; rank 0 merges them into `trace` onto that clock and removes them.
+  std::optional<int64_t> trace_clock_offset_ns;
+  std::string trace_host;
   FILE* out = stdout;
 };
 

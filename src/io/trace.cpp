@@ -207,6 +207,10 @@ double TraceRecorder::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
 }
 
+int64_t TraceRecorder::origin_steady_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count();
+}
+
 int64_t TraceRecorder::dropped() const {
   int64_t n = 0;
   for (const auto& l : lanes_) n += l->dropped();
@@ -323,11 +327,15 @@ std::string TraceRecorder::json() const {
     }
   }
   JsonWriter other;
-  other.begin_object().field("producer", "braid").field("rank", pid).field("dropped_events", dropped()).end_object();
+  other.begin_object().field("producer", "braid").field("rank", pid).field("dropped_events", dropped());
+  if (options_.clock_offset_ns) other.field("clock_origin_ns", origin_steady_ns() + *options_.clock_offset_ns);
+  other.end_object();
   return trace_file(events, other.str());
 }
 
 void TraceRecorder::write(const std::string& path) const { write_atomically(path, json()); }
+
+void write_trace_file(const std::string& path, const std::string& text) { write_atomically(path, text); }
 
 TraceActivity TraceRecorder::activity(std::initializer_list<TraceKind> kinds) const {
   TraceActivity out;
@@ -438,6 +446,25 @@ class Skimmer {
     }
   }
 
+  // The elements of an array span.
+  std::vector<std::string_view> elements() {
+    std::vector<std::string_view> out;
+    ws();
+    expect('[');
+    ws();
+    if (peek() == ']') return out;
+    for (;;) {
+      out.push_back(value(1));
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      expect(']');
+      return out;
+    }
+  }
+
   void end() {
     ws();
     if (i_ != s_.size()) fail("trailing text after the JSON value");
@@ -486,6 +513,39 @@ std::optional<int64_t> as_int(std::string_view v) {
   return x;
 }
 
+// The array's events with every numeric "ts" moved by shift_us (others copied as they are), joined by ",\n".
+std::string shifted_events(std::string_view arr, double shift_us, const std::string& path) {
+  std::string out;
+  Skimmer sk(arr, path);
+  for (std::string_view ev : sk.elements()) {
+    if (!out.empty()) out += ",\n";
+    if (ev.front() != '{') {
+      out += ev;
+      continue;
+    }
+    Skimmer obj(ev, path);
+    out += '{';
+    bool first = true;
+    for (auto [key, v] : obj.members()) {
+      if (!first) out += ',';
+      first = false;
+      out += key;
+      out += ':';
+      double ts = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), ts);
+      if (key == "\"ts\"" && ec == std::errc() && p == v.data() + v.size()) {
+        JsonWriter w;
+        w.value(std::round((ts + shift_us) * 1000.0) / 1000.0);  // ns resolution, as write() has
+        out += w.str();
+      } else {
+        out += v;
+      }
+    }
+    out += '}';
+  }
+  return out;
+}
+
 }  // namespace
 
 void merge_into(const std::vector<std::string>& files, const std::string& out) {
@@ -494,7 +554,10 @@ void merge_into(const std::vector<std::string>& files, const std::string& out) {
   std::vector<std::string> events;
   std::vector<std::pair<int64_t, std::string>> ranks;  // rank, file
   int64_t dropped = 0;
+  std::vector<std::string_view> arrays;          // each file's traceEvents
+  std::vector<std::optional<int64_t>> origins;  // each file's clock_origin_ns
   for (const std::string& file : files) {
+    std::optional<int64_t> origin;
     texts.push_back(read_file(file));
     Skimmer top(texts.back(), file);
     std::string_view value = top.value();
@@ -510,6 +573,7 @@ void merge_into(const std::vector<std::string>& files, const std::string& out) {
         Skimmer other(v, file);
         for (auto [k, x] : other.members()) {
           if (k == "\"dropped_events\"") dropped += as_int(x).value_or(0);
+          if (k == "\"clock_origin_ns\"") origin = as_int(x);
           if (k != "\"rank\"") continue;
           std::optional<int64_t> r = as_int(x);
           if (!r) continue;
@@ -525,7 +589,21 @@ void merge_into(const std::vector<std::string>& files, const std::string& out) {
     if (arr.empty())
       throw UserError(SourceLoc{file, 0, 0}, "not a trace file: no \"traceEvents\" array",
                       "merge takes Trace Event Format JSON files, as written by --trace");
-    if (std::string_view body = array_body(arr); !body.empty()) events.emplace_back(body);
+    arrays.push_back(arr);
+    origins.push_back(origin);
+  }
+  // One common clock when every file says where its origin lies on it; time 0 = the earliest origin.
+  const bool aligned = !origins.empty() && std::all_of(origins.begin(), origins.end(), [](auto& o) { return o.has_value(); });
+  int64_t base = INT64_MAX;
+  if (aligned)
+    for (const auto& o : origins) base = std::min(base, *o);
+  for (size_t f = 0; f < arrays.size(); ++f) {
+    const double shift_us = aligned ? static_cast<double>(*origins[f] - base) / 1000.0 : 0.0;
+    if (shift_us != 0) {
+      if (std::string body = shifted_events(arrays[f], shift_us, files[f]); !body.empty()) events.push_back(std::move(body));
+    } else if (std::string_view body = array_body(arrays[f]); !body.empty()) {
+      events.emplace_back(body);
+    }
   }
   JsonWriter other;
   other.begin_object().field("producer", "braid").key("ranks").begin_array();

@@ -2,8 +2,9 @@
 // named by kind, layer range, micro-batch and peer. Recording is lock-free and allocation-free: each lane
 // has one writer thread and a buffer reserved up front; a full lane drops events and counts them. A
 // lane publishes an event when it ends, so write() may run while workers record (open events are left out).
-// Timestamps come from one steady-clock origin per recorder. Does not align clocks across processes:
-// merge_into() only concatenates, so ranks that merge start their recorders after a common barrier.
+// Timestamps come from one steady-clock origin per recorder. Across processes (and hosts), a recorder told
+// its clock's offset to a reference clock (TraceOptions::clock_offset_ns, dist/clock_sync.h) writes where its
+// origin lies on that clock, and merge_into() shifts each file's events onto it; it does not measure offsets.
 #pragma once
 #include <array>
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -163,6 +165,9 @@ struct TraceOptions {
   int rank = 0;               // the pid in the file; distinct per process so that merged files keep apart
   std::string process_name{};  // "" -> "braid rank <rank>"
   size_t lane_capacity = size_t{1} << 16;  // events per lane, 192 bytes each (12 MiB), reserved up front
+  // This process's steady clock + clock_offset_ns = the reference clock shared by the files to be merged
+  // (the store server's). When set, json() writes otherData.clock_origin_ns: the origin on that clock.
+  std::optional<int64_t> clock_offset_ns{};
 };
 
 // Per lane over a window: time covered by events of the chosen kinds (nesting counted once) and the rest.
@@ -185,11 +190,14 @@ class TraceRecorder {
   const std::vector<std::unique_ptr<TraceLane>>& lanes() const { return lanes_; }
   double now_us() const;
   int rank() const { return options_.rank; }
+  // Time 0 of the file as this process's steady clock (ns since its epoch).
+  int64_t origin_steady_ns() const;
   const std::string& process_name() const { return options_.process_name; }
   int64_t dropped() const;  // over all lanes
 
   // The whole trace as Trace Event Format JSON: {"traceEvents": [M metadata, X events, an "i" marker
-  // where a lane filled up], "displayTimeUnit": "ms", "otherData": {"producer", "rank", "dropped_events"}}.
+  // where a lane filled up], "displayTimeUnit": "ms", "otherData": {"producer", "rank", "dropped_events",
+  // and with a clock offset "clock_origin_ns"}}.
   std::string json() const;
   // json() written atomically (temporary file in the same folder, fsync, rename): a failed write leaves
   // an existing file intact. Throws UserError naming the path.
@@ -205,8 +213,13 @@ class TraceRecorder {
 };
 
 // Concatenates the events of per-process trace files (each one of write()'s files, or any Trace Event
-// Format file) into one file, written atomically. Timestamps are kept as they are. Throws UserError naming
-// the file that cannot be read, is not a trace, or repeats a rank another file already has.
+// Format file) into one file, written atomically. When every file has otherData.clock_origin_ns, each
+// file's "ts" values are shifted by its origin minus the earliest origin (one common clock, time 0 = the
+// earliest recorder's start); otherwise timestamps are kept as they are. Throws UserError naming the file
+// that cannot be read, is not a trace, or repeats a rank another file already has.
 void merge_into(const std::vector<std::string>& files, const std::string& out);
+
+// `text` written as write() writes a trace: atomically, or not at all (UserError naming the path).
+void write_trace_file(const std::string& path, const std::string& text);
 
 }  // namespace braid::io

@@ -29,7 +29,7 @@ std::span<const std::byte> body_of(const std::vector<std::byte>& frame) {
 }
 
 TEST(StoreProtocol, RequestsRoundTrip) {
-  std::vector<StoreRequest> qs(8);
+  std::vector<StoreRequest> qs(9);
   qs[0].op = StoreOp::Hello, qs[0].version = kStoreVersion, qs[0].token = "secret";
   qs[1].op = StoreOp::Set, qs[1].key = "k", qs[1].value = std::string("\0v\xff", 3);
   qs[2].op = StoreOp::Get, qs[2].key = "";
@@ -38,6 +38,7 @@ TEST(StoreProtocol, RequestsRoundTrip) {
   qs[5].op = StoreOp::Barrier, qs[5].key = "b", qs[5].n = 7, qs[5].timeout_ms = 99;
   qs[6].op = StoreOp::Delete, qs[6].key = "d";
   qs[7].op = StoreOp::Age, qs[7].key = "hb";
+  qs[8].op = StoreOp::Time;
   for (const auto& q : qs) {
     const auto frame = encode_request(q);
     const FrameView f = next_frame(frame, kDefaultMaxMessageBytes);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -373,6 +374,45 @@ TEST(TraceMerge, AcceptsTheBareArrayFormAndEmptyTraces) {
   std::string text = read_bytes(dir.file("m.json"));
   EXPECT_NE(text.find(R"({"ph":"X","name":"k","pid":7)"), std::string::npos) << text;
   EXPECT_NE(text.find("\"ranks\":[1]"), std::string::npos) << text;
+}
+
+// Two ranks on two "hosts": rank 1's steady clock reads 5 s behind rank 0's (faked by recording its event
+// 5 s earlier on its own clock), and its offset to the reference clock is +5 s. Events that happened at the
+// same moment land on the same timestamp of the merged file; ts 0 is the earlier recorder's origin.
+TEST(TraceMerge, ShiftsEachRankOntoTheReferenceClock) {
+  TempDir dir;
+  constexpr int64_t kSkewNs = 5'000'000'000;
+  TraceRecorder r0(device_lanes(1, "cpu"), TraceOptions{.rank = 0, .clock_offset_ns = 0});
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));  // r1 starts later: a positive shift
+  std::vector<TraceLaneSpec> lanes1{{1, "device 1 (cpu)"}};
+  TraceRecorder r1(lanes1, TraceOptions{.rank = 1, .clock_offset_ns = kSkewNs});
+  const int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count();  // the shared moment
+  const double at0 = static_cast<double>(t - r0.origin_steady_ns()) / 1000.0;
+  const double at1 = static_cast<double>(t - kSkewNs - r1.origin_steady_ns()) / 1000.0;  // on rank 1's clock
+  r0.lane(0).complete(TraceKind::Forward, "F r0", 0, at0, at0 + 100);
+  r1.lane(1).complete(TraceKind::Forward, "F r1", 0, at1, at1 + 100);
+  EXPECT_NE(r1.json().find("\"clock_origin_ns\":" + std::to_string(r1.origin_steady_ns() + kSkewNs)),
+            std::string::npos);
+  r0.write(dir.file("p0.json"));
+  r1.write(dir.file("p1.json"));
+  merge_into({dir.file("p1.json"), dir.file("p0.json")}, dir.file("m.json"));
+  std::string text = read_bytes(dir.file("m.json"));
+  std::vector<FileEvent> evs = complete_events(text);
+  ASSERT_EQ(evs.size(), 2u) << text;
+  const FileEvent& e1 = evs[0].pid == 1 ? evs[0] : evs[1];
+  const FileEvent& e0 = evs[0].pid == 1 ? evs[1] : evs[0];
+  EXPECT_EQ(e0.pid, 0);
+  EXPECT_NEAR(static_cast<double>(e0.start_ns), at0 * 1000, 2);  // rank 0 started first: not shifted
+  EXPECT_NEAR(static_cast<double>(e1.start_ns), static_cast<double>(e0.start_ns), 2) << text;
+  EXPECT_NEAR(static_cast<double>(e1.end_ns - e1.start_ns), 100'000, 2);
+  // Files without clock origins are concatenated as they are.
+  TraceRecorder plain(device_lanes(1, "cpu"), TraceOptions{.rank = 2});
+  plain.lane(0).complete(TraceKind::Forward, "F plain", 0, 7, 8);
+  plain.write(dir.file("p2.json"));
+  merge_into({dir.file("p1.json"), dir.file("p2.json")}, dir.file("m2.json"));
+  for (const FileEvent& e : complete_events(read_bytes(dir.file("m2.json"))))
+    EXPECT_NEAR(static_cast<double>(e.start_ns), e.pid == 2 ? 7000 : at1 * 1000, 2) << e.name;
 }
 
 TEST(TraceActivity, IdleFractionPerLane) {
