@@ -20,8 +20,13 @@
 
 #include "core/parallel.h"
 #include "exec/comm/inproc.h"
+#include "exec/optimizer.h"
+#include "exec/pipeline.h"
 #include "exec/runner.h"
+#include "graph/build.h"
+#include "io/dataset.h"
 #include "planner/cluster.h"
+#include "planner/search.h"
 
 namespace braid::exec {
 namespace {
@@ -271,6 +276,122 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE
   return out;
 }
 
+// ---- the optimizer -----------------------------------------------------------------------------------------------
+// Seconds per parameter byte of one optimizer step (plain SGD, SGD with momentum, AdamW: 0, 1, 2 state tensors),
+// on N workers at once over a 1 M-parameter MLP each (the median worker, the median of several steps).
+std::map<int, double> measure_optimizer(int n) {
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(mlp(784, 1024, 256), "<calibrate optimizer>", {}, diags);
+  diags.throw_if_any();
+  std::map<int, double> out;
+  for (int states : {0, 1, 2}) {
+    io::OptimizerSpec os;
+    os.type = states == 2 ? "adamw" : "sgd";
+    os.lr = 1e-3;
+    os.momentum = states == 1 ? 0.9 : 0;
+    std::vector<double> per(static_cast<size_t>(n));
+    on_workers(n, [&](int r) {
+      ParamStore store;
+      auto runner = make_runner(spec, 1, true, store, 1);
+      double bytes = 0;
+      for (auto& e : store.entries())
+        if (!e.spec.buffer) {
+          e.grad.zero();
+          e.has_grad = true;
+          bytes += static_cast<double>(e.value.bytes());
+        }
+      Optimizer opt(os, store);
+      opt.step(1e-3);  // states allocated, pages touched
+      std::vector<double> ts;
+      for (int i = 0; i < 9; ++i) {
+        auto t0 = Clock::now();
+        opt.step(1e-3);
+        ts.push_back(seconds_since(t0));
+      }
+      per[static_cast<size_t>(r)] = median(ts) / bytes;
+    });
+    out[states] = median(per);
+  }
+  return out;
+}
+
+// ---- the plan runner's own costs ----------------------------------------------------------------------------------
+// PlanRunner's median step time over `steps` steps (after 5 untimed) of `plan`.
+double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, const planner::Plan& plan,
+                     io::Dataset& data, int64_t batch, int steps) {
+  PlanRunner pr(spec, os, plan, 1);
+  io::BatchSampler sampler(data.size(), batch, true, 1);
+  std::vector<double> ts;
+  for (int i = 0; i < 5 + steps; ++i) {
+    auto t0 = Clock::now();
+    pr.step(data, sampler.next_view(), i, 1e-3, 1.0);
+    if (i >= 5) ts.push_back(seconds_since(t0));
+  }
+  return median(ts);
+}
+
+// What PlanRunner's steps take beyond the model's prediction without runner costs, on a small MLP whose
+// compute is short: dp N with 1 and 4 micro-batches, a pipeline of N stages with N and 4N micro-batches.
+// Residual r = measured - predicted; per-micro-batch cost (one stage) = (r(dp, 4) - r(dp, 1)) / 3; in a
+// pipeline = (r(pp, 4N) - r(pp, N)) / 3N (each micro-batch more adds one micro-batch's time of the slowest
+// stage); per step = r(dp, 1) - the per-micro-batch cost. Clamped at >= 0.
+planner::Profile::Runner measure_runner(int n, const planner::Profile& p, FILE* log) {
+  planner::Profile::Runner out;
+  if (n < 2) return out;
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(mlp(64, 64, 64), "<calibrate runner>", {}, diags);
+  diags.throw_if_any();
+  const int64_t batch = 8 * n;
+  io::OptimizerSpec os;
+  os.type = "sgd";
+  os.lr = 1e-3;
+  os.momentum = 0.9;
+  planner::CpuFigures f = p.cpu;
+  f.cores = machine_cores();
+  planner::Profile bare = p;
+  bare.runner = {};
+  auto model = planner::calibrated_cost_model(planner::cluster_preset("cpu:" + std::to_string(n), f), bare);
+  const graph::Graph fwd = graph::build_graph(spec, batch, {});
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(spec, 1, bo);
+  io::DataSourceSpec ds;
+  ds.format = "synthetic";
+  ds.samples = 16 * batch;
+  auto data = io::open_dataset(ds, dataset_inputs(spec, g), 1);
+  planner::TrainSettings ts;
+  ts.batch = batch;
+  ts.optimizer_states = 1;
+  auto residual = [&](int dp, int pp, int64_t m) {
+    planner::Plan pins;
+    pins.summary.data_parallel = dp;
+    pins.summary.pinned.set("data_parallel", {});
+    pins.summary.pipeline_stages = pp;
+    pins.summary.pinned.set("pipeline_stages", {});
+    pins.summary.tensor_parallel = 1;
+    pins.summary.pinned.set("tensor_parallel", {});
+    pins.summary.micro_batches = m;
+    pins.summary.pinned.set("micro_batches", {});
+    pins.summary.schedule = "1f1b";
+    pins.summary.pinned.set("schedule", {});
+    planner::SearchOptions so;
+    so.pins = &pins;
+    planner::SearchResult r = planner::search(fwd, *model, ts, so);
+    if (!r.found) throw InternalError("calibrate: no plan for the runner workload: " + r.why_none);
+    double measured = runner_step_s(spec, os, r.plan, *data, batch, 40);
+    if (log)
+      std::fprintf(log, "  runner dp %d x pp %d, %lld micro-batches: %.3f ms, predicted %.3f ms without runner costs\n",
+                   dp, pp, static_cast<long long>(m), measured * 1e3, r.prediction.step_time_s * 1e3);
+    return measured - r.prediction.step_time_s;
+  };
+  const double dp1 = residual(n, 1, 1), dp4 = residual(n, 1, 4);
+  const double pp1 = residual(1, n, n), pp4 = residual(1, n, 4 * n);
+  out.micro_batch_overhead = std::max(0.0, (dp4 - dp1) / 3);
+  out.pipeline_micro_batch_overhead = std::max(0.0, (pp4 - pp1) / (3.0 * n));
+  out.step_overhead = std::max(0.0, dp1 - out.micro_batch_overhead);
+  return out;
+}
+
 }  // namespace
 
 int machine_cores() {
@@ -355,6 +476,16 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     p.cpu.link_latency = f.link_latency;
     p.cpu.link_bandwidth = f.link_bandwidth;
   }
+  // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
+  p.optimizer_s_per_byte = measure_optimizer(n);
+  if (o.log)
+    for (const auto& [k, v] : p.optimizer_s_per_byte)
+      std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
+  p.runner = measure_runner(n, p, o.log);
+  if (o.log && n > 1)
+    std::fprintf(o.log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
+                 p.runner.step_overhead * 1e6, p.runner.micro_batch_overhead * 1e6,
+                 p.runner.pipeline_micro_batch_overhead * 1e6);
   return p;
 }
 

@@ -410,6 +410,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           d.scratch.assign(begin, begin + micro_);
           std::span<Tensor> views(c.model_inputs.data() + static_cast<size_t>(slot) * c.num_model_inputs,
                                   c.num_model_inputs);
+          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Data, {}, {}, "read", mb});
           std::lock_guard<std::mutex> lock(data_mutex_);
           job.data->read(d.scratch, views);
         }
@@ -513,7 +514,8 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   // over the world in rank order. A gradient counts once: replica 0's, tensor rank 0's unless it is a slice.
   Tensor& sums = d.sums;
   double sq = 0;
-  if (job.clip > 0)
+  if (job.clip > 0) {
+    io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "grad norm"});
     for (const auto& c : d.chunks) {
       if (c.replica != 0) continue;
       for (const auto& sh : c.prog->params) {
@@ -527,6 +529,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         });
       }
     }
+  }
   sums.data<double>()[0] = loss_sum;
   sums.data<double>()[1] = sq;
   {

@@ -106,6 +106,19 @@ class Calibrated : public Analytic {
     if (p_.cpu.op_overhead > 0) f_.op_overhead_s = p_.cpu.op_overhead;
   }
   std::string name() const override { return "calibrated"; }
+  double optimizer_time(double param_bytes, int states) const override {
+    auto it = p_.optimizer_s_per_byte.find(states);
+    return it == p_.optimizer_s_per_byte.end() ? Analytic::optimizer_time(param_bytes, states) : param_bytes * it->second;
+  }
+  double step_overhead() const override { return p_.runner.step_overhead; }
+  double micro_batch_overhead(bool pipelined) const override {
+    return pipelined ? p_.runner.pipeline_micro_batch_overhead : p_.runner.micro_batch_overhead;
+  }
+  // Read the gradient and the accumulated one, write it back: memory bound at the measured bandwidth.
+  double grad_accumulate_time(double param_bytes) const override {
+    double bw = c_.device.memory_bandwidth;
+    return bw > 0 ? 3 * param_bytes / bw : 0;
+  }
   // Measured ops: the roofline max(flops / peak, bytes / bandwidth) over the measured fraction of it, plus the
   // measured per-op overhead (what calibration fitted); others: the analytic figures.
   double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
@@ -231,6 +244,17 @@ std::string to_yaml(const Profile& p) {
   out += "collectives:\n";
   for (const auto& [c, ab] : p.collectives)
     out += "  " + c + ": {alpha: " + num(ab.first) + ", beta: " + num(ab.second) + "}\n";
+  if (!p.optimizer_s_per_byte.empty()) {
+    out += "optimizer_s_per_byte:";
+    bool first = true;
+    for (const auto& [k, v] : p.optimizer_s_per_byte)
+      out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
+    out += "}\n";
+  }
+  const Profile::Runner& r = p.runner;
+  if (r.step_overhead > 0 || r.micro_batch_overhead > 0 || r.pipeline_micro_batch_overhead > 0)
+    out += "runner: {step_overhead: " + num(r.step_overhead) + ", micro_batch_overhead: " + num(r.micro_batch_overhead) +
+           ", pipeline_micro_batch_overhead: " + num(r.pipeline_micro_batch_overhead) + "}\n";
   return out;
 }
 
@@ -241,7 +265,8 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     if (!root.is_null()) diags.error(root.loc, "a calibration profile is a mapping");
     return p;
   }
-  io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives"},
+  io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
+                        "optimizer_s_per_byte", "runner"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -290,6 +315,20 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
       if (auto* a = v.get("alpha")) number(*a, "collectives." + k.scalar + ".alpha", &ab.first);
       if (auto* b = v.get("beta")) number(*b, "collectives." + k.scalar + ".beta", &ab.second);
     }
+  if (auto* o = root.get("optimizer_s_per_byte"); o && o->is_map()) {
+    io::check_keys(*o, {"states0", "states1", "states2"}, "optimizer_s_per_byte", diags);
+    for (const auto& [k, v] : o->map)
+      if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
+        number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
+  }
+  if (auto* r = root.get("runner"); r && r->is_map()) {
+    io::check_keys(*r, {"step_overhead", "micro_batch_overhead", "pipeline_micro_batch_overhead"}, "runner", diags);
+    std::pair<const char*, double*> fields[] = {{"step_overhead", &p.runner.step_overhead},
+                                                {"micro_batch_overhead", &p.runner.micro_batch_overhead},
+                                                {"pipeline_micro_batch_overhead", &p.runner.pipeline_micro_batch_overhead}};
+    for (auto [k, dst] : fields)
+      if (auto* n = r->get(k)) number(*n, std::string("runner.") + k, dst);
+  }
   return p;
 }
 

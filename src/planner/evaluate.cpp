@@ -289,6 +289,15 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       sp.memory_bytes += o.buffer_bytes;
       model_flops += lc.options(i)[0].flops;
     }
+    // The runner's own costs of one micro-batch on this stage (calibrated cpu:N; 0 otherwise): instruction
+    // hand-offs, half with the forward and half with the backward, and adding the gradients into the
+    // accumulated ones (computing: shared cores slow it like the ops).
+    const double hand_off = model.micro_batch_overhead(nst > 1);
+    const double accumulate = model.grad_accumulate_time(sp.param_bytes);
+    sp.forward_s += hand_off / 2;
+    sp.backward_s += hand_off / 2 + accumulate;
+    sp.compute_s += accumulate;
+    work.backward_compute_s += accumulate;
     // Values leaving the stage are sent whole (B); the stage reshards them first.
     for (int i = a; i < b; ++i)
       for (ValueId out : fwd[static_cast<size_t>(i)]->outputs) {
@@ -331,9 +340,11 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s);
     r.stages.push_back(sp);
   }
-  r.step_time_s = r.formula_step_time_s = pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v);
+  r.step_time_s = r.formula_step_time_s =
+      pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v) + model.step_overhead();
   if (cl.host_cores > 0 && nst > 1)
-    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, cl.devices(), cl.host_cores) + max_tail;
+    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, cl.devices(), cl.host_cores) +
+                    max_tail + model.step_overhead();
   for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];
