@@ -68,6 +68,13 @@ void on_workers(int n, const F& fn) {
     if (e) std::rethrow_exception(e);
 }
 
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  size_t k = xs.size() / 2;
+  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
+}
+
 // ---- op efficiencies ---------------------------------------------------------------------------------------------
 struct Workload {
   std::string name, text;
@@ -154,14 +161,21 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
     runner->exec->run(true, 1, 0);  // warm-up: caches, page faults
     double once = std::max(1e-5, seconds_since(t0));
     int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
-    runner->exec->set_node_timing(ns.data());
-    std::fill(ns.begin(), ns.end(), 0.0);
+    // Per node the median over the runs, not the mean: on a shared machine a preemption (a scheduler time
+    // slice, milliseconds) lands on whichever node is running, and the runs it hits are left out as the
+    // benchmarks' median step leaves out the steps it hits.
+    std::vector<double> once_s(ns.size());
+    std::vector<std::vector<double>> per_node(ns.size());
+    runner->exec->set_node_timing(once_s.data());
     for (int i = 0; i < iters; ++i) {
       fill();
+      std::fill(once_s.begin(), once_s.end(), 0.0);
       runner->exec->run(true, 1, static_cast<uint64_t>(i + 1));
+      for (size_t k = 0; k < ns.size(); ++k) per_node[k].push_back(once_s[k]);
     }
     runner->exec->set_node_timing(nullptr);
-    runs[static_cast<size_t>(r)] = iters;
+    for (size_t k = 0; k < ns.size(); ++k) ns[k] = median(per_node[k]);
+    runs[static_cast<size_t>(r)] = 1;
     if (r != 0) return;
     const graph::Graph& g = runner->g;
     for (const auto& node : g.nodes()) {
@@ -188,13 +202,6 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
     (backward ? out[static_cast<size_t>(k)].backward_s : out[static_cast<size_t>(k)].forward_s) += s;
   }
   return out;
-}
-
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  size_t k = xs.size() / 2;
-  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
 }
 
 // ---- memory bandwidth --------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 // bench call predict_step_time to set predictions beside measurements.
 // Invariant: for every plan the search returns, predict()'s formula_step_time_s is the time the search
 // reported for it, and so is step_time_s unless the cluster's devices share cores (host_cores > 0) and the
-// plan pipelines; then step_time_s is the processor-sharing simulation (the search ranks by the formula).
+// plan pipelines; then step_time_s is the processor-sharing simulation (the search ranks by the formula and
+// chooses among its best shapes by step_time_s). Runner costs (CostModel::step_overhead, ...) are in both.
 #pragma once
 #include <string>
 #include <vector>

@@ -6,7 +6,9 @@
 // dynamic program over layers in topological order, with the layouts of the live values as state (DAGs:
 // residual adds and branches), keeping the Pareto front of (time, backward time, parameter, activation and
 // buffer bytes) per state. Exact for the space described (tests compare with brute force) while no front
-// exceeds its cap. Deterministic: the same inputs give the same plan byte for byte. Pure: no devices touched.
+// exceeds its cap. Where predict() simulates the schedule (cores shared between devices), the best plans of
+// the 8 best shapes are re-ranked by predict() (SearchOptions::rerank). Deterministic: the same inputs give
+// the same plan byte for byte. Pure: no devices touched.
 #pragma once
 #include <string>
 #include <vector>
