@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -48,10 +49,11 @@ std::string cpu_model() {
   return "cpu";
 }
 
-// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives a device.
+// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives one of `devices`
+// devices (0: n).
 template <typename F>
-void on_workers(int n, const F& fn) {
-  const int per = std::max(1, num_threads() / n);
+void on_workers(int n, const F& fn, int devices = 0) {
+  const int per = std::max(1, num_threads() / (devices > 0 ? devices : n));
   std::vector<std::thread> ts;
   std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
@@ -140,6 +142,8 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
   std::vector<LayerSample> out;
   std::map<std::string, size_t> row;
   std::vector<std::pair<int, bool>> node_row;  // per node: its layer's row (-1: none), backward
+  std::vector<double> warm_s(static_cast<size_t>(n));
+  std::barrier sync(n);
   on_workers(n, [&](int r) {
     ParamStore store;
     auto runner = make_runner(spec, w.batch, true, store, 1);
@@ -159,8 +163,13 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
     ns.assign(runner->g.nodes().size(), 0.0);
     auto t0 = Clock::now();
     runner->exec->run(true, 1, 0);  // warm-up: caches, page faults
-    double once = std::max(1e-5, seconds_since(t0));
-    int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
+    warm_s[static_cast<size_t>(r)] = std::max(1e-5, seconds_since(t0));
+    // Every worker runs the same number of runs, starting together, so that all N compute throughout: a
+    // worker left alone runs faster where devices share cores (the figures are those of all N busy).
+    sync.arrive_and_wait();
+    const double once = *std::max_element(warm_s.begin(), warm_s.end());
+    const int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
+    sync.arrive_and_wait();
     // Per node the median over the runs, not the mean: on a shared machine a preemption (a scheduler time
     // slice, milliseconds) lands on whichever node is running, and the runs it hits are left out as the
     // benchmarks' median step leaves out the steps it hits.
@@ -322,6 +331,52 @@ std::map<int, double> measure_optimizer(int n) {
   return out;
 }
 
+// ---- devices sharing the machine --------------------------------------------------------------------------------
+// speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
+// (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
+// devices), the same runs on each, started together; t = the median run of the median worker. Cores shared
+// by hyper-threads or by more devices than cores make a lone device faster than the all-busy figure.
+std::vector<double> measure_busy_speed(int n) {
+  Diagnostics diags;
+  io::ModelSpec a = io::parse_model(gpt(64, 32, 4), "<calibrate sharing>", {}, diags);
+  io::ModelSpec b = io::parse_model(mlp(784, 256, 128), "<calibrate sharing>", {}, diags);
+  diags.throw_if_any();
+  std::vector<double> t(static_cast<size_t>(n));
+  for (int busy = 1; busy <= n; ++busy) {
+    std::vector<double> per(static_cast<size_t>(busy));
+    std::barrier sync(busy);
+    on_workers(
+        busy,
+        [&](int r) {
+          ParamStore sa, sb;
+          auto ra = make_runner(a, 4, true, sa, 1);
+          auto rb = make_runner(b, 32, true, sb, 1);
+          auto once = [&](uint64_t i) {
+            for (auto* x : {ra.get(), rb.get()}) {
+              for (Tensor& in : x->inputs) in.zero();  // the memory plan reuses inputs' bytes: refilled each run
+              x->exec->run(true, 1, i);
+            }
+          };
+          once(0);
+          sync.arrive_and_wait();
+          std::vector<double> ts;
+          for (int i = 0; i < 15; ++i) {
+            auto t0 = Clock::now();
+            once(static_cast<uint64_t>(i + 1));
+            ts.push_back(seconds_since(t0));
+          }
+          per[static_cast<size_t>(r)] = median(ts);
+        },
+        n);
+    t[static_cast<size_t>(busy) - 1] = median(per);
+  }
+  std::vector<double> speed(static_cast<size_t>(n));
+  for (int busy = 1; busy <= n; ++busy)
+    speed[static_cast<size_t>(busy) - 1] = std::clamp(t.back() / t[static_cast<size_t>(busy) - 1], 1.0, static_cast<double>(n));
+  speed.back() = 1;
+  return speed;
+}
+
 // ---- the plan runner's own costs ----------------------------------------------------------------------------------
 // PlanRunner's median step time over `steps` steps (after 5 untimed) of `plan`.
 double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, const planner::Plan& plan,
@@ -355,6 +410,7 @@ planner::Profile::Runner measure_runner(int n, const planner::Profile& p, FILE* 
   os.momentum = 0.9;
   planner::CpuFigures f = p.cpu;
   f.cores = machine_cores();
+  f.busy_speed = p.busy_speed;
   planner::Profile bare = p;
   bare.runner = {};
   auto model = planner::calibrated_cost_model(planner::cluster_preset("cpu:" + std::to_string(n), f), bare);
@@ -488,6 +544,12 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.log)
     for (const auto& [k, v] : p.optimizer_s_per_byte)
       std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
+  p.busy_speed = measure_busy_speed(n);
+  if (o.log) {
+    std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);
+    for (double x : p.busy_speed) std::fprintf(o.log, " %.2f", x);
+    std::fprintf(o.log, "\n");
+  }
   p.runner = measure_runner(n, p, o.log);
   if (o.log && n > 1)
     std::fprintf(o.log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
@@ -547,6 +609,7 @@ CpuModel cpu_cost_model(int n) {
     p.cpu.memory_bandwidth *= k;
     p.cpu.memory_bytes *= k;
     p.cpu.cores = cores;
+    if (p.devices == n) p.cpu.busy_speed = p.busy_speed;  // measured for these N devices only
     m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
     m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
     return m;

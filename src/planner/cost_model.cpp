@@ -251,6 +251,11 @@ std::string to_yaml(const Profile& p) {
       out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
     out += "}\n";
   }
+  if (!p.busy_speed.empty()) {
+    out += "busy_speed: [";
+    for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
+    out += "]\n";
+  }
   const Profile::Runner& r = p.runner;
   if (r.step_overhead > 0 || r.micro_batch_overhead > 0 || r.pipeline_micro_batch_overhead > 0)
     out += "runner: {step_overhead: " + num(r.step_overhead) + ", micro_batch_overhead: " + num(r.micro_batch_overhead) +
@@ -266,7 +271,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "runner"},
+                        "optimizer_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -320,6 +325,15 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     for (const auto& [k, v] : o->map)
       if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
         number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
+  }
+  if (auto* b = root.get("busy_speed")) {
+    if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
+    else
+      for (size_t i = 0; i < b->seq.size(); ++i) {
+        double x = 0;
+        number(b->seq[i], "busy_speed[" + std::to_string(i) + "]", &x);
+        p.busy_speed.push_back(x);
+      }
   }
   if (auto* r = root.get("runner"); r && r->is_map()) {
     io::check_keys(*r, {"step_overhead", "micro_batch_overhead", "pipeline_micro_batch_overhead"}, "runner", diags);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ops/op_def.h"
 #include "planner/cluster.h"
@@ -75,6 +76,9 @@ struct Profile {
   // The optimizer's update, seconds per parameter byte, by state tensors per parameter (0: plain SGD,
   // 1: SGD with momentum, 2: AdamW), on N devices at once. Missing: the analytic memory-bound figure.
   std::map<int, double> optimizer_s_per_byte;
+  // busy_speed[b - 1]: a device's compute speed while b of the N devices compute, relative to all N
+  // computing (Cluster::busy_speed). Empty: not measured.
+  std::vector<double> busy_speed;
   // PlanRunner's own costs (CostModel::step_overhead, micro_batch_overhead): what a step of a tiny model
   // takes beyond the prediction without them. All 0: not measured.
   struct Runner {

@@ -103,8 +103,27 @@ std::vector<std::vector<Step>> compute_order(const std::string& schedule, int D,
 
 }  // namespace
 
+bool simulates(const Cluster& c) { return c.host_cores > 0 || !c.busy_speed.empty(); }
+
+std::vector<double> busy_speeds(const Cluster& c) {
+  const int n = std::max(1, c.devices());
+  std::vector<double> speed(static_cast<size_t>(n) + 1, 1.0);
+  for (int b = 1; b <= n; ++b)
+    speed[static_cast<size_t>(b)] = static_cast<int>(c.busy_speed.size()) == n ? c.busy_speed[static_cast<size_t>(b) - 1]
+                                                                                : shared_speed(b, n, c.host_cores);
+  return speed;
+}
+
 double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64, const std::vector<StageWork>& stages,
                          int devices, int cores) {
+  devices = std::max(1, devices);
+  std::vector<double> speed(static_cast<size_t>(devices) + 1);
+  for (int b = 0; b <= devices; ++b) speed[static_cast<size_t>(b)] = shared_speed(b, devices, cores);
+  return simulate_pipeline(schedule, p, v, m64, stages, speed);
+}
+
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64, const std::vector<StageWork>& stages,
+                         const std::vector<double>& speed) {
   const int M = static_cast<int>(m64), S = static_cast<int>(stages.size());
   if (p < 1 || M < 1 || S != p * std::max(1, v)) throw InternalError("simulate_pipeline: inconsistent shape");
   auto order = compute_order(schedule, p, std::max(1, v), M);
@@ -161,7 +180,7 @@ double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64,
           throw InternalError("simulate_pipeline: the " + schedule + " order deadlocks");
       return now;
     }
-    const double rate = shared_speed(busy, devices, cores);
+    const double rate = speed[static_cast<size_t>(std::clamp(busy, 0, static_cast<int>(speed.size()) - 1))];
     double dt = std::numeric_limits<double>::infinity();
     for (int d = 0; d < p; ++d) {
       size_t du = static_cast<size_t>(d);
@@ -342,9 +361,9 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   }
   r.step_time_s = r.formula_step_time_s =
       pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v) + model.step_overhead();
-  if (cl.host_cores > 0 && nst > 1)
-    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, cl.devices(), cl.host_cores) +
-                    max_tail + model.step_overhead();
+  if (simulates(cl) && nst > 1)
+    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, busy_speeds(cl)) + max_tail +
+                    model.step_overhead();
   for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];

@@ -88,5 +88,12 @@ double shared_speed(int busy, int devices, int cores);
 // shared_speed(devices computing at that moment) -- rates change as devices start and stop.
 double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m, const std::vector<StageWork>& stages,
                          int devices, int cores);
+// The same with the speed given per number of computing devices: speed[b], b = 0 .. the cluster's devices.
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m, const std::vector<StageWork>& stages,
+                         const std::vector<double>& speed);
+// Whether predict() simulates pipelines on `c` (its devices share cores: host_cores > 0 or a measured
+// busy_speed), and the speed table it uses: the measured Cluster::busy_speed, else shared_speed's rule.
+bool simulates(const Cluster& c);
+std::vector<double> busy_speeds(const Cluster& c);
 
 }  // namespace braid::planner

@@ -336,7 +336,7 @@ class Searcher {
     r.stats.configs = static_cast<int>(configs.size());
     // The best plan of each of the K best shapes by the formula, in its order (ties: the earlier shape first).
     // K > 1 only where predict() simulates (shared cores): search() re-ranks them by it.
-    const size_t K = cl_.host_cores > 0 ? static_cast<size_t>(std::max(1, o_.rerank)) : 1;
+    const size_t K = simulates(cl_) ? static_cast<size_t>(std::max(1, o_.rerank)) : 1;
     auto threshold = [&]() { return top_.size() < K ? kInfeasible : top_.back().searched_step_time_s; };
     const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
     int memory_pruned = 0;

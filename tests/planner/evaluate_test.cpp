@@ -69,6 +69,41 @@ TEST(SharedCores, IdleDevicesSpeedUpTheBusyOnes) {
   EXPECT_EQ(shared, simulate_pipeline("1f1b", 4, 1, 8, equal_stages(4, 1, 2), 4, 2));
 }
 
+TEST(SharedCores, MeasuredSpeedsReplaceTheCoreRule) {
+  // The rule's table reproduces the (devices, cores) form.
+  auto w = equal_stages(4, 1, 2);
+  std::vector<double> rule;
+  for (int b = 0; b <= 4; ++b) rule.push_back(shared_speed(b, 4, 2));
+  EXPECT_EQ(simulate_pipeline("1f1b", 4, 1, 8, w, rule), simulate_pipeline("1f1b", 4, 1, 8, w, 4, 2));
+  // cpu:2 on 2 cores: the rule gains nothing (a core each); a measured table where a lone device runs at 1.6x
+  // (two hyper-threads of one core) makes a 2-stage pipeline faster, and predict() uses it.
+  CpuFigures f = fallback_cpu_figures(2, 2);
+  f.cores = 2;
+  Cluster rule2 = cluster_preset("cpu:2", f);
+  EXPECT_TRUE(simulates(rule2));
+  EXPECT_EQ(busy_speeds(rule2), (std::vector<double>{1, 1, 1}));
+  f.busy_speed = {1.6, 1};
+  Cluster measured = cluster_preset("cpu:2", f);
+  EXPECT_EQ(busy_speeds(measured), (std::vector<double>{1, 1.6, 1}));
+  EXPECT_TRUE(cluster_preset("cpu:4", f).busy_speed.empty());  // measured for 2 devices, not for 4
+  // One micro-batch through 2 stages runs one stage at a time: every step at 1.6x.
+  EXPECT_NEAR(simulate_pipeline("1f1b", 2, 1, 1, equal_stages(2, 1, 2), busy_speeds(measured)), 6 / 1.6, 1e-9);
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  auto a = analytic_cost_model(rule2), b = analytic_cost_model(measured);
+  Plan pins;
+  pins.summary.pipeline_stages = 2;
+  pins.summary.pinned.set("pipeline_stages", {});
+  SearchOptions so;
+  so.pins = &pins;
+  SearchResult ra = search(g, *a, ts, so);
+  ASSERT_TRUE(ra.found);
+  StepPrediction pa = predict(ra.plan, g, *a, ts), pb = predict(ra.plan, g, *b, ts);
+  EXPECT_NEAR(pa.step_time_s, pa.formula_step_time_s, 1e-9 * pa.step_time_s);  // speeds of 1: the textbook
+  EXPECT_LT(pb.step_time_s, pa.step_time_s);
+  EXPECT_EQ(pb.formula_step_time_s, pa.formula_step_time_s);
+}
+
 TEST(SharedCores, OnlyPipelinesOnSharedCoresChange) {
   graph::Graph g = model_graph("tiny_gpt.yaml", 16);
   CpuFigures f = fallback_cpu_figures(4, 2);
