@@ -113,6 +113,7 @@ int plan(const PlanArgs& a, FILE* out) {
   TrainSettings ts;
   ts.batch = cfg.train.batch;
   ts.optimizer_states = optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
+  ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
   Plan pins;
   SearchOptions so;
   if (cfg.parallel.plan != "auto" && !cfg.parallel.plan.empty()) {

@@ -331,6 +331,28 @@ std::map<int, double> measure_optimizer(int n) {
   return out;
 }
 
+// Seconds per gradient byte of PlanRunner's clipping (pipeline.cpp, run_step): the squared norm summed in
+// double element by element, then every gradient scaled; 4 MiB of gradients on N workers at once.
+double measure_clip(int n) {
+  std::vector<double> per(static_cast<size_t>(n));
+  on_workers(n, [&](int r) {
+    std::vector<float> g(1 << 20, 0.5f);
+    std::vector<double> ts;
+    volatile double sink = 0;
+    for (int i = 0; i < 10; ++i) {
+      auto t0 = Clock::now();
+      double sq = 0;
+      for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
+      const float coef = static_cast<float>(1.0 / (1.0 + sq));
+      for (float& x : g) x = x * coef + 0.5f * (1 - coef);
+      if (i > 0) ts.push_back(seconds_since(t0));
+      sink = sink + sq;
+    }
+    per[static_cast<size_t>(r)] = median(ts) / (4.0 * static_cast<double>(g.size()));
+  });
+  return median(per);
+}
+
 // ---- devices sharing the machine --------------------------------------------------------------------------------
 // speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
 // (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
@@ -544,6 +566,8 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.log)
     for (const auto& [k, v] : p.optimizer_s_per_byte)
       std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
+  p.clip_s_per_byte = measure_clip(n);
+  if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
   p.busy_speed = measure_busy_speed(n);
   if (o.log) {
     std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);

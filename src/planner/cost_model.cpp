@@ -110,6 +110,7 @@ class Calibrated : public Analytic {
     auto it = p_.optimizer_s_per_byte.find(states);
     return it == p_.optimizer_s_per_byte.end() ? Analytic::optimizer_time(param_bytes, states) : param_bytes * it->second;
   }
+  double clip_time(double param_bytes) const override { return param_bytes * p_.clip_s_per_byte; }
   double step_overhead() const override { return p_.runner.step_overhead; }
   double micro_batch_overhead(bool pipelined) const override {
     return pipelined ? p_.runner.pipeline_micro_batch_overhead : p_.runner.micro_batch_overhead;
@@ -251,6 +252,7 @@ std::string to_yaml(const Profile& p) {
       out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
     out += "}\n";
   }
+  if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
   if (!p.busy_speed.empty()) {
     out += "busy_speed: [";
     for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
@@ -271,7 +273,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "clip_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -326,6 +328,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
       if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
         number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
   }
+  if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
   if (auto* b = root.get("busy_speed")) {
     if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
     else

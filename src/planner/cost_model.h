@@ -60,6 +60,8 @@ class CostModel {
   virtual double step_overhead() const { return 0; }
   virtual double micro_batch_overhead(bool /*pipelined*/) const { return 0; }
   virtual double grad_accumulate_time(double /*param_bytes*/) const { return 0; }
+  // Gradient-norm clipping of a device's `param_bytes` of gradients: the squared norm and the scaling.
+  virtual double clip_time(double /*param_bytes*/) const { return 0; }
 };
 
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
@@ -76,6 +78,7 @@ struct Profile {
   // The optimizer's update, seconds per parameter byte, by state tensors per parameter (0: plain SGD,
   // 1: SGD with momentum, 2: AdamW), on N devices at once. Missing: the analytic memory-bound figure.
   std::map<int, double> optimizer_s_per_byte;
+  double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
   // busy_speed[b - 1]: a device's compute speed while b of the N devices compute, relative to all N
   // computing (Cluster::busy_speed). Empty: not measured.
   std::vector<double> busy_speed;

@@ -349,7 +349,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     works.push_back(work);
     sp.act_bytes += in_bytes;
     dp_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, &sp.dp_sync_s, &sp.dp_exposed_s);
-    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states);
+    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states) +
+                     (ts.clip ? model.clip_time(sp.param_bytes) : 0);
     sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
     sp.memory_bytes += sp.param_bytes * (2 + ts.optimizer_states) + sp.in_flight * sp.act_bytes + buf;
     r.fits &= sp.memory_bytes <= r.memory_limit_bytes;

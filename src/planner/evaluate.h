@@ -18,6 +18,7 @@ namespace braid::planner {
 struct TrainSettings {
   int64_t batch = 1;                      // the run's global batch per optimizer step
   int optimizer_states = 2;               // AdamW 2 (m, v), SGD with momentum 1, plain SGD 0
+  bool clip = false;                      // gradient-norm clipping (the norm and the scaling each step)
   double bucket_bytes = 25.0 * (1 << 20); // data-parallel gradient all-reduce bucket (PyTorch DDP's 25 MiB)
 };
 // optimizer_states for an optimizer named as in run files ("adamw", "sgd") with this momentum.

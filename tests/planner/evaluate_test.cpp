@@ -174,6 +174,21 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   // (tiny_gpt's gradients fill one bucket: its all-reduce is exposed whole, whatever the backward.)
   EXPECT_NEAR(with.step_time_s - without.step_time_s, 1e-3 + 2 * 2e-4, 1e-12);
   EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // Clipping: its measured cost per gradient byte over the device's parameters joins the optimizer's, in the
+  // search as in predict().
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.clip_s_per_byte = 1e-9;
+  auto clipping = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  TrainSettings clip = ts;
+  clip.clip = true;
+  StepPrediction c = predict(r.plan, g, *clipping, clip), n = predict(r.plan, g, *clipping, ts);
+  EXPECT_NEAR(c.step_time_s - n.step_time_s, 1e-9 * c.stages[0].param_bytes, 1e-12);
+  SearchResult rc = search(g, *clipping, clip, so);
+  ASSERT_TRUE(rc.found);
+  EXPECT_NEAR(rc.searched_step_time_s, rc.prediction.formula_step_time_s, 1e-9 * rc.searched_step_time_s);
 }
 
 TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
