@@ -170,21 +170,17 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
     const double once = *std::max_element(warm_s.begin(), warm_s.end());
     const int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
     sync.arrive_and_wait();
-    // Per node the median over the runs, not the mean: on a shared machine a preemption (a scheduler time
-    // slice, milliseconds) lands on whichever node is running, and the runs it hits are left out as the
-    // benchmarks' median step leaves out the steps it hits.
-    std::vector<double> once_s(ns.size());
-    std::vector<std::vector<double>> per_node(ns.size());
-    runner->exec->set_node_timing(once_s.data());
+    // The mean over the runs, not the median: with more devices than cores the OS time-slices the workers
+    // (slices of milliseconds, nodes of microseconds), so most node runs see a whole core and the slices a
+    // device waits land on a few; only the mean carries the device's share of the core.
+    runner->exec->set_node_timing(ns.data());
+    std::fill(ns.begin(), ns.end(), 0.0);
     for (int i = 0; i < iters; ++i) {
       fill();
-      std::fill(once_s.begin(), once_s.end(), 0.0);
       runner->exec->run(true, 1, static_cast<uint64_t>(i + 1));
-      for (size_t k = 0; k < ns.size(); ++k) per_node[k].push_back(once_s[k]);
     }
     runner->exec->set_node_timing(nullptr);
-    for (size_t k = 0; k < ns.size(); ++k) ns[k] = median(per_node[k]);
-    runs[static_cast<size_t>(r)] = 1;
+    runs[static_cast<size_t>(r)] = iters;
     if (r != 0) return;
     const graph::Graph& g = runner->g;
     for (const auto& node : g.nodes()) {
@@ -356,7 +352,7 @@ double measure_clip(int n) {
 // ---- devices sharing the machine --------------------------------------------------------------------------------
 // speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
 // (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
-// devices), the same runs on each, started together; t = the median run of the median worker. Cores shared
+// devices), the same runs on each, started together; t = the mean run of the median worker. Cores shared
 // by hyper-threads or by more devices than cores make a lone device faster than the all-busy figure.
 std::vector<double> measure_busy_speed(int n) {
   Diagnostics diags;
@@ -381,13 +377,9 @@ std::vector<double> measure_busy_speed(int n) {
           };
           once(0);
           sync.arrive_and_wait();
-          std::vector<double> ts;
-          for (int i = 0; i < 15; ++i) {
-            auto t0 = Clock::now();
-            once(static_cast<uint64_t>(i + 1));
-            ts.push_back(seconds_since(t0));
-          }
-          per[static_cast<size_t>(r)] = median(ts);
+          auto t0 = Clock::now();
+          for (int i = 0; i < 15; ++i) once(static_cast<uint64_t>(i + 1));
+          per[static_cast<size_t>(r)] = seconds_since(t0) / 15;  // the mean: time slices included (see above)
         },
         n);
     t[static_cast<size_t>(busy) - 1] = median(per);
