@@ -58,6 +58,7 @@ void on_workers(int n, const F& fn, int devices = 0) {
   std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r]() {
+      pin_thread_to_share(r, devices > 0 ? devices : n);  // as PlanRunner places its devices
       omp_set_num_threads(per);
       try {
         fn(r);

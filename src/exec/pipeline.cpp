@@ -179,8 +179,14 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
     d->world = world ? world->communicator(d->id) : inproc_->communicator(d->id);
   }
   const int per_device = std::max(1, braid::num_threads() / static_cast<int>(devices_.size()));
+  const bool pin = inproc_ != nullptr;  // every device in this process: spread them over its cores
+  const int slots = static_cast<int>(devices_.size());
   for (auto& d : devices_) {
-    threads_.emplace_back([this, dev = d.get(), per_device]() {
+    threads_.emplace_back([this, dev = d.get(), per_device, pin, slots]() {
+      // Each device on its own share of the cores (cpu:4 on 2 cores: two per core). Left to the scheduler,
+      // the woken device threads often stacked on one core for milliseconds: the same plan measured 3.0 or
+      // 5.6-15.8 ms a step from run to run (docs/planner.md, "What the measurements showed").
+      if (pin) pin_thread_to_share(dev->id, slots);
       omp_set_num_threads(per_device);
       worker(*dev);
     });
