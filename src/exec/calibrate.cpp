@@ -244,23 +244,38 @@ std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, 
   return {c / std::max(1.0, steps), beta};
 }
 
+// Collectives of groups of g consecutive ranks of n (g = n: the whole world), every group at once, as the tensor
+// groups of a plan with n / g of them run theirs (PlanRunner: tensor rank t of replica r is device r g + t).
+// Key "all_reduce" for g = n, "all_reduce@g" for smaller groups.
 std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE* log) {
   std::map<std::string, std::pair<double, double>> out;
   if (n < 2) return out;
   const std::vector<int64_t> sizes{4 << 10, 64 << 10, 1 << 20, 8 << 20};  // bytes of the whole tensor
-  const double frac = static_cast<double>(n - 1) / n;
-  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
-    const std::string k = kind;
+  std::vector<std::pair<std::string, int>> cases;
+  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) cases.emplace_back(kind, n);
+  for (int g = 2; g < n; ++g)
+    if (n % g == 0)
+      for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter"}) cases.emplace_back(kind, g);
+  for (const auto& [k, g] : cases) {
+    const char* kind = k.c_str();
+    const double frac = static_cast<double>(g - 1) / g;
     std::vector<std::pair<double, double>> pts;  // (traffic per rank, seconds)
     for (int64_t bytes : sizes) {
-      const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
+      const int64_t elems = std::max<int64_t>(g, bytes / 4 / g * g);
       const int reps = static_cast<int>(std::clamp<int64_t>((16 << 20) / bytes, 4, 256));
       InProcWorld world(n);
       std::vector<double> t(static_cast<size_t>(n));
       on_workers(n, [&](int r) {
-        auto comm = world.communicator(r);
+        auto world_comm = world.communicator(r);
+        std::unique_ptr<Communicator> group;
+        if (g < n) {
+          std::vector<int> ranks;
+          for (int q = r / g * g; q < r / g * g + g; ++q) ranks.push_back(q);
+          group = world_comm->split(ranks);
+        }
+        Communicator* comm = g < n ? group.get() : world_comm.get();
         Tensor whole = Tensor::empty(TensorDesc{Shape{elems}, DType::f32});
-        Tensor part = Tensor::empty(TensorDesc{Shape{elems / n}, DType::f32});
+        Tensor part = Tensor::empty(TensorDesc{Shape{elems / g}, DType::f32});
         auto once = [&]() {
           if (k == "all_reduce") comm->all_reduce(whole, ReduceOp::Sum);
           else if (k == "all_gather") comm->all_gather(part, whole, 0);
@@ -269,22 +284,23 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE
           else if (r == 1) comm->recv(whole, 0, 0), comm->send(whole, 0, 1);
         };
         once();
-        comm->barrier();
+        world_comm->barrier();
         auto t0 = Clock::now();
         for (int i = 0; i < reps; ++i) once();
         t[static_cast<size_t>(r)] = seconds_since(t0) / reps;
-        comm->barrier();
+        world_comm->barrier();
       });
       double s = k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end());
       double b = static_cast<double>(elems) * 4;
       double traffic = k == "all_reduce" ? 2 * frac * b : k == "send_recv" ? b : frac * b;
       pts.emplace_back(traffic, s);
     }
-    double steps = k == "all_reduce" ? 2.0 * (n - 1) : k == "send_recv" ? 1.0 : n - 1.0;
-    out[k] = fit(pts, steps);
+    double steps = k == "all_reduce" ? 2.0 * (g - 1) : k == "send_recv" ? 1.0 : g - 1.0;
+    const std::string key = g == n ? k : k + "@" + std::to_string(g);
+    out[key] = fit(pts, steps);
     if (log)
-      std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", kind, out[k].first * 1e6,
-                   out[k].second > 0 ? 1e-9 / out[k].second : 0.0);
+      std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", key.c_str(), out[key].first * 1e6,
+                   out[key].second > 0 ? 1e-9 / out[key].second : 0.0);
   }
   return out;
 }
@@ -627,6 +643,8 @@ CpuModel cpu_cost_model(int n) {
     p.cpu.memory_bytes *= k;
     p.cpu.cores = cores;
     if (p.devices == n) p.cpu.busy_speed = p.busy_speed;  // measured for these N devices only
+    if (p.devices != n)  // sub-group collectives were measured beside the other groups of those N devices
+      std::erase_if(p.collectives, [](const auto& kv) { return kv.first.find('@') != std::string::npos; });
     m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
     m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
     return m;

@@ -133,7 +133,9 @@ class Calibrated : public Analytic {
     return roof / std::max(1e-6, efficiency(op.name, k.flops)) + f_.op_overhead_s;
   }
   double collective_time(Collective c, double bytes, const Group& g) const override {
-    auto it = p_.collectives.find(to_string(c));
+    // A group smaller than the devices: its own measurement (every such group at once) when there is one.
+    auto it = p_.collectives.find(to_string(c) + "@" + std::to_string(g.size));
+    if (it == p_.collectives.end() || g.size == p_.devices) it = p_.collectives.find(to_string(c));
     if (it == p_.collectives.end() || g.nodes > 1) return Analytic::collective_time(c, bytes, g);
     if (g.size <= 1 || bytes <= 0) return 0;
     // Measured as a ring on the in-process backend: steps x alpha + traffic per rank x beta.
