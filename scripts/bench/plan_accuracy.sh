@@ -6,17 +6,20 @@
 # planner's choice is the fastest measured or within 10% of it, and the machine's load before and after.
 # Writes scripts/bench/out/plan_accuracy.csv.
 #
-# usage: scripts/bench/plan_accuracy.sh [--devices "2 4"] [--steps N] [--warmup W] [--no-calibrate]
+# usage: scripts/bench/plan_accuracy.sh [--devices "2 4"] [--steps N] [--warmup W] [--repeat R] [--no-calibrate]
+#        --repeat R: benchmark every pair R times, all pairs in turn, and keep the least median (a shared
+#        machine's bursts of other work); the default 1 is the plain measurement.
 #        BRAID=path/to/braid overrides build/braid.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BRAID=${BRAID:-$ROOT/build/braid}
-DEVICES="2 4" STEPS=12 WARMUP=3 CALIBRATE=1
+DEVICES="2 4" STEPS=12 WARMUP=3 CALIBRATE=1 REPEAT=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --devices) DEVICES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
     --no-calibrate) CALIBRATE=0; shift ;;
     *) echo "plan_accuracy.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -30,7 +33,7 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 rows=()
 for n in $DEVICES; do
   if [ "$CALIBRATE" = 1 ]; then "$BRAID" calibrate --devices "cpu:$n" | tail -1; fi
-  /usr/bin/python3 "$ROOT/scripts/bench/plan_accuracy.py" measure "$BRAID" "$ROOT" "$WORK" "$n" "$STEPS" "$WARMUP"
+  /usr/bin/python3 "$ROOT/scripts/bench/plan_accuracy.py" measure "$BRAID" "$ROOT" "$WORK" "$n" "$STEPS" "$WARMUP" "$REPEAT"
   rows+=("$WORK/rows_cpu$n.csv")
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

@@ -113,6 +113,7 @@ int plan(const PlanArgs& a, FILE* out) {
   TrainSettings ts;
   ts.batch = cfg.train.batch;
   ts.optimizer_states = optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
+  ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
   Plan pins;
   SearchOptions so;
   if (cfg.parallel.plan != "auto" && !cfg.parallel.plan.empty()) {
@@ -142,8 +143,10 @@ int plan(const PlanArgs& a, FILE* out) {
                gib(cluster.device.memory_bytes).c_str(), p.bound_by.c_str());
   std::fprintf(out, "  busiest stage: compute %s, communication %s, bubble %s per step\n", secs(p.compute_s).c_str(),
                secs(p.comm_s).c_str(), secs(p.bubble_s).c_str());
-  std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s\n", model_note.c_str(),
+  std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s%s\n", model_note.c_str(),
                cluster.name.c_str(), cluster.devices(), r.stats.configs_searched, r.stats.configs, r.stats.seconds,
+               r.stats.reranked > 1 ? ("; chose among the best " + std::to_string(r.stats.reranked) +
+                                       " by the shared-cores simulation").c_str() : "",
                r.stats.capped ? " (a front hit its cap: the optimum may be missed)" : "");
   PureStrategies pure = pure_strategies(g, *model, ts, so);
   std::fprintf(out, "\npure strategies:\n");

@@ -40,4 +40,10 @@ void parallel_for(int64_t n, int64_t grain, const F& fn) {
 int num_threads();
 void set_num_threads(int n);
 
+// Pins the calling thread to the `slot`-th of `slots` equal shares of the CPUs this process may use (slots
+// beyond the CPUs wrap round them), so that N device threads (cpu:N) spread evenly over the cores instead of
+// wherever the scheduler wakes them; threads it then starts (its OpenMP team) inherit the share. Returns
+// false (and changes nothing) where affinity cannot be set.
+bool pin_thread_to_share(int slot, int slots);
+
 }  // namespace braid

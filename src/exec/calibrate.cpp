@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -20,8 +21,13 @@
 
 #include "core/parallel.h"
 #include "exec/comm/inproc.h"
+#include "exec/optimizer.h"
+#include "exec/pipeline.h"
 #include "exec/runner.h"
+#include "graph/build.h"
+#include "io/dataset.h"
 #include "planner/cluster.h"
+#include "planner/search.h"
 
 namespace braid::exec {
 namespace {
@@ -43,14 +49,16 @@ std::string cpu_model() {
   return "cpu";
 }
 
-// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives a device.
+// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives one of `devices`
+// devices (0: n).
 template <typename F>
-void on_workers(int n, const F& fn) {
-  const int per = std::max(1, num_threads() / n);
+void on_workers(int n, const F& fn, int devices = 0) {
+  const int per = std::max(1, num_threads() / (devices > 0 ? devices : n));
   std::vector<std::thread> ts;
   std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r]() {
+      pin_thread_to_share(r, devices > 0 ? devices : n);  // as PlanRunner places its devices
       omp_set_num_threads(per);
       try {
         fn(r);
@@ -61,6 +69,13 @@ void on_workers(int n, const F& fn) {
   for (auto& t : ts) t.join();
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  size_t k = xs.size() / 2;
+  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
 }
 
 // ---- op efficiencies ---------------------------------------------------------------------------------------------
@@ -128,6 +143,8 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
   std::vector<LayerSample> out;
   std::map<std::string, size_t> row;
   std::vector<std::pair<int, bool>> node_row;  // per node: its layer's row (-1: none), backward
+  std::vector<double> warm_s(static_cast<size_t>(n));
+  std::barrier sync(n);
   on_workers(n, [&](int r) {
     ParamStore store;
     auto runner = make_runner(spec, w.batch, true, store, 1);
@@ -147,8 +164,16 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
     ns.assign(runner->g.nodes().size(), 0.0);
     auto t0 = Clock::now();
     runner->exec->run(true, 1, 0);  // warm-up: caches, page faults
-    double once = std::max(1e-5, seconds_since(t0));
-    int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
+    warm_s[static_cast<size_t>(r)] = std::max(1e-5, seconds_since(t0));
+    // Every worker runs the same number of runs, starting together, so that all N compute throughout: a
+    // worker left alone runs faster where devices share cores (the figures are those of all N busy).
+    sync.arrive_and_wait();
+    const double once = *std::max_element(warm_s.begin(), warm_s.end());
+    const int iters = static_cast<int>(std::clamp(target_s / once, 2.0, 200.0));
+    sync.arrive_and_wait();
+    // The mean over the runs, not the median: with more devices than cores the OS time-slices the workers
+    // (slices of milliseconds, nodes of microseconds), so most node runs see a whole core and the slices a
+    // device waits land on a few; only the mean carries the device's share of the core.
     runner->exec->set_node_timing(ns.data());
     std::fill(ns.begin(), ns.end(), 0.0);
     for (int i = 0; i < iters; ++i) {
@@ -185,13 +210,6 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
   return out;
 }
 
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  size_t k = xs.size() / 2;
-  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
-}
-
 // ---- memory bandwidth --------------------------------------------------------------------------------------------
 double measure_bandwidth(int n) {
   const size_t bytes = 32u << 20;
@@ -226,23 +244,38 @@ std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, 
   return {c / std::max(1.0, steps), beta};
 }
 
+// Collectives of groups of g consecutive ranks of n (g = n: the whole world), every group at once, as the tensor
+// groups of a plan with n / g of them run theirs (PlanRunner: tensor rank t of replica r is device r g + t).
+// Key "all_reduce" for g = n, "all_reduce@g" for smaller groups.
 std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE* log) {
   std::map<std::string, std::pair<double, double>> out;
   if (n < 2) return out;
   const std::vector<int64_t> sizes{4 << 10, 64 << 10, 1 << 20, 8 << 20};  // bytes of the whole tensor
-  const double frac = static_cast<double>(n - 1) / n;
-  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
-    const std::string k = kind;
+  std::vector<std::pair<std::string, int>> cases;
+  for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) cases.emplace_back(kind, n);
+  for (int g = 2; g < n; ++g)
+    if (n % g == 0)
+      for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter"}) cases.emplace_back(kind, g);
+  for (const auto& [k, g] : cases) {
+    const char* kind = k.c_str();
+    const double frac = static_cast<double>(g - 1) / g;
     std::vector<std::pair<double, double>> pts;  // (traffic per rank, seconds)
     for (int64_t bytes : sizes) {
-      const int64_t elems = std::max<int64_t>(n, bytes / 4 / n * n);
+      const int64_t elems = std::max<int64_t>(g, bytes / 4 / g * g);
       const int reps = static_cast<int>(std::clamp<int64_t>((16 << 20) / bytes, 4, 256));
       InProcWorld world(n);
       std::vector<double> t(static_cast<size_t>(n));
       on_workers(n, [&](int r) {
-        auto comm = world.communicator(r);
+        auto world_comm = world.communicator(r);
+        std::unique_ptr<Communicator> group;
+        if (g < n) {
+          std::vector<int> ranks;
+          for (int q = r / g * g; q < r / g * g + g; ++q) ranks.push_back(q);
+          group = world_comm->split(ranks);
+        }
+        Communicator* comm = g < n ? group.get() : world_comm.get();
         Tensor whole = Tensor::empty(TensorDesc{Shape{elems}, DType::f32});
-        Tensor part = Tensor::empty(TensorDesc{Shape{elems / n}, DType::f32});
+        Tensor part = Tensor::empty(TensorDesc{Shape{elems / g}, DType::f32});
         auto once = [&]() {
           if (k == "all_reduce") comm->all_reduce(whole, ReduceOp::Sum);
           else if (k == "all_gather") comm->all_gather(part, whole, 0);
@@ -251,23 +284,205 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE
           else if (r == 1) comm->recv(whole, 0, 0), comm->send(whole, 0, 1);
         };
         once();
-        comm->barrier();
+        world_comm->barrier();
         auto t0 = Clock::now();
         for (int i = 0; i < reps; ++i) once();
         t[static_cast<size_t>(r)] = seconds_since(t0) / reps;
-        comm->barrier();
+        world_comm->barrier();
       });
       double s = k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end());
       double b = static_cast<double>(elems) * 4;
       double traffic = k == "all_reduce" ? 2 * frac * b : k == "send_recv" ? b : frac * b;
       pts.emplace_back(traffic, s);
     }
-    double steps = k == "all_reduce" ? 2.0 * (n - 1) : k == "send_recv" ? 1.0 : n - 1.0;
-    out[k] = fit(pts, steps);
+    double steps = k == "all_reduce" ? 2.0 * (g - 1) : k == "send_recv" ? 1.0 : g - 1.0;
+    const std::string key = g == n ? k : k + "@" + std::to_string(g);
+    out[key] = fit(pts, steps);
     if (log)
-      std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", kind, out[k].first * 1e6,
-                   out[k].second > 0 ? 1e-9 / out[k].second : 0.0);
+      std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", key.c_str(), out[key].first * 1e6,
+                   out[key].second > 0 ? 1e-9 / out[key].second : 0.0);
   }
+  return out;
+}
+
+// ---- the optimizer -----------------------------------------------------------------------------------------------
+// Seconds per parameter byte of one optimizer step (plain SGD, SGD with momentum, AdamW: 0, 1, 2 state tensors),
+// on N workers at once over a 1 M-parameter MLP each (the median worker, the median of several steps).
+std::map<int, double> measure_optimizer(int n) {
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(mlp(784, 1024, 256), "<calibrate optimizer>", {}, diags);
+  diags.throw_if_any();
+  std::map<int, double> out;
+  for (int states : {0, 1, 2}) {
+    io::OptimizerSpec os;
+    os.type = states == 2 ? "adamw" : "sgd";
+    os.lr = 1e-3;
+    os.momentum = states == 1 ? 0.9 : 0;
+    std::vector<double> per(static_cast<size_t>(n));
+    on_workers(n, [&](int r) {
+      ParamStore store;
+      auto runner = make_runner(spec, 1, true, store, 1);
+      double bytes = 0;
+      for (auto& e : store.entries())
+        if (!e.spec.buffer) {
+          e.grad.zero();
+          e.has_grad = true;
+          bytes += static_cast<double>(e.value.bytes());
+        }
+      Optimizer opt(os, store);
+      opt.step(1e-3);  // states allocated, pages touched
+      std::vector<double> ts;
+      for (int i = 0; i < 9; ++i) {
+        auto t0 = Clock::now();
+        opt.step(1e-3);
+        ts.push_back(seconds_since(t0));
+      }
+      per[static_cast<size_t>(r)] = median(ts) / bytes;
+    });
+    out[states] = median(per);
+  }
+  return out;
+}
+
+// Seconds per gradient byte of PlanRunner's clipping (pipeline.cpp, run_step): the squared norm summed in
+// double element by element, then every gradient scaled; 4 MiB of gradients on N workers at once.
+double measure_clip(int n) {
+  std::vector<double> per(static_cast<size_t>(n));
+  on_workers(n, [&](int r) {
+    std::vector<float> g(1 << 20, 0.5f);
+    std::vector<double> ts;
+    volatile double sink = 0;
+    for (int i = 0; i < 10; ++i) {
+      auto t0 = Clock::now();
+      double sq = 0;
+      for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
+      const float coef = static_cast<float>(1.0 / (1.0 + sq));
+      for (float& x : g) x = x * coef + 0.5f * (1 - coef);
+      if (i > 0) ts.push_back(seconds_since(t0));
+      sink = sink + sq;
+    }
+    per[static_cast<size_t>(r)] = median(ts) / (4.0 * static_cast<double>(g.size()));
+  });
+  return median(per);
+}
+
+// ---- devices sharing the machine --------------------------------------------------------------------------------
+// speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
+// (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
+// devices), the same runs on each, started together; t = the mean run of the median worker. Cores shared
+// by hyper-threads or by more devices than cores make a lone device faster than the all-busy figure.
+std::vector<double> measure_busy_speed(int n) {
+  Diagnostics diags;
+  io::ModelSpec a = io::parse_model(gpt(64, 32, 4), "<calibrate sharing>", {}, diags);
+  io::ModelSpec b = io::parse_model(mlp(784, 256, 128), "<calibrate sharing>", {}, diags);
+  diags.throw_if_any();
+  std::vector<double> t(static_cast<size_t>(n));
+  for (int busy = 1; busy <= n; ++busy) {
+    std::vector<double> per(static_cast<size_t>(busy));
+    std::barrier sync(busy);
+    on_workers(
+        busy,
+        [&](int r) {
+          ParamStore sa, sb;
+          auto ra = make_runner(a, 4, true, sa, 1);
+          auto rb = make_runner(b, 32, true, sb, 1);
+          auto once = [&](uint64_t i) {
+            for (auto* x : {ra.get(), rb.get()}) {
+              for (Tensor& in : x->inputs) in.zero();  // the memory plan reuses inputs' bytes: refilled each run
+              x->exec->run(true, 1, i);
+            }
+          };
+          once(0);
+          sync.arrive_and_wait();
+          auto t0 = Clock::now();
+          for (int i = 0; i < 15; ++i) once(static_cast<uint64_t>(i + 1));
+          per[static_cast<size_t>(r)] = seconds_since(t0) / 15;  // the mean: time slices included (see above)
+        },
+        n);
+    t[static_cast<size_t>(busy) - 1] = median(per);
+  }
+  std::vector<double> speed(static_cast<size_t>(n));
+  for (int busy = 1; busy <= n; ++busy)
+    speed[static_cast<size_t>(busy) - 1] = std::clamp(t.back() / t[static_cast<size_t>(busy) - 1], 1.0, static_cast<double>(n));
+  speed.back() = 1;
+  return speed;
+}
+
+// ---- the plan runner's own costs ----------------------------------------------------------------------------------
+// PlanRunner's median step time over `steps` steps (after 5 untimed) of `plan`.
+double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, const planner::Plan& plan,
+                     io::Dataset& data, int64_t batch, int steps) {
+  PlanRunner pr(spec, os, plan, 1);
+  io::BatchSampler sampler(data.size(), batch, true, 1);
+  std::vector<double> ts;
+  for (int i = 0; i < 5 + steps; ++i) {
+    auto t0 = Clock::now();
+    pr.step(data, sampler.next_view(), i, 1e-3, 1.0);
+    if (i >= 5) ts.push_back(seconds_since(t0));
+  }
+  return median(ts);
+}
+
+// What PlanRunner's steps take beyond the model's prediction without runner costs, on a small MLP whose
+// compute is short: dp N with 1 and 4 micro-batches, a pipeline of N stages with N and 4N micro-batches.
+// Residual r = measured - predicted; per-micro-batch cost (one stage) = (r(dp, 4) - r(dp, 1)) / 3; in a
+// pipeline = (r(pp, 4N) - r(pp, N)) / 3N (each micro-batch more adds one micro-batch's time of the slowest
+// stage); per step = r(dp, 1) - the per-micro-batch cost. Clamped at >= 0.
+planner::Profile::Runner measure_runner(int n, const planner::Profile& p, FILE* log) {
+  planner::Profile::Runner out;
+  if (n < 2) return out;
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(mlp(64, 64, 64), "<calibrate runner>", {}, diags);
+  diags.throw_if_any();
+  const int64_t batch = 8 * n;
+  io::OptimizerSpec os;
+  os.type = "sgd";
+  os.lr = 1e-3;
+  os.momentum = 0.9;
+  planner::CpuFigures f = p.cpu;
+  f.cores = machine_cores();
+  f.busy_speed = p.busy_speed;
+  planner::Profile bare = p;
+  bare.runner = {};
+  auto model = planner::calibrated_cost_model(planner::cluster_preset("cpu:" + std::to_string(n), f), bare);
+  const graph::Graph fwd = graph::build_graph(spec, batch, {});
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(spec, 1, bo);
+  io::DataSourceSpec ds;
+  ds.format = "synthetic";
+  ds.samples = 16 * batch;
+  auto data = io::open_dataset(ds, dataset_inputs(spec, g), 1);
+  planner::TrainSettings ts;
+  ts.batch = batch;
+  ts.optimizer_states = 1;
+  auto residual = [&](int dp, int pp, int64_t m) {
+    planner::Plan pins;
+    pins.summary.data_parallel = dp;
+    pins.summary.pinned.set("data_parallel", {});
+    pins.summary.pipeline_stages = pp;
+    pins.summary.pinned.set("pipeline_stages", {});
+    pins.summary.tensor_parallel = 1;
+    pins.summary.pinned.set("tensor_parallel", {});
+    pins.summary.micro_batches = m;
+    pins.summary.pinned.set("micro_batches", {});
+    pins.summary.schedule = "1f1b";
+    pins.summary.pinned.set("schedule", {});
+    planner::SearchOptions so;
+    so.pins = &pins;
+    planner::SearchResult r = planner::search(fwd, *model, ts, so);
+    if (!r.found) throw InternalError("calibrate: no plan for the runner workload: " + r.why_none);
+    double measured = runner_step_s(spec, os, r.plan, *data, batch, 40);
+    if (log)
+      std::fprintf(log, "  runner dp %d x pp %d, %lld micro-batches: %.3f ms, predicted %.3f ms without runner costs\n",
+                   dp, pp, static_cast<long long>(m), measured * 1e3, r.prediction.step_time_s * 1e3);
+    return measured - r.prediction.step_time_s;
+  };
+  const double dp1 = residual(n, 1, 1), dp4 = residual(n, 1, 4);
+  const double pp1 = residual(1, n, n), pp4 = residual(1, n, 4 * n);
+  out.micro_batch_overhead = std::max(0.0, (dp4 - dp1) / 3);
+  out.pipeline_micro_batch_overhead = std::max(0.0, (pp4 - pp1) / (3.0 * n));
+  out.step_overhead = std::max(0.0, dp1 - out.micro_batch_overhead);
   return out;
 }
 
@@ -355,6 +570,24 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     p.cpu.link_latency = f.link_latency;
     p.cpu.link_bandwidth = f.link_bandwidth;
   }
+  // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
+  p.optimizer_s_per_byte = measure_optimizer(n);
+  if (o.log)
+    for (const auto& [k, v] : p.optimizer_s_per_byte)
+      std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
+  p.clip_s_per_byte = measure_clip(n);
+  if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
+  p.busy_speed = measure_busy_speed(n);
+  if (o.log) {
+    std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);
+    for (double x : p.busy_speed) std::fprintf(o.log, " %.2f", x);
+    std::fprintf(o.log, "\n");
+  }
+  p.runner = measure_runner(n, p, o.log);
+  if (o.log && n > 1)
+    std::fprintf(o.log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
+                 p.runner.step_overhead * 1e6, p.runner.micro_batch_overhead * 1e6,
+                 p.runner.pipeline_micro_batch_overhead * 1e6);
   return p;
 }
 
@@ -409,6 +642,9 @@ CpuModel cpu_cost_model(int n) {
     p.cpu.memory_bandwidth *= k;
     p.cpu.memory_bytes *= k;
     p.cpu.cores = cores;
+    if (p.devices == n) p.cpu.busy_speed = p.busy_speed;  // measured for these N devices only
+    if (p.devices != n)  // sub-group collectives were measured beside the other groups of those N devices
+      std::erase_if(p.collectives, [](const auto& kv) { return kv.first.find('@') != std::string::npos; });
     m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
     m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
     return m;

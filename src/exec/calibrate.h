@@ -5,7 +5,10 @@
 // through the real Executor on N worker threads at once (as PlanRunner runs them), timed per node, giving
 // per (op, shape class) the achieved fraction of the roofline and per op the backward/forward ratio; the
 // memory bandwidth of N concurrent copies; alpha/beta of all_reduce, all_gather, reduce_scatter and
-// send/recv on an InProcWorld of N ranks (least squares over message sizes). Never writes half a profile.
+// send/recv on an InProcWorld of N ranks (least squares over message sizes), and of the first three for every
+// smaller group size with all groups at once; the optimizer and gradient clipping per byte; each device's
+// speed with 1..N busy; PlanRunner's own per-step and per-micro-batch costs on a small MLP. Workers are
+// pinned as PlanRunner pins devices. Never writes half a profile.
 #pragma once
 #include <cstdio>
 #include <memory>

@@ -179,8 +179,14 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
     d->world = world ? world->communicator(d->id) : inproc_->communicator(d->id);
   }
   const int per_device = std::max(1, braid::num_threads() / static_cast<int>(devices_.size()));
+  const bool pin = inproc_ != nullptr;  // every device in this process: spread them over its cores
+  const int slots = static_cast<int>(devices_.size());
   for (auto& d : devices_) {
-    threads_.emplace_back([this, dev = d.get(), per_device]() {
+    threads_.emplace_back([this, dev = d.get(), per_device, pin, slots]() {
+      // Each device on its own share of the cores (cpu:4 on 2 cores: two per core). Left to the scheduler,
+      // the woken device threads often stacked on one core for milliseconds: the same plan measured 3.0 or
+      // 5.6-15.8 ms a step from run to run (docs/planner.md, "What the measurements showed").
+      if (pin) pin_thread_to_share(dev->id, slots);
       omp_set_num_threads(per_device);
       worker(*dev);
     });
@@ -410,6 +416,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           d.scratch.assign(begin, begin + micro_);
           std::span<Tensor> views(c.model_inputs.data() + static_cast<size_t>(slot) * c.num_model_inputs,
                                   c.num_model_inputs);
+          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Data, {}, {}, "read", mb});
           std::lock_guard<std::mutex> lock(data_mutex_);
           job.data->read(d.scratch, views);
         }
@@ -513,7 +520,8 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   // over the world in rank order. A gradient counts once: replica 0's, tensor rank 0's unless it is a slice.
   Tensor& sums = d.sums;
   double sq = 0;
-  if (job.clip > 0)
+  if (job.clip > 0) {
+    io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "grad norm"});
     for (const auto& c : d.chunks) {
       if (c.replica != 0) continue;
       for (const auto& sh : c.prog->params) {
@@ -524,6 +532,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         sq += sum_squares(e->grad);
       }
     }
+  }
   sums.data<double>()[0] = loss_sum;
   sums.data<double>()[1] = sq;
   {

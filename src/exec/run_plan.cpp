@@ -28,6 +28,7 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   planner::TrainSettings ts;
   ts.batch = cfg.train.batch;
   ts.optimizer_states = planner::optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
+  ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
   RunPlan r;
   r.automatic = automatic;
   if (automatic) {

@@ -89,6 +89,7 @@ Cluster cluster_preset(const std::string& name, const CpuFigures& cpu, const Sou
     c.intra_node = {cpu.link_bandwidth, cpu.link_latency};
     c.inter_node = c.intra_node;
     c.host_cores = cpu.cores;
+    if (static_cast<int>(cpu.busy_speed.size()) == c.devices()) c.busy_speed = cpu.busy_speed;
     return c;
   }
   if (name == "h200x1" || name == "h200x8") {

@@ -39,6 +39,10 @@ struct Cluster {
   // processor. With cores > 0 the devices' figures are those of all devices busy at once, and a pipeline
   // stage computing while others wait runs faster (evaluate.h: processor sharing). Not in cluster files.
   int host_cores = 0;
+  // Measured (calibration): busy_speed[b - 1] = a device's compute speed while b devices compute, relative
+  // to all of them computing (busy_speed.back() = 1). Empty: the rule from host_cores (evaluate.h). Not in
+  // cluster files.
+  std::vector<double> busy_speed;
   int devices() const { return nodes * devices_per_node; }
   int node_of(int device) const { return device / devices_per_node; }
 };
@@ -52,6 +56,7 @@ struct CpuFigures {
   double link_latency = 0;       // in-process collective latency (s)
   double op_overhead = 0;        // seconds per op launch (measured by calibration; 0: the analytic default)
   int cores = 0;                 // the machine's cores the N devices share (0: not modelled); Cluster::host_cores
+  std::vector<double> busy_speed;  // Cluster::busy_speed (measured for these N devices; empty: not measured)
 };
 // The documented fallback figures for one of N logical CPU devices sharing `cores` cores (docs/planner.md).
 CpuFigures fallback_cpu_figures(int n, int cores);

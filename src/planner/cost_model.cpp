@@ -106,6 +106,20 @@ class Calibrated : public Analytic {
     if (p_.cpu.op_overhead > 0) f_.op_overhead_s = p_.cpu.op_overhead;
   }
   std::string name() const override { return "calibrated"; }
+  double optimizer_time(double param_bytes, int states) const override {
+    auto it = p_.optimizer_s_per_byte.find(states);
+    return it == p_.optimizer_s_per_byte.end() ? Analytic::optimizer_time(param_bytes, states) : param_bytes * it->second;
+  }
+  double clip_time(double param_bytes) const override { return param_bytes * p_.clip_s_per_byte; }
+  double step_overhead() const override { return p_.runner.step_overhead; }
+  double micro_batch_overhead(bool pipelined) const override {
+    return pipelined ? p_.runner.pipeline_micro_batch_overhead : p_.runner.micro_batch_overhead;
+  }
+  // Read the gradient and the accumulated one, write it back: memory bound at the measured bandwidth.
+  double grad_accumulate_time(double param_bytes) const override {
+    double bw = c_.device.memory_bandwidth;
+    return bw > 0 ? 3 * param_bytes / bw : 0;
+  }
   // Measured ops: the roofline max(flops / peak, bytes / bandwidth) over the measured fraction of it, plus the
   // measured per-op overhead (what calibration fitted); others: the analytic figures.
   double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
@@ -119,7 +133,9 @@ class Calibrated : public Analytic {
     return roof / std::max(1e-6, efficiency(op.name, k.flops)) + f_.op_overhead_s;
   }
   double collective_time(Collective c, double bytes, const Group& g) const override {
-    auto it = p_.collectives.find(to_string(c));
+    // A group smaller than the devices: its own measurement (every such group at once) when there is one.
+    auto it = p_.collectives.find(to_string(c) + "@" + std::to_string(g.size));
+    if (it == p_.collectives.end() || g.size == p_.devices) it = p_.collectives.find(to_string(c));
     if (it == p_.collectives.end() || g.nodes > 1) return Analytic::collective_time(c, bytes, g);
     if (g.size <= 1 || bytes <= 0) return 0;
     // Measured as a ring on the in-process backend: steps x alpha + traffic per rank x beta.
@@ -231,6 +247,23 @@ std::string to_yaml(const Profile& p) {
   out += "collectives:\n";
   for (const auto& [c, ab] : p.collectives)
     out += "  " + c + ": {alpha: " + num(ab.first) + ", beta: " + num(ab.second) + "}\n";
+  if (!p.optimizer_s_per_byte.empty()) {
+    out += "optimizer_s_per_byte:";
+    bool first = true;
+    for (const auto& [k, v] : p.optimizer_s_per_byte)
+      out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
+    out += "}\n";
+  }
+  if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
+  if (!p.busy_speed.empty()) {
+    out += "busy_speed: [";
+    for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
+    out += "]\n";
+  }
+  const Profile::Runner& r = p.runner;
+  if (r.step_overhead > 0 || r.micro_batch_overhead > 0 || r.pipeline_micro_batch_overhead > 0)
+    out += "runner: {step_overhead: " + num(r.step_overhead) + ", micro_batch_overhead: " + num(r.micro_batch_overhead) +
+           ", pipeline_micro_batch_overhead: " + num(r.pipeline_micro_batch_overhead) + "}\n";
   return out;
 }
 
@@ -241,7 +274,8 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     if (!root.is_null()) diags.error(root.loc, "a calibration profile is a mapping");
     return p;
   }
-  io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives"},
+  io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
+                        "optimizer_s_per_byte", "clip_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -290,6 +324,30 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
       if (auto* a = v.get("alpha")) number(*a, "collectives." + k.scalar + ".alpha", &ab.first);
       if (auto* b = v.get("beta")) number(*b, "collectives." + k.scalar + ".beta", &ab.second);
     }
+  if (auto* o = root.get("optimizer_s_per_byte"); o && o->is_map()) {
+    io::check_keys(*o, {"states0", "states1", "states2"}, "optimizer_s_per_byte", diags);
+    for (const auto& [k, v] : o->map)
+      if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
+        number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
+  }
+  if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
+  if (auto* b = root.get("busy_speed")) {
+    if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
+    else
+      for (size_t i = 0; i < b->seq.size(); ++i) {
+        double x = 0;
+        number(b->seq[i], "busy_speed[" + std::to_string(i) + "]", &x);
+        p.busy_speed.push_back(x);
+      }
+  }
+  if (auto* r = root.get("runner"); r && r->is_map()) {
+    io::check_keys(*r, {"step_overhead", "micro_batch_overhead", "pipeline_micro_batch_overhead"}, "runner", diags);
+    std::pair<const char*, double*> fields[] = {{"step_overhead", &p.runner.step_overhead},
+                                                {"micro_batch_overhead", &p.runner.micro_batch_overhead},
+                                                {"pipeline_micro_batch_overhead", &p.runner.pipeline_micro_batch_overhead}};
+    for (auto [k, dst] : fields)
+      if (auto* n = r->get(k)) number(*n, std::string("runner.") + k, dst);
+  }
   return p;
 }
 

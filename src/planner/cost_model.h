@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ops/op_def.h"
 #include "planner/cluster.h"
@@ -51,6 +52,16 @@ class CostModel {
   virtual double p2p_time(double bytes, bool cross_node) const = 0;
   // The optimizer's update of `param_bytes` of parameters holding `states` state tensors each.
   virtual double optimizer_time(double param_bytes, int states) const = 0;
+  // The plan runner's own costs (docs/planner.md, "Runner costs"), measured by calibration on cpu:N; 0 in
+  // the analytic and fake models. Per step: waking the devices, the loss / gradient-norm all-reduce, the
+  // hand-back. Per micro-batch on one (virtual) stage: its instructions' hand-offs (pipelined: true when the
+  // plan has more than one stage, so sends and receives wake the neighbours). Per backward of a stage
+  // holding `param_bytes`: adding the micro-batch's gradients into the accumulated ones.
+  virtual double step_overhead() const { return 0; }
+  virtual double micro_batch_overhead(bool /*pipelined*/) const { return 0; }
+  virtual double grad_accumulate_time(double /*param_bytes*/) const { return 0; }
+  // Gradient-norm clipping of a device's `param_bytes` of gradients: the squared norm and the scaling.
+  virtual double clip_time(double /*param_bytes*/) const { return 0; }
 };
 
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
@@ -64,6 +75,20 @@ struct Profile {
   std::map<std::string, double> backward_ratio;  // op name -> backward time / forward time
   // collective name -> {alpha (s per step), beta (s per byte)} on the in-process backend
   std::map<std::string, std::pair<double, double>> collectives;
+  // The optimizer's update, seconds per parameter byte, by state tensors per parameter (0: plain SGD,
+  // 1: SGD with momentum, 2: AdamW), on N devices at once. Missing: the analytic memory-bound figure.
+  std::map<int, double> optimizer_s_per_byte;
+  double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
+  // busy_speed[b - 1]: a device's compute speed while b of the N devices compute, relative to all N
+  // computing (Cluster::busy_speed). Empty: not measured.
+  std::vector<double> busy_speed;
+  // PlanRunner's own costs (CostModel::step_overhead, micro_batch_overhead): what a step of a tiny model
+  // takes beyond the prediction without them. All 0: not measured.
+  struct Runner {
+    double step_overhead = 0;             // seconds per step
+    double micro_batch_overhead = 0;      // seconds per micro-batch per stage, one stage
+    double pipeline_micro_batch_overhead = 0;  // the same in a pipeline (sends, receives)
+  } runner;
 };
 std::string shape_class(double flops);  // "small" < 1e6 <= "medium" < 1e9 <= "large"
 std::string to_yaml(const Profile& p);

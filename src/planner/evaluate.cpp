@@ -103,8 +103,27 @@ std::vector<std::vector<Step>> compute_order(const std::string& schedule, int D,
 
 }  // namespace
 
+bool simulates(const Cluster& c) { return c.host_cores > 0 || !c.busy_speed.empty(); }
+
+std::vector<double> busy_speeds(const Cluster& c) {
+  const int n = std::max(1, c.devices());
+  std::vector<double> speed(static_cast<size_t>(n) + 1, 1.0);
+  for (int b = 1; b <= n; ++b)
+    speed[static_cast<size_t>(b)] = static_cast<int>(c.busy_speed.size()) == n ? c.busy_speed[static_cast<size_t>(b) - 1]
+                                                                                : shared_speed(b, n, c.host_cores);
+  return speed;
+}
+
 double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64, const std::vector<StageWork>& stages,
                          int devices, int cores) {
+  devices = std::max(1, devices);
+  std::vector<double> speed(static_cast<size_t>(devices) + 1);
+  for (int b = 0; b <= devices; ++b) speed[static_cast<size_t>(b)] = shared_speed(b, devices, cores);
+  return simulate_pipeline(schedule, p, v, m64, stages, speed);
+}
+
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64, const std::vector<StageWork>& stages,
+                         const std::vector<double>& speed) {
   const int M = static_cast<int>(m64), S = static_cast<int>(stages.size());
   if (p < 1 || M < 1 || S != p * std::max(1, v)) throw InternalError("simulate_pipeline: inconsistent shape");
   auto order = compute_order(schedule, p, std::max(1, v), M);
@@ -161,7 +180,7 @@ double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m64,
           throw InternalError("simulate_pipeline: the " + schedule + " order deadlocks");
       return now;
     }
-    const double rate = shared_speed(busy, devices, cores);
+    const double rate = speed[static_cast<size_t>(std::clamp(busy, 0, static_cast<int>(speed.size()) - 1))];
     double dt = std::numeric_limits<double>::infinity();
     for (int d = 0; d < p; ++d) {
       size_t du = static_cast<size_t>(d);
@@ -289,6 +308,15 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       sp.memory_bytes += o.buffer_bytes;
       model_flops += lc.options(i)[0].flops;
     }
+    // The runner's own costs of one micro-batch on this stage (calibrated cpu:N; 0 otherwise): instruction
+    // hand-offs, half with the forward and half with the backward, and adding the gradients into the
+    // accumulated ones (computing: shared cores slow it like the ops).
+    const double hand_off = model.micro_batch_overhead(nst > 1);
+    const double accumulate = model.grad_accumulate_time(sp.param_bytes);
+    sp.forward_s += hand_off / 2;
+    sp.backward_s += hand_off / 2 + accumulate;
+    sp.compute_s += accumulate;
+    work.backward_compute_s += accumulate;
     // Values leaving the stage are sent whole (B); the stage reshards them first.
     for (int i = a; i < b; ++i)
       for (ValueId out : fwd[static_cast<size_t>(i)]->outputs) {
@@ -321,7 +349,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     works.push_back(work);
     sp.act_bytes += in_bytes;
     dp_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, &sp.dp_sync_s, &sp.dp_exposed_s);
-    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states);
+    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states) +
+                     (ts.clip ? model.clip_time(sp.param_bytes) : 0);
     sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
     sp.memory_bytes += sp.param_bytes * (2 + ts.optimizer_states) + sp.in_flight * sp.act_bytes + buf;
     r.fits &= sp.memory_bytes <= r.memory_limit_bytes;
@@ -331,9 +360,11 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s);
     r.stages.push_back(sp);
   }
-  r.step_time_s = r.formula_step_time_s = pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v);
-  if (cl.host_cores > 0 && nst > 1)
-    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, cl.devices(), cl.host_cores) + max_tail;
+  r.step_time_s = r.formula_step_time_s =
+      pipeline_step(max_t, sum_t, max_tail, sum.micro_batches, v) + model.step_overhead();
+  if (simulates(cl) && nst > 1)
+    r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, busy_speeds(cl)) + max_tail +
+                    model.step_overhead();
   for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];

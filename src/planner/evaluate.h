@@ -3,7 +3,8 @@
 // bench call predict_step_time to set predictions beside measurements.
 // Invariant: for every plan the search returns, predict()'s formula_step_time_s is the time the search
 // reported for it, and so is step_time_s unless the cluster's devices share cores (host_cores > 0) and the
-// plan pipelines; then step_time_s is the processor-sharing simulation (the search ranks by the formula).
+// plan pipelines; then step_time_s is the processor-sharing simulation (the search ranks by the formula and
+// chooses among its best shapes by step_time_s). Runner costs (CostModel::step_overhead, ...) are in both.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace braid::planner {
 struct TrainSettings {
   int64_t batch = 1;                      // the run's global batch per optimizer step
   int optimizer_states = 2;               // AdamW 2 (m, v), SGD with momentum 1, plain SGD 0
+  bool clip = false;                      // gradient-norm clipping (the norm and the scaling each step)
   double bucket_bytes = 25.0 * (1 << 20); // data-parallel gradient all-reduce bucket (PyTorch DDP's 25 MiB)
 };
 // optimizer_states for an optimizer named as in run files ("adamw", "sgd") with this momentum.
@@ -87,5 +89,12 @@ double shared_speed(int busy, int devices, int cores);
 // shared_speed(devices computing at that moment) -- rates change as devices start and stop.
 double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m, const std::vector<StageWork>& stages,
                          int devices, int cores);
+// The same with the speed given per number of computing devices: speed[b], b = 0 .. the cluster's devices.
+double simulate_pipeline(const std::string& schedule, int p, int v, int64_t m, const std::vector<StageWork>& stages,
+                         const std::vector<double>& speed);
+// Whether predict() simulates pipelines on `c` (its devices share cores: host_cores > 0 or a measured
+// busy_speed), and the speed table it uses: the measured Cluster::busy_speed, else shared_speed's rule.
+bool simulates(const Cluster& c);
+std::vector<double> busy_speeds(const Cluster& c);
 
 }  // namespace braid::planner

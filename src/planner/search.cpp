@@ -334,19 +334,32 @@ class Searcher {
     int n = o_.devices > 0 ? o_.devices : cl_.devices();
     std::vector<Config> configs = enumerate(n);
     r.stats.configs = static_cast<int>(configs.size());
-    double best = kInfeasible;
+    // The best plan of each of the K best shapes by the formula, in its order (ties: the earlier shape first).
+    // K > 1 only where predict() simulates (shared cores): search() re-ranks them by it.
+    const size_t K = simulates(cl_) ? static_cast<size_t>(std::max(1, o_.rerank)) : 1;
+    auto threshold = [&]() { return top_.size() < K ? kInfeasible : top_.back().searched_step_time_s; };
     const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
     int memory_pruned = 0;
     for (const Config& c : configs) {
-      if (c.lower_bound >= best) break;  // sorted by lower bound
+      if (c.lower_bound >= threshold()) break;  // sorted by lower bound
       if (!least || c.memory_needed < least->memory_needed) least = &c;
       if (c.memory_needed > cl_.device.memory_bytes / c.v) {
         ++memory_pruned;
         continue;
       }
       ++r.stats.configs_searched;
-      double t = solve(c, best, &r);
-      if (t < best) best = t;
+      SearchResult one;
+      double t = solve(c, threshold(), &one);
+      if (!one.found || !(t < threshold())) continue;
+      auto at = std::upper_bound(top_.begin(), top_.end(), t,
+                                 [](double x, const SearchResult& y) { return x < y.searched_step_time_s; });
+      top_.insert(at, std::move(one));
+      if (top_.size() > K) top_.pop_back();
+    }
+    if (!top_.empty()) {
+      r.found = true;
+      r.plan = top_.front().plan;
+      r.searched_step_time_s = top_.front().searched_step_time_s;
     }
     r.stats.capped = capped_;
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -574,7 +587,10 @@ class Searcher {
     auto dominated = [](const CutItem& x, const CutItem& y) {
       return x.max_t <= y.max_t && x.sum_t <= y.sum_t && x.max_e <= y.max_e;
     };
-    auto objective = [&](const CutItem& x) { return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v); };
+    auto objective = [&](const CutItem& x) {
+      return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v) + m_.step_overhead();
+    };
+    const double hand_off = m_.micro_batch_overhead(S > 1);
     struct Cand {
       double t, tail;
       const Entry* e;
@@ -599,9 +615,12 @@ class Searcher {
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
             double mem = e.buffers + e.p * (2 + ts_.optimizer_states) + inflight * (e.a + in_bytes) + e.buf;
             if (mem > limit) continue;
-            double t = e.t + p2p_f + p2p_b, tb = e.tb + p2p_b, total = 0, exposed = 0;
+            // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
+            const double accumulate = m_.grad_accumulate_time(e.p);
+            double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + p2p_f + p2p_b;
+            double tb = e.tb + hand_off / 2 + accumulate + p2p_b, total = 0, exposed = 0;
             dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
-            double tail = exposed + m_.optimizer_time(e.p, ts_.optimizer_states);
+            double tail = exposed + (m_.optimizer_time(e.p, ts_.optimizer_states) + (ts_.clip ? m_.clip_time(e.p) : 0));
             bool dom = false;
             for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
             if (dom) continue;
@@ -710,23 +729,40 @@ class Searcher {
   std::map<std::pair<int, int64_t>, std::unique_ptr<Intervals>> intervals_;
   std::map<std::pair<int, int64_t>, std::pair<double, double>> least_bytes_;  // (P, A) of memory_needed
   bool capped_ = false;
+
+ public:
+  // After run(): the best plan of each of the K best shapes, best first by the formula.
+  std::vector<SearchResult> top_;
 };
 
 }  // namespace
 
 SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSettings& ts, const SearchOptions& o) {
-  SearchResult r = Searcher(g, model, ts, o).run();
+  Searcher searcher(g, model, ts, o);
+  SearchResult r = searcher.run();
   if (!r.found) return r;
-  DeviceSpec spec;
-  spec.kind = "cpu";
-  spec.count = r.plan.summary.devices;
-  for (int d = 0; d < spec.count; ++d) spec.ids.push_back(d);
-  Diagnostics diags;
-  validate_plan(r.plan, g, ts.batch, spec, diags);
-  if (!diags.empty())
-    throw InternalError("the planner produced an invalid plan: " + diags.all()[0].format() + "\n" + to_yaml(r.plan));
-  fill_predictions(r.plan, g, model, ts);
-  r.prediction = predict(r.plan, g, model, ts);
+  // The final choice by predict()'s step time, the figure braid prints: the candidates' order is the
+  // formula's, and the first of equal predictions wins (deterministic).
+  bool chosen = false;
+  for (SearchResult& cand : searcher.top_) {
+    DeviceSpec spec;
+    spec.kind = "cpu";
+    spec.count = cand.plan.summary.devices;
+    for (int d = 0; d < spec.count; ++d) spec.ids.push_back(d);
+    Diagnostics diags;
+    validate_plan(cand.plan, g, ts.batch, spec, diags);
+    if (!diags.empty())
+      throw InternalError("the planner produced an invalid plan: " + diags.all()[0].format() + "\n" + to_yaml(cand.plan));
+    fill_predictions(cand.plan, g, model, ts);
+    cand.prediction = predict(cand.plan, g, model, ts);
+    ++r.stats.reranked;
+    if (!chosen || cand.prediction.step_time_s < r.prediction.step_time_s) {
+      r.plan = cand.plan;
+      r.prediction = cand.prediction;
+      r.searched_step_time_s = cand.searched_step_time_s;
+      chosen = true;
+    }
+  }
   return r;
 }
 

@@ -6,7 +6,9 @@
 // dynamic program over layers in topological order, with the layouts of the live values as state (DAGs:
 // residual adds and branches), keeping the Pareto front of (time, backward time, parameter, activation and
 // buffer bytes) per state. Exact for the space described (tests compare with brute force) while no front
-// exceeds its cap. Deterministic: the same inputs give the same plan byte for byte. Pure: no devices touched.
+// exceeds its cap. Where predict() simulates the schedule (cores shared between devices), the best plans of
+// the 8 best shapes are re-ranked by predict() (SearchOptions::rerank). Deterministic: the same inputs give
+// the same plan byte for byte. Pure: no devices touched.
 #pragma once
 #include <string>
 #include <vector>
@@ -24,12 +26,17 @@ struct SearchOptions {
   const Plan* pins = nullptr;
   int front_cap = 32;         // Pareto entries kept per live-value state, and per cut-DP cell
   bool tp_within_node = true; // tensor groups no larger than a node
+  // Where predict() simulates the schedule (Cluster::host_cores > 0), the best plans of this many shapes by
+  // the search's formula are re-ranked by predict()'s step time, and the best of those is returned.
+  // Elsewhere predict() is the formula, and one is kept.
+  int rerank = 8;
 };
 
 struct SearchStats {
   int configs = 0;            // (dp, tp, stages, micro-batch, schedule) shapes considered
   int configs_searched = 0;   // not pruned by the lower bound
   bool capped = false;        // some front hit its cap (the result may be short of the optimum)
+  int reranked = 0;           // candidate plans whose predict() chose among them (1: no re-ranking)
   double seconds = 0;
 };
 
@@ -37,7 +44,9 @@ struct SearchResult {
   bool found = false;
   Plan plan;                  // complete (validated), predictions filled in
   StepPrediction prediction;
-  double searched_step_time_s = 0;  // what the search's DP computed (equals prediction.step_time_s)
+  // What the search's DP computed for `plan`: prediction.formula_step_time_s (and prediction.step_time_s
+  // unless the cluster's devices share cores, where the plan is the best of the re-ranked candidates).
+  double searched_step_time_s = 0;
   SearchStats stats;
   std::string why_none;       // when !found: what ruled every shape out
 };

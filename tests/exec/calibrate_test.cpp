@@ -34,6 +34,16 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   }
   EXPECT_GT(p.cpu.peak_flops_f32, 0);
   EXPECT_GT(p.cpu.memory_bandwidth, 0);
+  for (int states : {0, 1, 2}) EXPECT_GT(p.optimizer_s_per_byte.at(states), 0) << states;
+  EXPECT_GT(p.clip_s_per_byte, 0);
+  ASSERT_EQ(p.busy_speed.size(), 2u);
+  EXPECT_GE(p.busy_speed[0], 1);  // a device alone is never slower than with all busy
+  EXPECT_EQ(p.busy_speed[1], 1);
+  EXPECT_GE(p.runner.step_overhead, 0);
+  EXPECT_GE(p.runner.micro_batch_overhead, 0);
+  EXPECT_GE(p.runner.pipeline_micro_batch_overhead, 0);
+  EXPECT_GT(p.runner.step_overhead + p.runner.micro_batch_overhead + p.runner.pipeline_micro_batch_overhead, 0)
+      << "a PlanRunner step costs something beyond its ops";
   Diagnostics d;
   planner::Profile back = planner::parse_profile(planner::to_yaml(p), "p.yaml", d);
   ASSERT_TRUE(d.empty()) << d.all()[0].format();

@@ -1,6 +1,7 @@
 // predict()'s processor-sharing pipeline simulation (docs/planner.md, "Pipelines on shared cores"): the
 // speed rule, the simulation against the textbook makespan without sharing, its speed-up with idle devices,
-// and that only pipelined plans on clusters with shared cores change.
+// and that only pipelined plans on clusters with shared cores change; the runner's measured costs (per step,
+// per micro-batch and stage) as predict() and the search add them; the final choice by predict() on shared cores.
 #include <gtest/gtest.h>
 
 #include "planner/cluster.h"
@@ -68,6 +69,41 @@ TEST(SharedCores, IdleDevicesSpeedUpTheBusyOnes) {
   EXPECT_EQ(shared, simulate_pipeline("1f1b", 4, 1, 8, equal_stages(4, 1, 2), 4, 2));
 }
 
+TEST(SharedCores, MeasuredSpeedsReplaceTheCoreRule) {
+  // The rule's table reproduces the (devices, cores) form.
+  auto w = equal_stages(4, 1, 2);
+  std::vector<double> rule;
+  for (int b = 0; b <= 4; ++b) rule.push_back(shared_speed(b, 4, 2));
+  EXPECT_EQ(simulate_pipeline("1f1b", 4, 1, 8, w, rule), simulate_pipeline("1f1b", 4, 1, 8, w, 4, 2));
+  // cpu:2 on 2 cores: the rule gains nothing (a core each); a measured table where a lone device runs at 1.6x
+  // (two hyper-threads of one core) makes a 2-stage pipeline faster, and predict() uses it.
+  CpuFigures f = fallback_cpu_figures(2, 2);
+  f.cores = 2;
+  Cluster rule2 = cluster_preset("cpu:2", f);
+  EXPECT_TRUE(simulates(rule2));
+  EXPECT_EQ(busy_speeds(rule2), (std::vector<double>{1, 1, 1}));
+  f.busy_speed = {1.6, 1};
+  Cluster measured = cluster_preset("cpu:2", f);
+  EXPECT_EQ(busy_speeds(measured), (std::vector<double>{1, 1.6, 1}));
+  EXPECT_TRUE(cluster_preset("cpu:4", f).busy_speed.empty());  // measured for 2 devices, not for 4
+  // One micro-batch through 2 stages runs one stage at a time: every step at 1.6x.
+  EXPECT_NEAR(simulate_pipeline("1f1b", 2, 1, 1, equal_stages(2, 1, 2), busy_speeds(measured)), 6 / 1.6, 1e-9);
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  auto a = analytic_cost_model(rule2), b = analytic_cost_model(measured);
+  Plan pins;
+  pins.summary.pipeline_stages = 2;
+  pins.summary.pinned.set("pipeline_stages", {});
+  SearchOptions so;
+  so.pins = &pins;
+  SearchResult ra = search(g, *a, ts, so);
+  ASSERT_TRUE(ra.found);
+  StepPrediction pa = predict(ra.plan, g, *a, ts), pb = predict(ra.plan, g, *b, ts);
+  EXPECT_NEAR(pa.step_time_s, pa.formula_step_time_s, 1e-9 * pa.step_time_s);  // speeds of 1: the textbook
+  EXPECT_LT(pb.step_time_s, pa.step_time_s);
+  EXPECT_EQ(pb.formula_step_time_s, pa.formula_step_time_s);
+}
+
 TEST(SharedCores, OnlyPipelinesOnSharedCoresChange) {
   graph::Graph g = model_graph("tiny_gpt.yaml", 16);
   CpuFigures f = fallback_cpu_figures(4, 2);
@@ -91,6 +127,91 @@ TEST(SharedCores, OnlyPipelinesOnSharedCoresChange) {
   EXPECT_EQ(pp.pipeline.prediction.step_time_s, pp.pipeline.prediction.formula_step_time_s);
   StepPrediction again = predict(ps.pipeline.plan, g, *ms, ts);
   EXPECT_EQ(again.step_time_s, ps.pipeline.prediction.step_time_s);
+}
+
+// A calibrated model of cpu:4 whose profile has only the runner figures given (the rest analytic).
+std::unique_ptr<CostModel> runner_model(int cores, double step, double micro, double pipeline_micro) {
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  f.cores = cores;
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.runner.step_overhead = step;
+  p.runner.micro_batch_overhead = micro;
+  p.runner.pipeline_micro_batch_overhead = pipeline_micro;
+  return calibrated_cost_model(cluster_preset("cpu:4", f), p);
+}
+
+TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  auto bare = runner_model(0, 0, 0, 0), costs = runner_model(0, 1e-3, 2e-4, 5e-4);
+  EXPECT_EQ(analytic_cost_model(cluster_preset("cpu:4", fallback_cpu_figures(4, 2)))->step_overhead(), 0);
+  // A pipeline of 4 stages, 8 micro-batches, one device per stage (no data-parallel sync): every stage's
+  // time grows by the pipelined hand-off, the step by (m + p - 1) of them plus the step's cost.
+  Plan pins;
+  pins.summary.data_parallel = 1;
+  pins.summary.pinned.set("data_parallel", {});
+  pins.summary.pipeline_stages = 4;
+  pins.summary.pinned.set("pipeline_stages", {});
+  pins.summary.micro_batches = 8;
+  pins.summary.pinned.set("micro_batches", {});
+  SearchOptions so;
+  so.pins = &pins;
+  SearchResult r = search(g, *costs, ts, so);
+  ASSERT_TRUE(r.found) << r.why_none;
+  StepPrediction with = predict(r.plan, g, *costs, ts), without = predict(r.plan, g, *bare, ts);
+  EXPECT_NEAR(with.step_time_s - without.step_time_s, 1e-3 + (8 + 4 - 1) * 5e-4, 1e-12);
+  // The search adds them as predict() does.
+  EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // One stage: the unpipelined hand-off, once per micro-batch.
+  pins.summary.pipeline_stages = 1;
+  pins.summary.data_parallel = 4;
+  pins.summary.micro_batches = 2;
+  r = search(g, *costs, ts, so);
+  ASSERT_TRUE(r.found) << r.why_none;
+  with = predict(r.plan, g, *costs, ts), without = predict(r.plan, g, *bare, ts);
+  // (tiny_gpt's gradients fill one bucket: its all-reduce is exposed whole, whatever the backward.)
+  EXPECT_NEAR(with.step_time_s - without.step_time_s, 1e-3 + 2 * 2e-4, 1e-12);
+  EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // Clipping: its measured cost per gradient byte over the device's parameters joins the optimizer's, in the
+  // search as in predict().
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.clip_s_per_byte = 1e-9;
+  auto clipping = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  TrainSettings clip = ts;
+  clip.clip = true;
+  StepPrediction c = predict(r.plan, g, *clipping, clip), n = predict(r.plan, g, *clipping, ts);
+  EXPECT_NEAR(c.step_time_s - n.step_time_s, 1e-9 * c.stages[0].param_bytes, 1e-12);
+  SearchResult rc = search(g, *clipping, clip, so);
+  ASSERT_TRUE(rc.found);
+  EXPECT_NEAR(rc.searched_step_time_s, rc.prediction.formula_step_time_s, 1e-9 * rc.searched_step_time_s);
+}
+
+TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
+  // cpu:4 on 2 cores: the search ranks shapes by its formula, keeps the best 8 and returns the one predict()
+  // (which simulates the sharing) finds fastest; with one kept, the formula's best. The re-ranked choice is
+  // never slower by predict(), and deterministic.
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  auto m = runner_model(2, 1e-4, 1e-5, 2e-5);
+  SearchOptions one;
+  one.rerank = 1;
+  SearchResult a = search(g, *m, ts), b = search(g, *m, ts), formula = search(g, *m, ts, one);
+  ASSERT_TRUE(a.found && formula.found);
+  EXPECT_GT(a.stats.reranked, 1);
+  EXPECT_EQ(formula.stats.reranked, 1);
+  EXPECT_LE(a.prediction.step_time_s, formula.prediction.step_time_s);
+  EXPECT_LE(formula.searched_step_time_s, a.searched_step_time_s);  // the formula's best is the formula's least
+  EXPECT_EQ(to_yaml(a.plan), to_yaml(b.plan));
+  EXPECT_EQ(a.plan.summary.predicted.step_time_s, a.prediction.step_time_s);
+  EXPECT_NEAR(a.searched_step_time_s, a.prediction.formula_step_time_s, 1e-9 * a.searched_step_time_s);
+  // Without shared cores predict() is the formula: one candidate, nothing to re-rank.
+  SearchResult plain = search(g, *runner_model(0, 1e-4, 1e-5, 2e-5), ts);
+  EXPECT_EQ(plain.stats.reranked, 1);
 }
 
 }  // namespace
