@@ -118,7 +118,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   if (dp_degree > 1)
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   else
-    own_runner = make_runner(cfg.model, micro, true, own_store, seed, num_micro == 1);
+    own_runner = make_runner(cfg.model, micro, true, own_store, seed, RunnerOptions{.grads_in_store = num_micro == 1});
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* runner = dp ? &dp->runner(0) : own_runner.get();
   const graph::Graph& g = runner->g;

@@ -147,7 +147,7 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
   std::barrier sync(n);
   on_workers(n, [&](int r) {
     ParamStore store;
-    auto runner = make_runner(spec, w.batch, true, store, 1);
+    auto runner = make_runner(spec, w.batch, true, store, 1, RunnerOptions{.fuse = false});
     // Refilled before every run: the memory plan reuses an input's bytes after its last reader.
     auto fill = [&]() {
       for (Tensor& t : runner->inputs) {
@@ -321,7 +321,7 @@ std::map<int, double> measure_optimizer(int n) {
     std::vector<double> per(static_cast<size_t>(n));
     on_workers(n, [&](int r) {
       ParamStore store;
-      auto runner = make_runner(spec, 1, true, store, 1);
+      auto runner = make_runner(spec, 1, true, store, 1, RunnerOptions{.fuse = false});
       double bytes = 0;
       for (auto& e : store.entries())
         if (!e.spec.buffer) {

@@ -19,7 +19,7 @@ std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph
 }
 
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed, bool grads_in_store) {
+                                    uint64_t seed, const RunnerOptions& options) {
   auto r = std::make_unique<Runner>();
   graph::BuildOptions bo;
   bo.with_backward = training;
@@ -33,7 +33,8 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
   for (const auto& p : r->g.params())
     if (p.grad.valid()) keep.push_back(p.grad);
   ExecutorOptions eo;
-  if (training && grads_in_store) {
+  eo.fuse = options.fuse;
+  if (training && options.grads_in_store) {
     for (const auto& p : r->g.params())
       if (p.grad.valid()) eo.external.emplace_back(p.grad, store.entries()[store.index_of(p.name)].grad);
     r->grads_in_store = true;

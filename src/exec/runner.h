@@ -24,10 +24,16 @@ struct Runner {
 };
 
 // Builds the graph (with backward when training, with metrics otherwise), creates missing parameters in
-// `store` (initialised from `seed`) and the executor. grads_in_store (for steps of exactly one micro-batch):
-// the gradients are computed in place in the store's grad tensors, so forward_backward copies nothing.
+// `store` (initialised from `seed`) and the executor.
+struct RunnerOptions {
+  // For steps of exactly one micro-batch: the gradients are computed in place in the store's grad tensors,
+  // so forward_backward copies nothing.
+  bool grads_in_store = false;
+  // ExecutorOptions::fuse. Calibration turns it off: it times every op kind on its own.
+  bool fuse = true;
+};
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
-                                    uint64_t seed, bool grads_in_store = false);
+                                    uint64_t seed, const RunnerOptions& options = {});
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
 // Where forward_backward's time went (seconds, added to): reading data, running the graph, accumulating

@@ -166,7 +166,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {
     own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed,
-                             !plan && num_micro == 1);
+                             RunnerOptions{.grads_in_store = !plan && num_micro == 1});
   }
   PlanWorld world;  // between processes: this process is device `rank`, on the job's world communicator
   if (multi) {

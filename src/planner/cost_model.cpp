@@ -50,7 +50,43 @@ double alpha_beta_time(Collective c, Algorithm a, double bytes, const Group& g, 
   return 0;
 }
 
-std::string shape_class(double flops) { return flops < 1e6 ? "small" : flops < 1e9 ? "medium" : "large"; }
+std::string shape_class(double flops) {
+  const int k = std::clamp(static_cast<int>(std::floor(std::log10(std::max(flops, 1.0)))), 0, 15);
+  return "1e" + std::to_string(k);
+}
+
+namespace {
+// The decade K of a class name "1eK" (profiles written before decades used small / medium / large: read as
+// the decades their ranges centred on); -1 when the name is none of these.
+int class_decade(const std::string& c) {
+  if (c == "small") return 5;
+  if (c == "medium") return 7;
+  if (c == "large") return 9;
+  if (c.size() < 3 || c.size() > 4 || c.compare(0, 2, "1e") != 0) return -1;
+  for (size_t i = 2; i < c.size(); ++i)
+    if (c[i] < '0' || c[i] > '9') return -1;
+  const int k = std::stoi(c.substr(2));
+  return k <= 15 ? k : -1;
+}
+}  // namespace
+
+double class_efficiency(const std::map<std::string, double>& classes, double flops, double fallback) {
+  // Piecewise linear in log10(FLOPs) between the measured decades (each taken at its centre, K + 0.5);
+  // the nearest decade's figure outside them.
+  const double x = std::log10(std::max(flops, 1.0));
+  double lo_x = -1, lo_e = 0, hi_x = -1, hi_e = 0;
+  for (const auto& [cls, e] : classes) {
+    const int k = class_decade(cls);
+    if (k < 0) continue;
+    const double c = k + 0.5;
+    if (c <= x && (lo_x < 0 || c > lo_x)) lo_x = c, lo_e = e;
+    if (c > x && (hi_x < 0 || c < hi_x)) hi_x = c, hi_e = e;
+  }
+  if (lo_x < 0 && hi_x < 0) return fallback;
+  if (lo_x < 0) return hi_e;
+  if (hi_x < 0) return lo_e;
+  return lo_e + (hi_e - lo_e) * (x - lo_x) / (hi_x - lo_x);
+}
 
 namespace {
 
@@ -151,15 +187,7 @@ class Calibrated : public Analytic {
     auto it = p_.efficiency.find(op);
     if (it == p_.efficiency.end()) return f_.compute_efficiency;
     if (it->second.empty()) return f_.compute_efficiency;
-    // The op's class, else the nearest measured one (small < medium < large).
-    static const char* kClasses[] = {"small", "medium", "large"};
-    std::string cls = shape_class(flops);
-    int want = cls == "small" ? 0 : cls == "medium" ? 1 : 2;
-    for (int d = 0; d < 3; ++d)
-      for (int c : {want - d, want + d})
-        if (c >= 0 && c < 3)
-          if (auto jt = it->second.find(kClasses[c]); jt != it->second.end()) return jt->second;
-    return f_.compute_efficiency;
+    return class_efficiency(it->second, flops, f_.compute_efficiency);
   }
   double backward_ratio(const std::string& op) const override {
     auto it = p_.backward_ratio.find(op);
@@ -312,8 +340,14 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
         diags.error(v.loc, "efficiency." + k.scalar + " must map shape classes to fractions");
         continue;
       }
-      io::check_keys(v, {"small", "medium", "large"}, "efficiency." + k.scalar, diags);
-      for (const auto& [c, x] : v.map) number(x, "efficiency." + k.scalar + "." + c.scalar, &p.efficiency[k.scalar][c.scalar]);
+      for (const auto& [c, x] : v.map) {
+        if (class_decade(c.scalar) < 0) {
+          diags.error(c.loc, "efficiency." + k.scalar + ": '" + c.scalar + "' is not a shape class",
+                      "classes are FLOP decades: 1e0 ... 1e15 (1e7: 10^7 to 10^8 forward FLOPs)");
+          continue;
+        }
+        number(x, "efficiency." + k.scalar + "." + c.scalar, &p.efficiency[k.scalar][c.scalar]);
+      }
     }
   if (auto* b = root.get("backward_ratio"); b && b->is_map())
     for (const auto& [k, v] : b->map) number(v, "backward_ratio." + k.scalar, &p.backward_ratio[k.scalar]);

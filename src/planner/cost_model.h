@@ -70,7 +70,8 @@ struct Profile {
   std::string braid_version;
   int devices = 0;            // cpu:N it was measured on
   CpuFigures cpu;             // peak / bandwidth figures of one logical device and the in-process links
-  // op name -> shape class ("small" | "medium" | "large", by forward FLOPs) -> achieved fraction of peak
+  // op name -> shape class (the decade of the forward FLOPs, "1e7" for 10^7..10^8; see shape_class) ->
+  // achieved fraction of peak. Between measured decades the model interpolates in log10(FLOPs).
   std::map<std::string, std::map<std::string, double>> efficiency;
   std::map<std::string, double> backward_ratio;  // op name -> backward time / forward time
   // collective name -> {alpha (s per step), beta (s per byte)} on the in-process backend
@@ -90,7 +91,11 @@ struct Profile {
     double pipeline_micro_batch_overhead = 0;  // the same in a pipeline (sends, receives)
   } runner;
 };
-std::string shape_class(double flops);  // "small" < 1e6 <= "medium" < 1e9 <= "large"
+// An op's size class by its forward FLOPs: the decade, "1eK" for 10^K <= flops < 10^(K+1) (K from 0 to 15).
+std::string shape_class(double flops);
+// An op's efficiency at `flops` from its measured classes: linear in log10(FLOPs) between the decades' centres,
+// the nearest decade's figure beyond them, `fallback` when none is measured.
+double class_efficiency(const std::map<std::string, double>& classes, double flops, double fallback);
 std::string to_yaml(const Profile& p);
 Profile parse_profile(const std::string& text, const std::string& path, Diagnostics& diags);
 

@@ -3,6 +3,7 @@
 // cached where profile_path() says (XDG_CACHE_HOME), and cpu_cost_model then uses it (rescaled for another N).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,4 +76,25 @@ TEST(Calibrate, MalformedProfileIsALocatedError) {
   }
   std::filesystem::remove_all(dir);
   unsetenv("XDG_CACHE_HOME");
+}
+
+TEST(Calibrate, EfficiencyInterpolatesBetweenFlopDecades) {
+  EXPECT_EQ(planner::shape_class(5e7), "1e7");
+  EXPECT_EQ(planner::shape_class(1e7), "1e7");
+  EXPECT_EQ(planner::shape_class(0.5), "1e0");
+  const std::map<std::string, double> m{{"1e6", 0.2}, {"1e8", 0.6}};
+  EXPECT_DOUBLE_EQ(planner::class_efficiency(m, std::pow(10.0, 6.5), 0.5), 0.2);   // a decade's centre
+  EXPECT_DOUBLE_EQ(planner::class_efficiency(m, std::pow(10.0, 7.5), 0.5), 0.4);   // halfway between centres
+  EXPECT_DOUBLE_EQ(planner::class_efficiency(m, 1e3, 0.5), 0.2);                   // below: the nearest
+  EXPECT_DOUBLE_EQ(planner::class_efficiency(m, 1e11, 0.5), 0.6);                  // above: the nearest
+  EXPECT_DOUBLE_EQ(planner::class_efficiency({}, 1e7, 0.5), 0.5);                  // none measured
+  // Profiles written before decades (small / medium / large) still read; an unknown class is a located error.
+  Diagnostics d;
+  planner::Profile old = planner::parse_profile("efficiency: {linear: {medium: 0.3}}\n", "old.yaml", d);
+  EXPECT_TRUE(d.empty());
+  EXPECT_DOUBLE_EQ(planner::class_efficiency(old.efficiency.at("linear"), 1e9, 0.5), 0.3);
+  Diagnostics bad;
+  planner::parse_profile("efficiency: {linear: {huge: 0.3}}\n", "bad.yaml", bad);
+  ASSERT_FALSE(bad.empty());
+  EXPECT_NE(bad.all()[0].message.find("not a shape class"), std::string::npos);
 }
