@@ -161,6 +161,29 @@ TEST(ConvFamily, MaxPoolFirstMaximumWinsAndNanPropagates) {
   EXPECT_EQ(get_as_double(out[1], 0), 2.0);
 }
 
+// The float 2x2 / stride 2 max pool has a fast path of its own: it must choose what the generic window loop
+// (run here in double on the same values) chooses, with ties, NaN, -inf and odd sizes.
+TEST(ConvFamily, MaxPool2x2FastPathAgreesWithTheWindowLoop) {
+  for (const Shape& shape : {Shape{3, 5, 8, 10}, Shape{2, 3, 9, 11}}) {
+    Tensor xf = Tensor::empty({shape, DType::f32}), xd = Tensor::empty({shape, DType::f64});
+    for (int64_t i = 0; i < xf.numel(); ++i) {
+      double v = static_cast<double>(i * 7919 % 13) - 6.0;  // many ties
+      if (i % 97 == 5) v = NAN;
+      if (i % 89 == 3) v = -INFINITY;
+      set_from_double(xf, i, v);
+      set_from_double(xd, i, v);
+    }
+    auto f = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {xf}, true);
+    auto d = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {xd}, true);
+    ASSERT_EQ(f[0].numel(), d[0].numel());
+    for (int64_t o = 0; o < f[0].numel(); ++o) {
+      const double a = get_as_double(f[0], o), b = get_as_double(d[0], o);
+      EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << o << ": " << a << " vs " << b;
+      EXPECT_EQ(get_as_double(f[1], o), get_as_double(d[1], o)) << o;
+    }
+  }
+}
+
 TEST(ConvFamily, Conv2dParamsFollowPyTorch) {
   const OpDef& d = Registry::get().at("conv2d");
   Attrs a{{"out", int64_t{8}}, {"kernel", std::vector<int64_t>{3, 5}}};
