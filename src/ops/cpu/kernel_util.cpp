@@ -76,7 +76,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   constexpr double kSplitMinFlops = 2e6;
   const bool by_rows = m >= n;
   const int64_t dim = by_rows ? m : n;
-  constexpr int64_t kAlign = 16;  // whole micro-panels of the AVX-512 kernels
+  // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels). That matters for the bits:
+  // a block cut at an arbitrary column (1, 49, n - 7) may come out of a library's edge kernels with other
+  // roundings than inside the whole product (measured for both libraries), so callers must not split C
+  // themselves where results must not depend on the thread count.
+  constexpr int64_t kAlign = 16;
   if (threads <= 1 || sgemm_choice() == Sgemm::OpenBlasThreads ||
       2.0 * double(m) * double(n) * double(k) < kSplitMinFlops || dim < 2 * kAlign) {
     sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
