@@ -61,7 +61,21 @@ Span valid_outputs(int64_t tap, int64_t stride, int64_t pad, int64_t size, int64
 // matches the weight's (C, kh, kw) flattening; ld = G Ho Wo for a group (the sample's column offset is
 // already in col).
 template <typename T>
+BRAID_CPU_CLONES void im2col_channel_unpadded(const T* __restrict x, const Window& w, int64_t c, T* __restrict col,
+                                              int64_t ld) {
+  // Stride 1, no padding: every row of the window is inside, each output row a contiguous copy.
+  for (int64_t i = 0; i < w.kh; ++i)
+    for (int64_t j = 0; j < w.kw; ++j) {
+      T* dst = col + ((c * w.kh + i) * w.kw + j) * ld;
+      const T* src = x + (c * w.H + i) * w.W + j;
+      for (int64_t oh = 0; oh < w.Ho; ++oh)
+        for (int64_t ow = 0; ow < w.Wo; ++ow) dst[oh * w.Wo + ow] = src[oh * w.W + ow];
+    }
+}
+
+template <typename T>
 void im2col_channel(const T* x, const Window& w, int64_t c, T* col, int64_t ld) {
+  if (w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0) return im2col_channel_unpadded(x, w, c, col, ld);
   for (int64_t i = 0; i < w.kh; ++i) {
     Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
     for (int64_t j = 0; j < w.kw; ++j) {
@@ -392,6 +406,15 @@ std::vector<TensorDesc> infer_grad_bias(const Attrs&, std::span<const TensorDesc
   return {TensorDesc{Shape{in[0].shape[1]}, in[0].dtype}};
 }
 
+// acc[e % 8] += v[e] for e in [0, n), in order within each lane.
+template <typename T>
+BRAID_CPU_CLONES void plane_sum_lanes(const T* __restrict v, int64_t n, double* __restrict acc) {
+  const int64_t body = n / 8 * 8;
+  for (int64_t e = 0; e < body; e += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += v[e + l];
+  for (int64_t e = body; e < n; ++e) acc[e - body] += v[e];
+}
+
 void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
   const Shape& s = in[0].shape();
   int64_t B = s[0], O = s[1], P = s.numel() / std::max<int64_t>(1, B * O);
@@ -400,10 +423,9 @@ void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, s
     T* db = out[0].data<T>();
     parallel_for(O, 16, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
-        double acc = 0;  // fixed order, double accumulator
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t e = 0; e < P; ++e) acc += dy[(b * O + o) * P + e];
-        db[o] = static_cast<T>(acc);
+        double acc[8] = {};  // fixed order: element e of each plane into lane e % 8, lanes added in a tree
+        for (int64_t b = 0; b < B; ++b) plane_sum_lanes(dy + (b * O + o) * P, P, acc);
+        db[o] = static_cast<T>(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
       }
     });
   });
