@@ -127,18 +127,6 @@ TEST(Launch, SigtermIsForwardedToEveryRank) {
   for (int pid : pids) EXPECT_TRUE(gone(pid)) << "pid " << pid << " left behind";
 }
 
-// A port that was free a moment ago (bind to port 0, read it, close).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // Two launchers on this machine as two "nodes" of 2 processes each: one world of 4, every collective
 // checked against the in-process backend; then a rank of node 1 killed, which node 0's launcher reports too.

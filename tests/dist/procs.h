@@ -2,7 +2,10 @@
 // waiting with a deadline, and cleanup that SIGKILLs whatever is still running when a test ends (so a failed
 // test leaves no process behind). Spawned before the test starts threads of its own where it can.
 #pragma once
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +22,19 @@
 #include <vector>
 
 namespace braid::testing {
+
+// A loopback port that was free a moment ago (bind to port 0, read it, close).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 struct Child {
   pid_t pid = -1;

@@ -24,17 +24,6 @@ namespace {
 const std::string kBraid = BRAID_BINARY_DIR "/braid";
 const std::string kSource = BRAID_SOURCE_DIR;
 
-int unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // `braid train` of a small tiny_gpt under a DP2 plan for 2 steps, tracing to dir/trace.json.
 std::vector<std::string> train_argv(const std::string& dir) {
@@ -137,7 +126,7 @@ TEST(TraceMerge, BraidLaunchWritesOneTrace) {
 TEST(TraceMerge, TorchrunStyleRanksWriteOneTrace) {
   const std::string dir = make_temp_dir();
   Procs procs;
-  const std::string port = std::to_string(unused_port());
+  const std::string port = std::to_string(free_port());
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < 2; ++r)
     procs.spawn(train_argv(dir),

@@ -87,32 +87,25 @@ int run_collectives(Communicator& world) {
   const DType reducible[] = {DType::f32, DType::f64, DType::i32, DType::i64};
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
   int salt = 0;
+  auto add_all_reduce = [&](DType t, ReduceOp op, const Shape& s) {
+    ++salt;
+    cases.emplace_back(BRAID_STR("all_reduce ", dtype_name(t), s.str(), " ", exec::reduce_op_name(op)),
+                       [=, salt = salt](Communicator& c) {
+                         Tensor x = input(t, s, c.rank(), salt);
+                         c.all_reduce(x, op);
+                         return std::vector<Tensor>{x};
+                       });
+  };
   // Large tensors take the TCP backend's pipelined path (1 MiB segments, the last one partial) once every
   // chunk has 2 segments: (2^21 + 7) elements do for up to 4 ranks; (2^20 + 3) f32 is pipelined for 2 ranks
   // and takes the short path for 3 and 4, just under the threshold.
   for (DType t : {DType::f32, DType::f64})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
-      for (const Shape& s : {Shape{(1 << 20) + 3}, Shape{(1 << 21) + 7}}) {
-        ++salt;
-        cases.emplace_back(BRAID_STR("all_reduce ", dtype_name(t), s.str(), " ", exec::reduce_op_name(op)),
-                           [=](Communicator& c) {
-                             Tensor x = input(t, s, c.rank(), salt);
-                             c.all_reduce(x, op);
-                             return std::vector<Tensor>{x};
-                           });
-      }
+      for (const Shape& s : {Shape{(1 << 20) + 3}, Shape{(1 << 21) + 7}}) add_all_reduce(t, op, s);
   for (DType t : reducible)
     for (ReduceOp op : ops) {
       if (op == ReduceOp::Avg && !is_float(t)) continue;
-      for (const Shape& s : {Shape{7}, Shape{3, 5, 4}, Shape{1}, Shape{(1 << 14) + 3}}) {
-        ++salt;
-        cases.emplace_back(BRAID_STR("all_reduce ", dtype_name(t), s.str(), " ", exec::reduce_op_name(op)),
-                           [=](Communicator& c) {
-                             Tensor x = input(t, s, c.rank(), salt);
-                             c.all_reduce(x, op);
-                             return std::vector<Tensor>{x};
-                           });
-      }
+      for (const Shape& s : {Shape{7}, Shape{3, 5, 4}, Shape{1}, Shape{(1 << 14) + 3}}) add_all_reduce(t, op, s);
     }
   for (DType t : {DType::f32, DType::bf16, DType::i64})
     for (int axis : {0, 1, 2, -1}) {
