@@ -131,6 +131,9 @@ struct LayerSample {
   std::string op;
   double flops = 0, bytes = 0;
   double forward_s = 0, backward_s = 0;  // per run, averaged over workers and runs
+  // False for a layer with weights whose data input needs no gradient (a first layer reading the model's
+  // input): its backward is only the weight half, so it does not count towards the op's backward ratio.
+  bool input_grad = true;
 };
 
 // Per forward layer of the workload's training graph: its cost and measured forward / backward seconds.
@@ -192,6 +195,12 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
       ops::Cost c = node.op->cost ? node.op->cost(node.attrs, in, o) : ops::default_cost(in, o);
       row.emplace(node.layer, out.size());
       out.push_back(LayerSample{node.op->name, c.flops, c.bytes, 0, 0});
+      bool has_param = false;
+      for (ValueId v : node.inputs) has_param = has_param || g.value(v).kind == graph::ValueKind::Param;
+      const auto& nd = node.op->nondiff_inputs;
+      out.back().input_grad = !has_param || node.inputs.empty() || !is_float(g.value(node.inputs[0]).desc.dtype) ||
+                              std::find(nd.begin(), nd.end(), 0) != nd.end() ||
+                              g.value(node.inputs[0]).kind == graph::ValueKind::Activation;
     }
     for (const auto& node : g.nodes()) {
       auto it = row.find(node.layer);
@@ -550,7 +559,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       auto& e = eff[r.op][planner::shape_class(r.flops)];
       e.first += roof;
       e.second += std::max(r.forward_s - overhead, 0.05 * r.forward_s);
-      if (r.backward_s > 0) ratio[r.op].first += r.backward_s, ratio[r.op].second += r.forward_s;
+      if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += r.forward_s;
     }
     if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), seconds_since(t0));
   }
