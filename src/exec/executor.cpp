@@ -97,10 +97,13 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   if (options.fuse && !(env && std::string_view(env) == "0"))
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
       const graph::Node &a = g.nodes()[i], &b = g.nodes()[i + 1];
-      if (fuse_[i] != 0 || a.op->name != "linear" || !ops::cpu::is_activation(b.op->name) ||
-          b.inputs.empty() || b.inputs[0] != a.outputs[0] || a.backward != b.backward ||
-          g.value(a.outputs[0]).desc.dtype != DType::f32 || g.value(b.outputs[0]).desc.dtype != DType::f32)
-        continue;
+      const bool f32 = g.value(a.outputs[0]).desc.dtype == DType::f32 && g.value(b.outputs[0]).desc.dtype == DType::f32;
+      // linear + the activation of its output; linear_dw + linear_db of the same dy.
+      const bool lin_act = a.op->name == "linear" && ops::cpu::is_activation(b.op->name) && !b.inputs.empty() &&
+                           b.inputs[0] == a.outputs[0];
+      const bool dw_db = a.op->name == "linear_dw" && b.op->name == "linear_db" && b.inputs.size() == 1 &&
+                         b.inputs[0] == a.inputs[0];
+      if (fuse_[i] != 0 || !(lin_act || dw_db) || a.backward != b.backward || !f32) continue;
       fuse_[i] = 1;
       fuse_[i + 1] = 2;
       fused_heads_.push_back(i);
@@ -200,8 +203,11 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
   for (size_t i = from; i < to; ++i) {
     const graph::Node& n = nodes[i];
     if (fuse_[i] == 1 && i + 1 < to) {
-      const graph::Node& act = nodes[i + 1];
-      ops::cpu::linear_activation(n.attrs, act.op->name, act.attrs, ins[i], outs[i][0], outs[i + 1][0]);
+      const graph::Node& next = nodes[i + 1];
+      if (n.op->name == "linear_dw")
+        ops::cpu::linear_dw_db(ins[i], outs[i][0], outs[i + 1][0]);
+      else
+        ops::cpu::linear_activation(n.attrs, next.op->name, next.attrs, ins[i], outs[i][0], outs[i + 1][0]);
     } else if (fuse_[i] == 2 && i > from) {
       // ran with the node before it
     } else if (n.op->collective) {

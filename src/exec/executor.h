@@ -24,9 +24,10 @@ struct ExecutorOptions {
   // Values written straight into caller-owned tensors instead of the arena (one slot only): a step of one
   // micro-batch has its gradients land in the ParamStore, with no copy after the run.
   std::vector<std::pair<ValueId, Tensor>> external;
-  // Fusion: a linear node whose output feeds the activation node right after it runs as one kernel, the
-  // activation applied to each GEMM block while it is in cache (ops/cpu/fused.h). The values and their
-  // bits are those of the unfused nodes; BRAID_FUSION=0 in the environment turns it off (A/B runs).
+  // Fusion (ops/cpu/fused.h): a linear node whose output feeds the activation node right after it runs as one
+  // kernel, the activation applied to each GEMM block while it is in cache; a linear_dw followed by the
+  // linear_db of the same dy runs db's sums inside the dW GEMM's threads. The values and their bits are
+  // those of the unfused nodes; BRAID_FUSION=0 in the environment turns it off (A/B runs).
   bool fuse = true;
 };
 

@@ -1,5 +1,5 @@
 // Executor fusion: a linear node followed by its activation runs as one kernel (the activation as the GEMM's
-// epilogue). The fused run must give the same bits as the unfused one for every value callers read (loss,
+// epilogue), and so does a linear_dw followed by the linear_db of the same gradient. The fused run must give the same bits as the unfused one for every value callers read (loss,
 // gradients, the activations), on the split-GEMM path (2 threads, shapes large enough to split) and alone.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -62,10 +62,12 @@ void expect_same_bits(const std::string& model, int64_t batch, size_t want_fused
 }  // namespace
 
 TEST(Fusion, LinearReluSameBitsAsUnfused) {
-  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/fashion_mlp.yaml", 64, 2);  // fc1+act1, fc2+act2
+  // fc1+act1, fc2+act2; dW+db of fc1, fc2, logits
+  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/fashion_mlp.yaml", 64, 5);
 }
 
-TEST(Fusion, LinearGeluSameBitsAsUnfused) {
-  // tiny_gpt: each block's fc + gelu
-  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 4, 2);
+TEST(Fusion, LinearGeluAndAttentionSameBitsAsUnfused) {
+  // tiny_gpt (2 blocks): each block's fc + gelu; dW+db of each block's fc and proj and of attention's two
+  // projections (the logits have no bias)
+  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 4, 10);
 }

@@ -18,4 +18,9 @@ namespace braid::ops::cpu {
 void linear_activation(const Attrs& linear_attrs, const std::string& act_op, const Attrs& act_attrs,
                        std::span<const Tensor> in, const Tensor& z, const Tensor& y);
 
+// linear_dw(dy, x) -> dW and linear_db(dy) -> db, float32: db's column sums of dy run in the dW GEMM's
+// epilogue, each thread summing the columns of dy that are its rows of dW (no parallel region of their own).
+// The same bits as the two kernels: dW is the same GEMM, db sums rows in order into double accumulators.
+void linear_dw_db(std::span<const Tensor> dw_in, const Tensor& dw, const Tensor& db);
+
 }  // namespace braid::ops::cpu

@@ -114,6 +114,31 @@ void cpu::linear_activation(const Attrs&, const std::string& act_op, const Attrs
             fout, cpu::GemmEpilogue{epilogue, &ctx});
 }
 
+void cpu::linear_dw_db(std::span<const Tensor> in, const Tensor& dw, const Tensor& db) {
+  BRAID_ASSERT(dw.dtype() == DType::f32 && db.dtype() == DType::f32, "linear_dw_db is float32 only");
+  const int64_t fout = dw.shape()[0], fin = dw.shape()[1], m = in[0].numel() / fout;
+  struct Ctx {
+    const float* dy;
+    float* db;
+    int64_t m, fout;
+  } ctx{in[0].data<float>(), db.data<float>(), m, fout};
+  // Rows r0..r1 of dW are features r0..r1: their db entries, once (by the block holding column 0).
+  auto epilogue = [](void* p, int64_t r0, int64_t r1, int64_t c0, int64_t) {
+    auto* c = static_cast<Ctx*>(p);
+    if (c0 != 0) return;
+    double acc[256];
+    for (int64_t j0 = r0; j0 < r1; j0 += 256) {
+      const int64_t j1 = std::min(r1, j0 + 256);
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] = 0;
+      for (int64_t r = 0; r < c->m; ++r)
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += c->dy[r * c->fout + j];
+      for (int64_t j = j0; j < j1; ++j) c->db[j] = static_cast<float>(acc[j - j0]);
+    }
+  };
+  cpu::gemm(true, false, fout, fin, m, 1.0f, in[0].data<float>(), fout, in[1].data<float>(), fin, 0.0f,
+            dw.data<float>(), fin, cpu::GemmEpilogue{epilogue, &ctx});
+}
+
 namespace {
 
 void linear_grad(GradCtx& c) {
