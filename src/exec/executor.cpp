@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -94,6 +95,12 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   }
   fuse_.assign(g.nodes().size(), 0);
   const char* env = std::getenv("BRAID_FUSION");
+  static const bool fusion_env_checked = [env] {
+    if (env && std::string_view(env) != "0" && std::string_view(env) != "1")
+      std::fprintf(stderr, "braid: warning: BRAID_FUSION=%s is neither 0 (off) nor 1 (on, the default); fusing\n", env);
+    return true;
+  }();
+  (void)fusion_env_checked;
   if (options.fuse && !(env && std::string_view(env) == "0"))
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
       const graph::Node &a = g.nodes()[i], &b = g.nodes()[i + 1];
@@ -104,6 +111,21 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       const bool dw_db = a.op->name == "linear_dw" && b.op->name == "linear_db" && b.inputs.size() == 1 &&
                          b.inputs[0] == a.inputs[0];
       if (fuse_[i] != 0 || !(lin_act || dw_db) || a.backward != b.backward || !f32) continue;
+      // The second node's outputs are written while the first node's threads still read its inputs and write
+      // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
+      // node in the bytes of a value whose last reader is the first node (an eval graph's linear input).
+      auto overlaps = [&](ValueId x, ValueId y) {
+        if (views_[0][x.idx()].raw() == nullptr || views_[0][y.idx()].raw() == nullptr) return false;
+        auto* px = static_cast<const char*>(views_[0][x.idx()].raw());
+        auto* py = static_cast<const char*>(views_[0][y.idx()].raw());
+        return px < py + views_[0][y.idx()].bytes() && py < px + views_[0][x.idx()].bytes();
+      };
+      bool shares = false;
+      for (ValueId out : b.outputs) {
+        for (ValueId v : a.inputs) shares = shares || overlaps(out, v);
+        for (ValueId v : a.outputs) shares = shares || overlaps(out, v);
+      }
+      if (shares) continue;
       fuse_[i] = 1;
       fuse_[i + 1] = 2;
       fused_heads_.push_back(i);

@@ -1,12 +1,15 @@
 // Executor fusion: a linear node followed by its activation runs as one kernel (the activation as the GEMM's
 // epilogue), and so does a linear_dw followed by the linear_db of the same gradient. The fused run must give the same bits as the unfused one for every value callers read (loss,
-// gradients, the activations), on the split-GEMM path (2 threads, shapes large enough to split) and alone.
+// gradients, the activations), on the split-GEMM path (2 threads, shapes large enough to split) and alone,
+// every time (each comparison is repeated: a race shows only now and then).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cstring>
 
 #include "exec/executor.h"
+#include "graph/build.h"
+#include "io/model_spec.h"
 #include "training_graph.h"
 
 using namespace braid;
@@ -49,7 +52,7 @@ Run run(const std::string& model_file, int64_t batch, bool fuse, int threads) {
 }
 
 void expect_same_bits(const std::string& model, int64_t batch, size_t want_fused) {
-  for (int threads : {1, 2}) {
+  for (int threads : {1, 2, 2, 2, 2, 2, 2, 2, 2, 2}) {
     Run fused = run(model, batch, true, threads), plain = run(model, batch, false, threads);
     EXPECT_EQ(fused.fused, want_fused) << model;
     EXPECT_EQ(plain.fused, 0u);
@@ -62,12 +65,57 @@ void expect_same_bits(const std::string& model, int64_t batch, size_t want_fused
 }  // namespace
 
 TEST(Fusion, LinearReluSameBitsAsUnfused) {
-  // fc1+act1, fc2+act2; dW+db of fc1, fc2, logits
-  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/fashion_mlp.yaml", 64, 5);
+  // fc1+act1, fc2+act2; dW+db of fc1 and fc2 (the logits' db output shares bytes with a value its dW reads,
+  // so that pair is left unfused: see the overlap rule in the executor)
+  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/fashion_mlp.yaml", 64, 4);
 }
 
 TEST(Fusion, LinearGeluAndAttentionSameBitsAsUnfused) {
-  // tiny_gpt (2 blocks): each block's fc + gelu; dW+db of each block's fc and proj and of attention's two
-  // projections (the logits have no bias)
-  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 4, 10);
+  // tiny_gpt (2 blocks): each block's fc + gelu; dW+db of the blocks' fc, proj and attention projections
+  // where the memory plan lets them (8 of the 10 pairs; fusing the other two raced: db was written into the
+  // bytes of the dW GEMM's input while other threads still read them)
+  expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 4, 8);
+}
+
+// An evaluation graph (no backward): a linear's input dies at the linear, so the memory plan may give the
+// activation's output its bytes; fusing there would write them while other threads still read them. The
+// executor checks and leaves such pairs unfused; the outputs must be the unfused ones, every time.
+TEST(Fusion, EvalGraphSameBitsAsUnfused) {
+  Diagnostics d;
+  io::ModelSpec m = io::load_model(std::string(BRAID_SOURCE_DIR) + "/models/fashion_mlp.yaml", {}, d);
+  d.throw_if_any();
+  graph::BuildOptions bo;
+  bo.with_backward = false;
+  bo.with_metrics = true;
+  graph::Graph g = graph::build_graph(m, 64, bo);
+  exec::ParamStore store;
+  store.create(g, 3);
+  std::vector<ValueId> keep;
+  for (const auto& [n, v] : g.outputs) keep.push_back(v);
+  for (const auto& [n, v] : g.metrics) keep.push_back(v);
+  auto run_eval = [&](bool fuse) {
+    exec::ExecutorOptions eo;
+    eo.fuse = fuse;
+    exec::Executor ex(g, store, keep, eo);
+    for (const auto& in : m.inputs) {
+      const Tensor& t = ex.input(in.name);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (t.dtype() == DType::f32) t.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);
+        else if (t.dtype() == DType::i32) t.data<int32_t>()[i] = static_cast<int32_t>(i * 31 % 10);
+        else if (t.dtype() == DType::i64) t.data<int64_t>()[i] = i * 31 % 10;
+      }
+    }
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    ex.run(false, 1, 0);
+    omp_set_num_threads(saved);
+    std::vector<std::vector<char>> out;
+    for (ValueId v : keep) {
+      const Tensor& t = ex.value(v);
+      out.emplace_back(static_cast<const char*>(t.raw()), static_cast<const char*>(t.raw()) + t.bytes());
+    }
+    return out;
+  };
+  const auto plain = run_eval(false);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(run_eval(true) == plain) << "run " << i;
 }

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string_view>
@@ -33,8 +34,14 @@ Sgemm sgemm_choice() {
     if (s == "openblas") return Sgemm::OpenBlas;
     if (s == "openblas-threads") return Sgemm::OpenBlasThreads;
 #ifdef BRAID_HAVE_ONEDNN
+    if (!s.empty() && s != "onednn")
+      std::fprintf(stderr, "braid: warning: BRAID_SGEMM=%s is not one of onednn, openblas, openblas-threads; "
+                   "using onednn\n", v);
     return Sgemm::OneDnn;
 #else
+    if (!s.empty())
+      std::fprintf(stderr, "braid: warning: BRAID_SGEMM=%s: %s; using openblas\n", v,
+                   s == "onednn" ? "this braid was built without oneDNN" : "not one of onednn, openblas, openblas-threads");
     return Sgemm::OpenBlas;
 #endif
   }();
