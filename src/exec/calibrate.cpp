@@ -27,6 +27,7 @@
 #include "graph/build.h"
 #include "io/dataset.h"
 #include "planner/cluster.h"
+#include "planner/layer_cost.h"
 #include "planner/search.h"
 
 namespace braid::exec {
@@ -131,9 +132,7 @@ struct LayerSample {
   std::string op;
   double flops = 0, bytes = 0;
   double forward_s = 0, backward_s = 0;  // per run, averaged over workers and runs
-  // False for a layer with weights whose data input needs no gradient (a first layer reading the model's
-  // input): its backward is only the weight half, so it does not count towards the op's backward ratio.
-  bool input_grad = true;
+  bool input_grad = true;  // false: planner::weight_gradients_only (not counted in the op's backward ratio)
 };
 
 // Per forward layer of the workload's training graph: its cost and measured forward / backward seconds.
@@ -195,12 +194,7 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
       ops::Cost c = node.op->cost ? node.op->cost(node.attrs, in, o) : ops::default_cost(in, o);
       row.emplace(node.layer, out.size());
       out.push_back(LayerSample{node.op->name, c.flops, c.bytes, 0, 0});
-      bool has_param = false;
-      for (ValueId v : node.inputs) has_param = has_param || g.value(v).kind == graph::ValueKind::Param;
-      const auto& nd = node.op->nondiff_inputs;
-      out.back().input_grad = !has_param || node.inputs.empty() || !is_float(g.value(node.inputs[0]).desc.dtype) ||
-                              std::find(nd.begin(), nd.end(), 0) != nd.end() ||
-                              g.value(node.inputs[0]).kind == graph::ValueKind::Activation;
+      out.back().input_grad = !planner::weight_gradients_only(g, node);
     }
     for (const auto& node : g.nodes()) {
       auto it = row.find(node.layer);

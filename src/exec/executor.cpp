@@ -15,6 +15,17 @@
 namespace braid::exec {
 namespace {
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// BRAID_FUSION=0 turns fusion off for A/B runs; read once per process.
+bool fusion_allowed_by_env() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("BRAID_FUSION");
+    if (env && std::string_view(env) != "0" && std::string_view(env) != "1")
+      std::fprintf(stderr, "braid: warning: BRAID_FUSION=%s is neither 0 (off) nor 1 (on, the default); fusing\n", env);
+    return !(env && std::string_view(env) == "0");
+  }();
+  return allowed;
+}
 }  // namespace
 
 void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter) {
@@ -94,14 +105,7 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     node_keys_.push_back(name_hash(n.name));
   }
   fuse_.assign(g.nodes().size(), 0);
-  const char* env = std::getenv("BRAID_FUSION");
-  static const bool fusion_env_checked = [env] {
-    if (env && std::string_view(env) != "0" && std::string_view(env) != "1")
-      std::fprintf(stderr, "braid: warning: BRAID_FUSION=%s is neither 0 (off) nor 1 (on, the default); fusing\n", env);
-    return true;
-  }();
-  (void)fusion_env_checked;
-  if (options.fuse && !(env && std::string_view(env) == "0"))
+  if (options.fuse && fusion_allowed_by_env())
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
       const graph::Node &a = g.nodes()[i], &b = g.nodes()[i + 1];
       const bool f32 = g.value(a.outputs[0]).desc.dtype == DType::f32 && g.value(b.outputs[0]).desc.dtype == DType::f32;

@@ -10,8 +10,17 @@
 
 namespace braid::planner {
 
-// The share of a weighted op's backward left when its data input needs no gradient (see make_option).
-constexpr double kWeightHalfOfBackward = 0.5;
+bool weight_gradients_only(const graph::Graph& g, const graph::Node& n) {
+  if (n.inputs.empty() || !n.op->differentiable) return false;
+  const auto& nd = n.op->nondiff_inputs;
+  const graph::Value& x = g.value(n.inputs[0]);
+  if (!is_float(x.desc.dtype) || std::find(nd.begin(), nd.end(), 0) != nd.end() ||
+      x.kind == graph::ValueKind::Activation || x.kind == graph::ValueKind::Param)
+    return false;
+  for (ValueId v : n.inputs)
+    if (g.value(v).kind == graph::ValueKind::Param) return true;
+  return false;
+}
 
 std::string layout_str(Layout l) {
   if (l == kLayoutB) return "B";
@@ -127,16 +136,7 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
   o.forward_s = model_.forward_time(*n.op, n.attrs, in, out);
   if (n.op->differentiable) {
     o.backward_s = model_.backward_time(*n.op, n.attrs, in, out);
-    // A layer with weights whose data input needs no gradient (the first layer, reading the model's input)
-    // runs only the weight half of its backward: linear's dW without dx, conv2d's grad_weight without
-    // grad_input, each about as much work as the other. The op's backward ratio is measured (and defaulted)
-    // for layers that run both halves.
-    bool has_param = false;
-    for (ValueId v : n.inputs) has_param = has_param || g_.value(v).kind == graph::ValueKind::Param;
-    const auto& nd = n.op->nondiff_inputs;
-    if (has_param && !n.inputs.empty() && is_float(g_.value(n.inputs[0]).desc.dtype) &&
-        std::find(nd.begin(), nd.end(), 0) == nd.end() && !needs_grad(n, 0))
-      o.backward_s *= kWeightHalfOfBackward;
+    if (weight_gradients_only(g_, n)) o.backward_s *= kWeightHalfOfBackward;
   }
   o.flops = n.op->cost ? n.op->cost(n.attrs, in, out).flops : ops::default_cost(in, out).flops;
   if (n.op->workspace) o.workspace_bytes = static_cast<double>(n.op->workspace(n.attrs, in, out));

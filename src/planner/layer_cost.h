@@ -18,6 +18,13 @@ using Layout = int;
 constexpr Layout kLayoutB = -2;
 constexpr Layout kLayoutP = -1;
 std::string layout_str(Layout l);  // "B", "P", "S(1)"
+
+// A layer with weights (a parameter input) whose floating-point data input (input 0) is not an activation —
+// the first layer, reading the model's input — needs no input gradient: its backward is the weight half alone
+// (linear's dW without dx, conv2d's grad_weight without grad_input), about half of the op's backward.
+// LayerCosts charges such a layer that share; calibration leaves it out of the backward ratios it measures.
+bool weight_gradients_only(const graph::Graph& g, const graph::Node& n);
+constexpr double kWeightHalfOfBackward = 0.5;
 constexpr double kInfeasible = std::numeric_limits<double>::infinity();
 
 struct LayerOption {

@@ -15,6 +15,18 @@
 using namespace braid;
 
 namespace {
+// Every model input: floats in [-1, 1), integers (labels, tokens) in [0, 10).
+void fill_inputs(const exec::Executor& ex, const io::ModelSpec& m) {
+  for (const auto& in : m.inputs) {
+    const Tensor& t = ex.input(in.name);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (t.dtype() == DType::f32) t.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);
+      else if (t.dtype() == DType::i64) t.data<int64_t>()[i] = i * 31 % 10;
+      else if (t.dtype() == DType::i32) t.data<int32_t>()[i] = static_cast<int32_t>(i * 31 % 10);
+    }
+  }
+}
+
 struct Run {
   std::vector<std::vector<char>> bytes;  // per kept value
   size_t fused = 0;
@@ -30,14 +42,7 @@ Run run(const std::string& model_file, int64_t batch, bool fuse, int threads) {
   exec::ExecutorOptions eo;
   eo.fuse = fuse;
   exec::Executor ex(g, t.store, keep, eo);
-  for (const auto& in : t.model.inputs) {
-    const Tensor& t = ex.input(in.name);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (t.dtype() == DType::f32) t.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);
-      else if (t.dtype() == DType::i64) t.data<int64_t>()[i] = i * 31 % 10;
-      else if (t.dtype() == DType::i32) t.data<int32_t>()[i] = static_cast<int32_t>(i * 31 % 10);
-    }
-  }
+  fill_inputs(ex, t.model);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
   ex.run(true, 1, 0);
@@ -97,14 +102,7 @@ TEST(Fusion, EvalGraphSameBitsAsUnfused) {
     exec::ExecutorOptions eo;
     eo.fuse = fuse;
     exec::Executor ex(g, store, keep, eo);
-    for (const auto& in : m.inputs) {
-      const Tensor& t = ex.input(in.name);
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        if (t.dtype() == DType::f32) t.data<float>()[i] = static_cast<float>((i * 7919 % 1000) / 500.0 - 1.0);
-        else if (t.dtype() == DType::i32) t.data<int32_t>()[i] = static_cast<int32_t>(i * 31 % 10);
-        else if (t.dtype() == DType::i64) t.data<int64_t>()[i] = i * 31 % 10;
-      }
-    }
+    fill_inputs(ex, m);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
     ex.run(false, 1, 0);

@@ -120,6 +120,19 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               beta, c, static_cast<int>(ldc));
 }
 
+namespace {
+template <typename T>
+BRAID_CPU_CLONES void add_to_lanes_t(const T* __restrict v, int64_t n, double* __restrict acc) {
+  const int64_t body = n / kSumLanes * kSumLanes;
+  for (int64_t e = 0; e < body; e += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) acc[l] += v[e + l];
+  for (int64_t e = body; e < n; ++e) acc[e - body] += v[e];
+}
+}  // namespace
+
+void add_to_lanes(const float* v, int64_t n, double* acc) { add_to_lanes_t(v, n, acc); }
+void add_to_lanes(const double* v, int64_t n, double* acc) { add_to_lanes_t(v, n, acc); }
+
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   int r = std::max(a.rank(), b.rank());
   std::vector<int64_t> out(static_cast<size_t>(r));

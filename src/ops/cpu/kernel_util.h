@@ -46,10 +46,37 @@ struct GemmEpilogue {
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue);
 
+// y (M, out) = x (M, in) W^T (+ b broadcast over rows), the bias first and the GEMM adding onto it: linear and
+// attention's projections. `epilogue` (float only) runs on each GEMM block (a fused activation, ops/cpu/fused.h).
+template <typename T>
+void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int64_t fout, T* y,
+                 const cpu::GemmEpilogue* epilogue = nullptr) {
+  if (b) {
+    parallel_for(m, 1 << 10, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < fout; ++j) y[r * fout + j] = b[j];
+    });
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (epilogue) return gemm(false, true, m, fout, fin, 1.0f, x, fin, w, fin, b ? 1.0f : 0.0f, y, fout, *epilogue);
+  }
+  gemm(false, true, m, fout, fin, T(1), x, fin, w, fin, b ? T(1) : T(0), y, fout);
+}
+
 // The activation ops' forward loop, y[i] = act(x[i]) for i in [0, n) (op: relu, gelu with its `approximate`
 // attribute, tanh, sigmoid): the same code the ops run, so a fused epilogue gives the same bits.
 bool is_activation(const std::string& op);
 void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n);
+
+// Reductions whose result must not depend on the vector width or the thread count: element i goes to double
+// lane i % kSumLanes, in order within each lane (independent chains that vectorise), and the lanes are added
+// in a fixed tree by lane_total. add_to_lanes is that loop for a plain sum, compiled per vector width.
+constexpr int kSumLanes = 8;
+inline double lane_total(const double* acc) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+void add_to_lanes(const float* v, int64_t n, double* acc);
+void add_to_lanes(const double* v, int64_t n, double* acc);
 
 // NumPy broadcasting of `in` to `out_shape`: for every output element, the flat index of the input element.
 // Shapes are right-aligned; a missing or size-1 input axis broadcasts.

@@ -97,14 +97,6 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
   return out;
 }
 
-// y (M, out) = x (M, in) W^T (+ b).
-template <typename T>
-void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int64_t fout, T* y) {
-  if (b)
-    for (int64_t r = 0; r < m; ++r) std::copy_n(b, fout, y + r * fout);
-  cpu::gemm(false, true, m, fout, fin, T(1), x, fin, w, fin, b ? T(1) : T(0), y, fout);
-}
-
 // Query rows [r0, r1) of head `hh` of sample `bi`: scores, causal mask, softmax (PyTorch's: exp(s - max) /
 // sum), dropout, context rows. Causal rows see keys 0..i, so the block only computes keys < r1.
 // qkv (B, T, 3d); probs, dropped (B, h, T, T); context (B, T, d).
@@ -162,7 +154,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
     T* context = out[kOutContext].data<T>();
     T* dropped = out.size() > kOutDropped ? out[kOutDropped].data<T>() : nullptr;
     // 1. qkv = x W_in^T + b_in
-    affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), 3 * n.d, qkv);
+    cpu::affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), 3 * n.d, qkv);
     // 2. attention per (sample, head, block of query rows): independent units
     int64_t rb = row_block(n.t, n.dh), blocks = (n.t + rb - 1) / rb;
     parallel_for(n.b * n.h * blocks, 1, [&](int64_t u0, int64_t u1) {
@@ -173,7 +165,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
       }
     });
     // 3. y = context W_out^T + b_out
-    affine_rows<T>(context, n.b * n.t, n.d, ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
+    cpu::affine_rows<T>(context, n.b * n.t, n.d, ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
   });
 }
 

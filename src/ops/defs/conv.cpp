@@ -406,15 +406,6 @@ std::vector<TensorDesc> infer_grad_bias(const Attrs&, std::span<const TensorDesc
   return {TensorDesc{Shape{in[0].shape[1]}, in[0].dtype}};
 }
 
-// acc[e % 8] += v[e] for e in [0, n), in order within each lane.
-template <typename T>
-BRAID_CPU_CLONES void plane_sum_lanes(const T* __restrict v, int64_t n, double* __restrict acc) {
-  const int64_t body = n / 8 * 8;
-  for (int64_t e = 0; e < body; e += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += v[e + l];
-  for (int64_t e = body; e < n; ++e) acc[e - body] += v[e];
-}
-
 void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
   const Shape& s = in[0].shape();
   int64_t B = s[0], O = s[1], P = s.numel() / std::max<int64_t>(1, B * O);
@@ -423,9 +414,9 @@ void grad_bias_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, s
     T* db = out[0].data<T>();
     parallel_for(O, 16, [&](int64_t o0, int64_t o1) {
       for (int64_t o = o0; o < o1; ++o) {
-        double acc[8] = {};  // fixed order: element e of each plane into lane e % 8, lanes added in a tree
-        for (int64_t b = 0; b < B; ++b) plane_sum_lanes(dy + (b * O + o) * P, P, acc);
-        db[o] = static_cast<T>(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+        double acc[cpu::kSumLanes] = {};  // each plane into the lanes, in order (cpu::add_to_lanes)
+        for (int64_t b = 0; b < B; ++b) cpu::add_to_lanes(dy + (b * O + o) * P, P, acc);
+        db[o] = static_cast<T>(cpu::lane_total(acc));
       }
     });
   });

@@ -59,23 +59,11 @@ std::vector<TensorDesc> linear_infer(const Attrs& a, std::span<const TensorDesc>
   return {TensorDesc{y, x.dtype}};
 }
 
-// y (M, out) = x (M, in) W^T (+ b broadcast over rows).
-template <typename T>
-void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int64_t fout, T* y) {
-  if (b) {
-    parallel_for(m, 1 << 10, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < fout; ++j) y[r * fout + j] = b[j];
-    });
-  }
-  cpu::gemm(false, true, m, fout, fin, T(1), x, fin, w, fin, b ? T(1) : T(0), y, fout);
-}
-
 void linear_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const Tensor& w = in[1];
     int64_t fout = w.shape()[0], fin = w.shape()[1];
-    affine_rows<T>(in[0].data<T>(), in[0].numel() / fin, fin, w.data<T>(), in.size() == 3 ? in[2].data<T>() : nullptr,
+    cpu::affine_rows<T>(in[0].data<T>(), in[0].numel() / fin, fin, w.data<T>(), in.size() == 3 ? in[2].data<T>() : nullptr,
                    fout, out[0].data<T>());
   });
 }
@@ -87,13 +75,7 @@ void cpu::linear_activation(const Attrs&, const std::string& act_op, const Attrs
   BRAID_ASSERT(z.dtype() == DType::f32 && y.dtype() == DType::f32, "linear_activation is float32 only");
   const Tensor& w = in[1];
   const int64_t fout = w.shape()[0], fin = w.shape()[1], m = in[0].numel() / fin;
-  const float* b = in.size() == 3 ? in[2].data<float>() : nullptr;
   float* zp = z.data<float>();
-  if (b)  // as affine_rows: the bias first, the GEMM adds onto it (the same bits as the unfused linear)
-    parallel_for(m, 1 << 10, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < fout; ++j) zp[r * fout + j] = b[j];
-    });
   struct Ctx {
     const std::string* op;
     const Attrs* attrs;
@@ -110,8 +92,9 @@ void cpu::linear_activation(const Attrs&, const std::string& act_op, const Attrs
     for (int64_t r = r0; r < r1; ++r)
       cpu::activation(*c->op, *c->attrs, c->z + r * c->ld + c0, c->y + r * c->ld + c0, c1 - c0);
   };
-  cpu::gemm(false, true, m, fout, fin, 1.0f, in[0].data<float>(), fin, w.data<float>(), fin, b ? 1.0f : 0.0f, zp,
-            fout, cpu::GemmEpilogue{epilogue, &ctx});
+  const cpu::GemmEpilogue ep{epilogue, &ctx};
+  cpu::affine_rows<float>(in[0].data<float>(), m, fin, w.data<float>(), in.size() == 3 ? in[2].data<float>() : nullptr, fout,
+                     zp, &ep);
 }
 
 void cpu::linear_dw_db(std::span<const Tensor> in, const Tensor& dw, const Tensor& db) {

@@ -84,8 +84,8 @@ std::vector<TensorDesc> infer_cross_entropy(const Attrs&, std::span<const Tensor
 }
 
 // Float rows: the maximum, then e_j = exp(x_j - max) by the vectorisable fast_expf (1 ulp) written to `e`
-// and added into 8 double lanes (element j to lane j % 8; lanes added in a fixed tree by lane_sum), so the
-// result is the same for every vector width.
+// and added into the double lanes of cpu::add_to_lanes (summed by cpu::lane_total), so the result is the same
+// for every vector width.
 BRAID_CPU_CLONES float row_max_f32(const float* __restrict x, int64_t c) {
   float mx = x[0];
   for (int64_t j = 1; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
@@ -94,13 +94,7 @@ BRAID_CPU_CLONES float row_max_f32(const float* __restrict x, int64_t c) {
 BRAID_CPU_CLONES void exp_add_f32(const float* __restrict x, float* __restrict e, int64_t c, float mx,
                                   double* __restrict acc) {
   for (int64_t j = 0; j < c; ++j) e[j] = cpu::fast_expf(x[j] - mx);
-  const int64_t body = c / 8 * 8;
-  for (int64_t j = 0; j < body; j += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += e[j + l];
-  for (int64_t j = body; j < c; ++j) acc[j - body] += e[j];
-}
-inline double lane_sum(const double* acc) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  cpu::add_to_lanes(e, c, acc);
 }
 BRAID_CPU_CLONES void scale_row_f32(float* __restrict e, int64_t c, float k) {
   for (int64_t j = 0; j < c; ++j) e[j] *= k;
@@ -119,10 +113,10 @@ void cross_entropy_cpu(const KernelCtx& ctx, const Attrs&, std::span<const Tenso
         for (int64_t r = r0; r < r1; ++r) {
           const float* xr = x + r * c;
           const float mx = row_max_f32(xr, c);
-          double acc[8] = {};
+          double acc[cpu::kSumLanes] = {};
           for (int64_t j0 = 0; j0 < c; j0 += 1024)
             exp_add_f32(xr + j0, e, std::min<int64_t>(1024, c - j0), mx, acc);
-          row_loss[r] = static_cast<double>(mx) + std::log(lane_sum(acc)) - xr[cpu::int_at(in[1], r)];
+          row_loss[r] = static_cast<double>(mx) + std::log(cpu::lane_total(acc)) - xr[cpu::int_at(in[1], r)];
         }
       });
     } else parallel_for(n, std::max<int64_t>(1, 4096 / c), [&](int64_t r0, int64_t r1) {
@@ -156,9 +150,9 @@ void cross_entropy_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tens
           float* dr = dx + r * c;
           const float* xr = x + r * c;
           const float mx = row_max_f32(xr, c);
-          double acc[8] = {};
+          double acc[cpu::kSumLanes] = {};
           exp_add_f32(xr, dr, c, mx, acc);
-          scale_row_f32(dr, c, static_cast<float>(scale / lane_sum(acc)));
+          scale_row_f32(dr, c, static_cast<float>(scale / cpu::lane_total(acc)));
           int64_t t = cpu::int_at(in[2], r);
           dr[t] = static_cast<float>(static_cast<double>(dr[t]) - scale);
         }

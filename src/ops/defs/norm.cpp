@@ -58,12 +58,10 @@ std::vector<TensorDesc> infer_layer_norm(const Attrs& a, std::span<const TensorD
   return {in[0], TensorDesc{stat, in[0].dtype}, TensorDesc{stat, in[0].dtype}};
 }
 
-// Row sums in double over 8 fixed lanes (element j goes to lane j % 8, lanes added in a fixed tree), so the
-// loops vectorise and the result is the same for every vector width and thread count.
-constexpr int kLanes = 8;
-inline double lane_total(const double* acc) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
+// Row sums over the fixed double lanes of cpu::lane_total (element j to lane j % kLanes), so the loops vectorise
+// and the result is the same for every vector width and thread count.
+constexpr int kLanes = cpu::kSumLanes;
+using cpu::lane_total;
 
 template <typename T>
 BRAID_CPU_CLONES void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
