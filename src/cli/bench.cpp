@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/machine_load.h"
 #include "exec/bench.h"
 #include "io/json.h"
 #include "io/run_config.h"
@@ -120,6 +121,7 @@ struct Row {
   double sps_median = 0, sps_min = 0, sps_max = 0, sps_p25 = 0, sps_p75 = 0;
   double step_ms_median = 0, flops_per_s = 0, mfu = 0;
   long peak_rss_bytes = 0;
+  double other_cores = 0;  // other processes' use of the machine during the run (core/machine_load.h)
 };
 
 Row summarise(std::string run, std::string sweep, exec::BenchResult r, int64_t window, const CpuPeak& peak) {
@@ -158,7 +160,7 @@ const char* kCsvHeader =
     "run,sweep,model,batch,micro_batch,threads,steps,warmup,window,samples_per_s_median,samples_per_s_min,"
     "samples_per_s_max,samples_per_s_p25,samples_per_s_p75,tokens_per_sample,tokens_per_s_median,step_ms_median,"
     "train_flops_per_step,achieved_gflops,peak_gflops,mfu,peak_rss_bytes,arena_bytes,workspace_bytes,params,devices,"
-    "data_parallel,predicted_step_ms,plan\n";
+    "data_parallel,predicted_step_ms,plan,other_load_cores\n";
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -193,6 +195,7 @@ std::string csv_row(const Row& w, const BenchArgs& a, const CpuPeak& p) {
   add(std::to_string(r.data_parallel));
   add(r.predicted_step_s > 0 ? fmt("%.3f", 1e3 * r.predicted_step_s) : "");
   add(csv_field(r.plan));
+  add(fmt("%.2f", w.other_cores));
   return s + "\n";
 }
 
@@ -225,6 +228,7 @@ std::string json_doc(const std::vector<Row>& rows, const BenchArgs& a, const Cpu
     j.field("peak_rss_bytes", w.peak_rss_bytes).field("arena_bytes", r.arena_bytes);
     j.field("workspace_bytes", r.workspace_bytes).field("params", r.params);
     j.field("devices", r.devices).field("data_parallel", r.data_parallel);
+    j.field("other_load_cores", w.other_cores);
     if (!r.plan.empty()) j.field("plan", r.plan).field("predicted_step_ms", 1e3 * r.predicted_step_s);
     j.key("window_samples_per_s").begin_array();
     for (double v : w.window_sps) j.value(v);
@@ -281,9 +285,14 @@ int bench(const BenchArgs& a, FILE* out) {
   o.steps = a.steps;
   o.warmup = a.warmup;
   for (const auto& j : jobs) {
-    rows.push_back(summarise(j.run, j.sweep, exec::bench(j.cfg, o), a.window, peak));
-    const auto& w = rows.back();
-    std::fprintf(out, "  %s%s%s: %.1f samples/s\n", j.run.c_str(), j.sweep.empty() ? "" : " ", j.sweep.c_str(), w.sps_median);
+    const CpuSample before = CpuSample::now();
+    exec::BenchResult r = exec::bench(j.cfg, o);
+    const double other = other_cores(before, CpuSample::now());
+    rows.push_back(summarise(j.run, j.sweep, std::move(r), a.window, peak));
+    auto& w = rows.back();
+    w.other_cores = other;
+    std::fprintf(out, "  %s%s%s: %.1f samples/s%s\n", j.run.c_str(), j.sweep.empty() ? "" : " ", j.sweep.c_str(),
+                 w.sps_median, other > 0.25 ? fmt(" (other processes used %.1f cores meanwhile: figures disturbed)", other).c_str() : "");
     if (!w.r.plan.empty())
       std::fprintf(out, "    plan: %s; measured step %.2f ms (median)\n", w.r.plan.c_str(), w.step_ms_median);
     std::fflush(out);

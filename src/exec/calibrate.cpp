@@ -16,9 +16,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "core/machine_load.h"
 #include "core/parallel.h"
 #include "exec/comm/inproc.h"
 #include "exec/optimizer.h"
@@ -70,6 +72,41 @@ void on_workers(int n, const F& fn, int devices = 0) {
   for (auto& t : ts) t.join();
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);
+}
+
+// A measurement is quiet when other processes used at most this many cores' worth of the machine while it
+// ran (its own threads excluded). A disturbed one is taken again, after a pause that lets a burst pass; after
+// the last try the quietest is kept and counted, and calibrate() warns.
+constexpr double kQuietCores = 0.25;
+
+struct Quiet {
+  FILE* log = nullptr;
+  int tries = 4;          // per measurement (1 after three measurements stayed disturbed)
+  int disturbed = 0;      // measurements kept although disturbed
+  double worst = 0;       // the most other load among them, in cores
+};
+
+template <typename F>
+auto quietly(Quiet& q, const std::string& what, const F& fn) {
+  std::optional<decltype(fn())> best;
+  double best_other = 0;
+  for (int t = 0; t < std::max(1, q.tries); ++t) {
+    if (t > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250 << t));
+    const CpuSample a = CpuSample::now();
+    auto r = fn();
+    const double other = other_cores(a, CpuSample::now());
+    if (!best || other < best_other) best.emplace(std::move(r)), best_other = other;
+    if (other <= kQuietCores) return std::move(*best);
+    if (q.log && t + 1 < q.tries)
+      std::fprintf(q.log, "  (%s: other processes used %.2f cores meanwhile; measuring again)\n", what.c_str(), other);
+  }
+  if (best_other > kQuietCores) {
+    ++q.disturbed, q.worst = std::max(q.worst, best_other);
+    // A machine busy through three measurements' tries is busy for longer than waiting can help: measure the
+    // rest once each (the warning at the end says so).
+    if (q.disturbed >= 3) q.tries = 1;
+  }
+  return std::move(*best);
 }
 
 double median(std::vector<double> xs) {
@@ -247,10 +284,43 @@ std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, 
   return {c / std::max(1.0, steps), beta};
 }
 
+// Seconds per call of collective `k` on every rank, for groups of g consecutive ranks of n, all at once.
+std::vector<double> time_collective(int n, const std::string& k, int g, int64_t elems, int reps) {
+  InProcWorld world(n);
+  std::vector<double> t(static_cast<size_t>(n));
+  on_workers(n, [&](int r) {
+    auto world_comm = world.communicator(r);
+    std::unique_ptr<Communicator> group;
+    if (g < n) {
+      std::vector<int> ranks;
+      for (int q = r / g * g; q < r / g * g + g; ++q) ranks.push_back(q);
+      group = world_comm->split(ranks);
+    }
+    Communicator* comm = g < n ? group.get() : world_comm.get();
+    Tensor whole = Tensor::empty(TensorDesc{Shape{elems}, DType::f32});
+    Tensor part = Tensor::empty(TensorDesc{Shape{elems / g}, DType::f32});
+    auto once = [&]() {
+      if (k == "all_reduce") comm->all_reduce(whole, ReduceOp::Sum);
+      else if (k == "all_gather") comm->all_gather(part, whole, 0);
+      else if (k == "reduce_scatter") comm->reduce_scatter(whole, part, 0);
+      else if (r == 0) comm->send(whole, 1, 0), comm->recv(whole, 1, 1);
+      else if (r == 1) comm->recv(whole, 0, 0), comm->send(whole, 0, 1);
+    };
+    once();
+    world_comm->barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) once();
+    t[static_cast<size_t>(r)] = seconds_since(t0) / reps;
+    world_comm->barrier();
+  });
+  return t;
+}
+
 // Collectives of groups of g consecutive ranks of n (g = n: the whole world), every group at once, as the tensor
 // groups of a plan with n / g of them run theirs (PlanRunner: tensor rank t of replica r is device r g + t).
 // Key "all_reduce" for g = n, "all_reduce@g" for smaller groups.
-std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE* log) {
+std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet) {
+  FILE* log = quiet.log;
   std::map<std::string, std::pair<double, double>> out;
   if (n < 2) return out;
   const std::vector<int64_t> sizes{4 << 10, 64 << 10, 1 << 20, 8 << 20};  // bytes of the whole tensor
@@ -260,39 +330,13 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, FILE
     if (n % g == 0)
       for (const char* kind : {"all_reduce", "all_gather", "reduce_scatter"}) cases.emplace_back(kind, g);
   for (const auto& [k, g] : cases) {
-    const char* kind = k.c_str();
     const double frac = static_cast<double>(g - 1) / g;
     std::vector<std::pair<double, double>> pts;  // (traffic per rank, seconds)
     for (int64_t bytes : sizes) {
       const int64_t elems = std::max<int64_t>(g, bytes / 4 / g * g);
       const int reps = static_cast<int>(std::clamp<int64_t>((16 << 20) / bytes, 4, 256));
-      InProcWorld world(n);
-      std::vector<double> t(static_cast<size_t>(n));
-      on_workers(n, [&](int r) {
-        auto world_comm = world.communicator(r);
-        std::unique_ptr<Communicator> group;
-        if (g < n) {
-          std::vector<int> ranks;
-          for (int q = r / g * g; q < r / g * g + g; ++q) ranks.push_back(q);
-          group = world_comm->split(ranks);
-        }
-        Communicator* comm = g < n ? group.get() : world_comm.get();
-        Tensor whole = Tensor::empty(TensorDesc{Shape{elems}, DType::f32});
-        Tensor part = Tensor::empty(TensorDesc{Shape{elems / g}, DType::f32});
-        auto once = [&]() {
-          if (k == "all_reduce") comm->all_reduce(whole, ReduceOp::Sum);
-          else if (k == "all_gather") comm->all_gather(part, whole, 0);
-          else if (k == "reduce_scatter") comm->reduce_scatter(whole, part, 0);
-          else if (r == 0) comm->send(whole, 1, 0), comm->recv(whole, 1, 1);
-          else if (r == 1) comm->recv(whole, 0, 0), comm->send(whole, 0, 1);
-        };
-        once();
-        world_comm->barrier();
-        auto t0 = Clock::now();
-        for (int i = 0; i < reps; ++i) once();
-        t[static_cast<size_t>(r)] = seconds_since(t0) / reps;
-        world_comm->barrier();
-      });
+      std::vector<double> t = quietly(quiet, k + " of " + std::to_string(bytes) + " bytes",
+                                      [&]() { return time_collective(n, k, g, elems, reps); });
       double s = k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end());
       double b = static_cast<double>(elems) * 4;
       double traffic = k == "all_reduce" ? 2 * frac * b : k == "send_recv" ? b : frac * b;
@@ -431,7 +475,8 @@ double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, con
 // Residual r = measured - predicted; per-micro-batch cost (one stage) = (r(dp, 4) - r(dp, 1)) / 3; in a
 // pipeline = (r(pp, 4N) - r(pp, N)) / 3N (each micro-batch more adds one micro-batch's time of the slowest
 // stage); per step = r(dp, 1) - the per-micro-batch cost. Clamped at >= 0.
-planner::Profile::Runner measure_runner(int n, const planner::Profile& p, FILE* log) {
+planner::Profile::Runner measure_runner(int n, const planner::Profile& p, Quiet& quiet) {
+  FILE* log = quiet.log;
   planner::Profile::Runner out;
   if (n < 2) return out;
   Diagnostics diags;
@@ -475,7 +520,8 @@ planner::Profile::Runner measure_runner(int n, const planner::Profile& p, FILE* 
     so.pins = &pins;
     planner::SearchResult r = planner::search(fwd, *model, ts, so);
     if (!r.found) throw InternalError("calibrate: no plan for the runner workload: " + r.why_none);
-    double measured = runner_step_s(spec, os, r.plan, *data, batch, 40);
+    double measured = quietly(quiet, "runner dp " + std::to_string(dp) + " x pp " + std::to_string(pp),
+                              [&]() { return runner_step_s(spec, os, r.plan, *data, batch, 40); });
     if (log)
       std::fprintf(log, "  runner dp %d x pp %d, %lld micro-batches: %.3f ms, predicted %.3f ms without runner costs\n",
                    dp, pp, static_cast<long long>(m), measured * 1e3, r.prediction.step_time_s * 1e3);
@@ -516,13 +562,14 @@ double core_peak_flops() {
 planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.devices < 1) throw UserError(SourceLoc{"<command line>", 0, 0}, "--devices must be cpu:N with N >= 1");
   const int n = o.devices, cores = machine_cores();
+  Quiet quiet{o.log, o.quiet_tries};
   planner::Profile p;
   p.machine = cpu_model() + " x " + std::to_string(cores) + " cores";
   p.braid_version = kVersion;
   p.devices = n;
   // 1. Device figures: the theoretical peak of the device's share of the cores; measured bandwidth.
   p.cpu.peak_flops_f32 = core_peak_flops() * cores / n;
-  p.cpu.memory_bandwidth = measure_bandwidth(n);
+  p.cpu.memory_bandwidth = quietly(quiet, "memory bandwidth", [&]() { return measure_bandwidth(n); });
   p.cpu.memory_bytes = 0.8 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / n;
   if (o.log)
     std::fprintf(o.log, "braid calibrate: cpu:%d on %s; peak %.1f GFLOP/s per device (theoretical), memory %.1f GB/s "
@@ -539,7 +586,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       break;
     }
     auto t0 = Clock::now();
-    auto rows = measure_workload(w, n, w.name == "overhead" ? 0.05 : 0.4);
+    auto rows = quietly(quiet, w.name, [&]() { return measure_workload(w, n, w.name == "overhead" ? 0.05 : 0.4); });
     if (w.name == "overhead") {
       std::vector<double> ts;
       for (const auto& r : rows) ts.push_back(r.forward_s);
@@ -564,7 +611,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   for (const auto& [op, bf] : ratio)
     if (bf.second > 0) p.backward_ratio[op] = bf.first / bf.second;
   // 3. Collectives and point to point on the in-process backend.
-  p.collectives = measure_collectives(n, o.log);
+  p.collectives = measure_collectives(n, quiet);
   if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {
     p.cpu.link_latency = it->second.first;
     p.cpu.link_bandwidth = it->second.second > 0 ? 1 / it->second.second : 5e9;
@@ -574,23 +621,27 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     p.cpu.link_bandwidth = f.link_bandwidth;
   }
   // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
-  p.optimizer_s_per_byte = measure_optimizer(n);
+  p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n); });
   if (o.log)
     for (const auto& [k, v] : p.optimizer_s_per_byte)
       std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
-  p.clip_s_per_byte = measure_clip(n);
+  p.clip_s_per_byte = quietly(quiet, "gradient clipping", [&]() { return measure_clip(n); });
   if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
-  p.busy_speed = measure_busy_speed(n);
+  p.busy_speed = quietly(quiet, "busy speed", [&]() { return measure_busy_speed(n); });
   if (o.log) {
     std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);
     for (double x : p.busy_speed) std::fprintf(o.log, " %.2f", x);
     std::fprintf(o.log, "\n");
   }
-  p.runner = measure_runner(n, p, o.log);
+  p.runner = measure_runner(n, p, quiet);
   if (o.log && n > 1)
     std::fprintf(o.log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
                  p.runner.step_overhead * 1e6, p.runner.micro_batch_overhead * 1e6,
                  p.runner.pipeline_micro_batch_overhead * 1e6);
+  if (o.log && quiet.disturbed > 0)
+    std::fprintf(o.log, "braid calibrate: warning: %d measurement%s ran beside other processes (up to %.1f cores' worth) "
+                 "however often measured; figures from a busy machine make the planner's predictions slow: calibrate "
+                 "again when the machine is quiet\n", quiet.disturbed, quiet.disturbed == 1 ? "" : "s", quiet.worst);
   return p;
 }
 

@@ -23,6 +23,10 @@ struct CalibrateOptions {
   int devices = 2;        // cpu:N
   double budget_s = 40;   // op measurements stop starting new workloads after this (collectives follow)
   FILE* log = nullptr;    // one line per workload and collective; nullptr: quiet
+  // A measurement during which other processes used more than a quarter core is taken again, up to this many
+  // times in all (pausing 0.5, 1, 2 s); then the quietest is kept and a warning logged (after three such, the
+  // rest are measured once: the machine is busy for longer than waiting helps).
+  int quiet_tries = 4;
 };
 
 planner::Profile calibrate(const CalibrateOptions& o);
