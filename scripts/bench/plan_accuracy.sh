@@ -32,7 +32,7 @@ export XDG_CACHE_HOME=$WORK/cache
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 rows=()
 for n in $DEVICES; do
-  if [ "$CALIBRATE" = 1 ]; then "$BRAID" calibrate --devices "cpu:$n" | tail -1; fi
+  if [ "$CALIBRATE" = 1 ]; then "$BRAID" calibrate --devices "cpu:$n" | grep -E "warning|profile written"; fi
   /usr/bin/python3 "$ROOT/scripts/bench/plan_accuracy.py" measure "$BRAID" "$ROOT" "$WORK" "$n" "$STEPS" "$WARMUP" "$REPEAT"
   rows+=("$WORK/rows_cpu$n.csv")
 done

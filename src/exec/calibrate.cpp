@@ -353,8 +353,25 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quie
 }
 
 // ---- the optimizer -----------------------------------------------------------------------------------------------
+// In a training step the forward and backward of every device run between two optimizer steps, and they displace
+// what the last step left in the caches: before each timed step a worker writes its share of the last-level
+// cache (L3 / N bytes) of other data. Measured without it, the update ran from cache, 3-4x faster than the
+// trace of a training step shows it (docs/planner.md). Returns the buffer a worker rewrites.
+size_t cache_share_bytes(int n) {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = 32l << 20;
+  return static_cast<size_t>(l3) / static_cast<size_t>(std::max(1, n));
+}
+
+// A step's time measured alone on a core (the median of several: time slices of milliseconds seldom cut a
+// step of a fraction of one) is the all-busy figure only where every device has a core; N devices on fewer
+// cores take turns, so each device's step takes N / cores times as long (the op figures, means over time-sliced
+// runs, carry the same factor).
+double core_share(int n) { return std::max(1.0, static_cast<double>(n) / machine_cores()); }
+
 // Seconds per parameter byte of one optimizer step (plain SGD, SGD with momentum, AdamW: 0, 1, 2 state tensors),
-// on N workers at once over a 1 M-parameter MLP each (the median worker, the median of several steps).
+// on N workers at once over a 1 M-parameter MLP each (the median worker, the median of several steps, caches
+// displaced before each, times the core share).
 std::map<int, double> measure_optimizer(int n) {
   Diagnostics diags;
   io::ModelSpec spec = io::parse_model(mlp(784, 1024, 256), "<calibrate optimizer>", {}, diags);
@@ -378,39 +395,41 @@ std::map<int, double> measure_optimizer(int n) {
         }
       Optimizer opt(os, store);
       opt.step(1e-3);  // states allocated, pages touched
+      std::vector<char> other(cache_share_bytes(n), 1);
       std::vector<double> ts;
       for (int i = 0; i < 9; ++i) {
+        std::memset(other.data(), i, other.size());
         auto t0 = Clock::now();
         opt.step(1e-3);
         ts.push_back(seconds_since(t0));
       }
       per[static_cast<size_t>(r)] = median(ts) / bytes;
     });
-    out[states] = median(per);
+    out[states] = median(per) * core_share(n);
   }
   return out;
 }
 
-// Seconds per gradient byte of PlanRunner's clipping (pipeline.cpp, run_step): the squared norm summed in
-// double element by element, then every gradient scaled; 4 MiB of gradients on N workers at once.
+// Seconds per gradient byte of PlanRunner's clipping (pipeline.cpp, run_step): sum_squares of the gradients,
+// then scale_in_place (optimizer.h: the very functions it calls); 4 MiB of gradients on N workers at once
+// (caches displaced before each run and the core share applied, as for the optimizer).
 double measure_clip(int n) {
   std::vector<double> per(static_cast<size_t>(n));
   on_workers(n, [&](int r) {
-    std::vector<float> g(1 << 20, 0.5f);
+    Tensor g = Tensor::empty(TensorDesc{Shape{1 << 20}, DType::f32});
+    std::fill(g.data<float>(), g.data<float>() + g.numel(), 0.5f);
+    std::vector<char> other(cache_share_bytes(n), 1);
     std::vector<double> ts;
-    volatile double sink = 0;
     for (int i = 0; i < 10; ++i) {
+      std::memset(other.data(), i, other.size());
       auto t0 = Clock::now();
-      double sq = 0;
-      for (float x : g) sq += static_cast<double>(x) * static_cast<double>(x);
-      const float coef = static_cast<float>(1.0 / (1.0 + sq));
-      for (float& x : g) x = x * coef + 0.5f * (1 - coef);
+      const double sq = sum_squares(g);
+      scale_in_place(g, 1.0 / (1.0 + 1e-9 * sq));  // near 1: the values stay normal floats
       if (i > 0) ts.push_back(seconds_since(t0));
-      sink = sink + sq;
     }
-    per[static_cast<size_t>(r)] = median(ts) / (4.0 * static_cast<double>(g.size()));
+    per[static_cast<size_t>(r)] = median(ts) / static_cast<double>(g.bytes());
   });
-  return median(per);
+  return median(per) * core_share(n);
 }
 
 // ---- devices sharing the machine --------------------------------------------------------------------------------
