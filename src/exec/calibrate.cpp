@@ -432,6 +432,33 @@ double measure_clip(int n) {
   return median(per) * core_share(n);
 }
 
+// Seconds per gradient byte of adding a micro-batch's gradients into the accumulated ones (exec::accumulate, as
+// PlanRunner does after every backward), 2 MiB of gradients on N workers at once: the new gradient freshly
+// written (as the backward leaves it), the accumulated one from before the worker rewrote its L2 (a
+// micro-batch's forward and backward ran in between and used more than L2, less than L3: the models planned
+// on this machine); median of 9, times the core share. The DRAM-bandwidth figure used before charged a pipeline's first stage (fc1 of the MLP, 1.6 MB of
+// gradients, 4 micro-batches) 2.6 ms a step where its trace shows about 0.4 ms.
+double measure_accumulate(int n) {
+  std::vector<double> per(static_cast<size_t>(n));
+  on_workers(n, [&](int r) {
+    const TensorDesc d{Shape{1 << 19}, DType::f32};
+    Tensor acc = Tensor::empty(d), grad = Tensor::empty(d);
+    std::fill(acc.data<float>(), acc.data<float>() + acc.numel(), 0.25f);
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    std::vector<char> other(static_cast<size_t>(l2 > 0 ? l2 : 1l << 20), 1);
+    std::vector<double> ts;
+    for (int i = 0; i < 10; ++i) {
+      std::memset(other.data(), i, other.size());  // a micro-batch's forward and backward ran in between
+      std::fill(grad.data<float>(), grad.data<float>() + grad.numel(), 0.5f + 0.01f * static_cast<float>(i));
+      auto t0 = Clock::now();
+      accumulate(acc, grad, 0.25, false);
+      if (i > 0) ts.push_back(seconds_since(t0));
+    }
+    per[static_cast<size_t>(r)] = median(ts) / static_cast<double>(grad.bytes());
+  });
+  return median(per) * core_share(n);
+}
+
 // ---- devices sharing the machine --------------------------------------------------------------------------------
 // speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
 // (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
@@ -646,6 +673,9 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
   p.clip_s_per_byte = quietly(quiet, "gradient clipping", [&]() { return measure_clip(n); });
   if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
+  p.accumulate_s_per_byte = quietly(quiet, "gradient accumulation", [&]() { return measure_accumulate(n); });
+  if (o.log)
+    std::fprintf(o.log, "  gradient accumulation: %.3f ns per gradient byte\n", p.accumulate_s_per_byte * 1e9);
   p.busy_speed = quietly(quiet, "busy speed", [&]() { return measure_busy_speed(n); });
   if (o.log) {
     std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);

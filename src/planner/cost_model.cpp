@@ -151,8 +151,10 @@ class Calibrated : public Analytic {
   double micro_batch_overhead(bool pipelined) const override {
     return pipelined ? p_.runner.pipeline_micro_batch_overhead : p_.runner.micro_batch_overhead;
   }
-  // Read the gradient and the accumulated one, write it back: memory bound at the measured bandwidth.
+  // Measured (exec::accumulate on N devices at once), else: read the gradient and the accumulated one, write
+  // it back, memory bound at the measured bandwidth (a DRAM figure: gradients of a micro-batch are in cache).
   double grad_accumulate_time(double param_bytes) const override {
+    if (p_.accumulate_s_per_byte > 0) return param_bytes * p_.accumulate_s_per_byte;
     double bw = c_.device.memory_bandwidth;
     return bw > 0 ? 3 * param_bytes / bw : 0;
   }
@@ -283,6 +285,7 @@ std::string to_yaml(const Profile& p) {
     out += "}\n";
   }
   if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
+  if (p.accumulate_s_per_byte > 0) out += "accumulate_s_per_byte: " + num(p.accumulate_s_per_byte) + "\n";
   if (!p.busy_speed.empty()) {
     out += "busy_speed: [";
     for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
@@ -303,7 +306,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "clip_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "clip_s_per_byte", "accumulate_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -365,6 +368,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
         number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
   }
   if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
+  if (auto* c = root.get("accumulate_s_per_byte")) number(*c, "accumulate_s_per_byte", &p.accumulate_s_per_byte);
   if (auto* b = root.get("busy_speed")) {
     if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
     else

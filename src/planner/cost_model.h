@@ -80,6 +80,9 @@ struct Profile {
   // 1: SGD with momentum, 2: AdamW), on N devices at once. Missing: the analytic memory-bound figure.
   std::map<int, double> optimizer_s_per_byte;
   double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
+  // Adding a micro-batch's gradients into the accumulated ones (exec::accumulate), seconds per gradient byte on
+  // N devices at once. 0: not measured (the analytic memory-bound figure).
+  double accumulate_s_per_byte = 0;
   // busy_speed[b - 1]: a device's compute speed while b of the N devices compute, relative to all N
   // computing (Cluster::busy_speed). Empty: not measured.
   std::vector<double> busy_speed;

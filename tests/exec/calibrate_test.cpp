@@ -38,6 +38,7 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   EXPECT_GT(p.cpu.memory_bandwidth, 0);
   for (int states : {0, 1, 2}) EXPECT_GT(p.optimizer_s_per_byte.at(states), 0) << states;
   EXPECT_GT(p.clip_s_per_byte, 0);
+  EXPECT_GT(p.accumulate_s_per_byte, 0);
   ASSERT_EQ(p.busy_speed.size(), 2u);
   EXPECT_GE(p.busy_speed[0], 1);  // a device alone is never slower than with all busy
   EXPECT_EQ(p.busy_speed[1], 1);

@@ -189,6 +189,17 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   SearchResult rc = search(g, *clipping, clip, so);
   ASSERT_TRUE(rc.found);
   EXPECT_NEAR(rc.searched_step_time_s, rc.prediction.formula_step_time_s, 1e-9 * rc.searched_step_time_s);
+  // Gradient accumulation: measured seconds per gradient byte replace the memory-bound figure, once per
+  // micro-batch on every stage.
+  EXPECT_NEAR(clipping->grad_accumulate_time(1e6), 3e6 / f.memory_bandwidth, 1e-15);
+  p.clip_s_per_byte = 0;
+  p.accumulate_s_per_byte = 2e-11;
+  auto accumulating = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  EXPECT_DOUBLE_EQ(accumulating->grad_accumulate_time(1e6), 2e-5);
+  Diagnostics d;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
+  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  EXPECT_EQ(back.accumulate_s_per_byte, 2e-11);
 }
 
 TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
