@@ -2,9 +2,11 @@
 // benchmark; not a test). Run as every rank of a job (scripts/bench/allreduce_bw.sh starts it under braid
 // launch). For each size, interleaved: (1) a plain stream: rank 0 writes SIZE bytes to rank 1 over one raw TCP
 // socket with 4 MiB send()/recv() calls, rank 1 answers one byte; (2) all_reduce of an f32 tensor of SIZE
-// bytes on the TCP world. Bus bandwidth is NCCL's definition: SIZE * 2(n-1)/n / time, the bytes each rank
-// must send (and receive) for an all-reduce. Each figure is the median of REPS timed repetitions after one
-// warm-up. Rank 0 prints the table and writes CSV.
+// bytes on the TCP world with its automatic transport (shared-memory rings between ranks of one host, unless
+// BRAID_DIST_SHM=0); (3) the same on a second TCP world with shared memory off (sockets only). Bus bandwidth
+// is NCCL's definition: SIZE * 2(n-1)/n / time, the bytes each rank must send (and receive) for an
+// all-reduce. Each figure is the median of REPS timed repetitions after one warm-up, and the spread is the
+// lowest and highest of them. Rank 0 prints the table and writes CSV.
 // Usage: allreduce_bw CSV_PATH [MIN_MIB (1)] [MAX_MIB (256)] [REPS (5)]
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/rendezvous.h"
@@ -32,6 +36,8 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+double lowest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double highest(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
 void die(const std::string& msg) {
   std::fprintf(stderr, "allreduce_bw: %s\n", msg.c_str());
@@ -96,22 +102,32 @@ int main(int argc, char** argv) {
     opt.comm.timeout = std::chrono::seconds(600);
     Job job = join_job(env, opt);
     exec::Communicator& world = *job.world;
+    TcpCommOptions sopt = opt.comm;
+    sopt.shm = false;
+    sopt.key_prefix = "braid/bench_sockets";
+    std::unique_ptr<exec::Communicator> sockets = make_tcp_world(job.store, env.rank, env.world_size, sopt);
+    const TcpCommStats ts = tcp_comm_stats(world);
     const int n = world.size(), rank = world.rank();
     const int sfd = rank <= 1 ? stream_socket(rank, *job.store, resolve_host(env.master_addr)) : -1;
     std::FILE* csv = nullptr;
     if (rank == 0) {
       csv = std::fopen(csv_path.c_str(), "w");
       if (!csv) die("cannot write " + csv_path);
-      std::fprintf(csv, "ranks,bytes,allreduce_s,algbw_GBps,busbw_GBps,stream_GBps,ratio\n");
-      std::printf("%d ranks, %u cores; median of %d; GB/s = 1e9 bytes/s\n", n, std::thread::hardware_concurrency(), reps);
-      std::printf("%10s %12s %12s %12s %12s %8s\n", "size", "allreduce", "algbw", "busbw", "tcp stream", "ratio");
+      std::fprintf(csv,
+                   "ranks,bytes,stream_GBps,stream_min_GBps,stream_max_GBps,auto_s,auto_busbw_GBps,auto_ratio,"
+                   "auto_min_s,auto_max_s,sockets_s,sockets_busbw_GBps,sockets_ratio,sockets_min_s,sockets_max_s\n");
+      std::printf("%d ranks, %u cores; automatic transport: shared memory to %d of %d peers; median of %d (min-max "
+                  "in brackets); busbw and stream in GB/s = 1e9 bytes/s\n",
+                  n, std::thread::hardware_concurrency(), ts.shm_send_peers, n - 1, reps);
+      std::printf("%8s | %18s | %30s %6s | %30s %6s\n", "size", "tcp stream", "all-reduce, automatic: ms", "busbw",
+                  "all-reduce, sockets: ms", "busbw");
     }
     std::vector<char> sbuf(rank <= 1 ? (static_cast<size_t>(max_mib) << 20) : 0, 1);
     for (int mib = min_mib; mib <= max_mib; mib *= 2) {
       const size_t bytes = static_cast<size_t>(mib) << 20;
       Tensor t = Tensor::empty({Shape{static_cast<int64_t>(bytes / 4)}, DType::f32});
       for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>((i * 7 + rank) % 13) * 0.25f;
-      std::vector<double> stream_s, reduce_s;
+      std::vector<double> stream_s, reduce_s, socket_s;
       for (int rep = 0; rep <= reps; ++rep) {
         // 1. The plain stream, 0 -> 1, while the other ranks wait at the barrier.
         world.barrier();
@@ -131,23 +147,38 @@ int main(int argc, char** argv) {
         world.all_reduce(t);
         world.barrier();
         const double rt = std::chrono::duration<double>(Clock::now() - r0).count();
+        // 3. The same all-reduce over sockets only.
+        sockets->barrier();
+        const auto q0 = Clock::now();
+        sockets->all_reduce(t);
+        sockets->barrier();
+        const double qt = std::chrono::duration<double>(Clock::now() - q0).count();
         if (rep > 0) {
           stream_s.push_back(st);
           reduce_s.push_back(rt);
+          socket_s.push_back(qt);
         }
       }
       if (rank == 0) {
-        const double rt = median(reduce_s), st = median(stream_s);
-        const double algbw = static_cast<double>(bytes) / rt / 1e9;
-        const double busbw = algbw * 2.0 * (n - 1) / n, stream = static_cast<double>(bytes) / st / 1e9;
-        std::printf("%7d MiB %10.2f ms %9.2f GB/s %7.2f GB/s %7.2f GB/s %8.2f\n", mib, rt * 1e3, algbw, busbw, stream,
-                    busbw / stream);
-        std::fprintf(csv, "%d,%zu,%.6f,%.4f,%.4f,%.4f,%.4f\n", n, bytes, rt, algbw, busbw, stream, busbw / stream);
+        const double b = static_cast<double>(bytes);
+        auto busbw = [&](double s) { return b / s / 1e9 * 2.0 * (n - 1) / n; };
+        const double st = median(stream_s), stream = b / st / 1e9;
+        const double rt = median(reduce_s), qt = median(socket_s);
+        std::printf("%4d MiB | %5.2f (%5.2f-%5.2f) | %8.2f (%8.2f-%8.2f) %6.2f %5.2fx | %8.2f (%8.2f-%8.2f) %6.2f %5.2fx\n",
+                    mib, stream, b / highest(stream_s) / 1e9, b / lowest(stream_s) / 1e9, rt * 1e3,
+                    lowest(reduce_s) * 1e3, highest(reduce_s) * 1e3, busbw(rt), busbw(rt) / stream, qt * 1e3,
+                    lowest(socket_s) * 1e3, highest(socket_s) * 1e3, busbw(qt), busbw(qt) / stream);
+        std::fprintf(csv, "%d,%zu,%.4f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.6f,%.6f,%.4f,%.4f,%.6f,%.6f\n", n, bytes, stream,
+                     b / highest(stream_s) / 1e9, b / lowest(stream_s) / 1e9, rt, busbw(rt), busbw(rt) / stream,
+                     lowest(reduce_s), highest(reduce_s), qt, busbw(qt), busbw(qt) / stream, lowest(socket_s),
+                     highest(socket_s));
         std::fflush(stdout);
       }
     }
     if (csv) std::fclose(csv);
     if (sfd >= 0) ::close(sfd);
+    sockets->barrier();
+    sockets.reset();
     world.barrier();
   } catch (const std::exception& e) {
     die(e.what());

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -76,6 +77,17 @@ class TcpComm final : public exec::Communicator {
 
   int rank() const override { return mesh_->rank; }
   int size() const override { return mesh_->size(); }
+
+  TcpCommStats stats() const {
+    TcpCommStats s;
+    for (const auto& p : mesh_->peers) {
+      s.shm_send_peers += p && p->out_ring ? 1 : 0;
+      s.shm_recv_peers += p && p->in_ring ? 1 : 0;
+    }
+    s.shm_bytes_sent = mesh_->ring_bytes_sent.load();
+    s.socket_bytes_sent = mesh_->socket_bytes_sent.load();
+    return s;
+  }
 
  protected:
   void do_all_reduce(Tensor& t, ReduceOp op) override {
@@ -524,9 +536,22 @@ class TcpComm final : public exec::Communicator {
 
 }  // namespace
 
+TcpCommStats tcp_comm_stats(const exec::Communicator& comm) {
+  const auto* c = dynamic_cast<const TcpComm*>(&comm);
+  if (!c) throw InternalError("tcp_comm_stats: not a TCP communicator");
+  return c->stats();
+}
+
 std::unique_ptr<exec::Communicator> make_tcp_world(std::shared_ptr<StoreClient> store, int rank, int size,
                                                    TcpCommOptions options) {
   BRAID_ASSERT(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " of a TCP world of ", size);
+  if (const char* v = std::getenv("BRAID_DIST_SHM"); v && *v) {
+    const std::string s = v;
+    if (s != "0" && s != "1")
+      throw UserError({}, BRAID_STR("BRAID_DIST_SHM='", s, "': expected 0 or 1"),
+                      "0: sockets only; 1 (the default): shared memory between ranks of one host");
+    options.shm = options.shm && s == "1";
+  }
   BRAID_ASSERT(options.timeout.count() > 0 && options.mailbox_capacity >= 1, "bad TCP communicator options");
   auto proc = std::make_shared<Process>();
   proc->store = std::move(store);

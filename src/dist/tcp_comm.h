@@ -6,6 +6,9 @@
 // Every wait has a deadline; a peer that dies or closes its socket makes every waiting and later operation
 // fail with an InternalError naming that rank; abort() reaches the peers as a message, then closes sockets.
 // A Communicator is used by one thread at a time; a rank's world and its splits may run on different threads.
+// Ranks on the same host move payloads of 64 KiB and more through a shared-memory ring per directed pair
+// instead of the socket (the socket still carries every header, so the protocol and failure handling are the
+// same); BRAID_DIST_SHM=0 turns that off (docs/distributed.md, "Same host: shared memory").
 #pragma once
 #include <chrono>
 #include <memory>
@@ -22,7 +25,21 @@ struct TcpCommOptions {
   int mailbox_capacity = 1;      // send/recv messages a receiver buffers per (peer, tag) before its stream pauses
   std::string bind_host;         // address to listen on and advertise; "" = the one this process reaches the store from
   std::string key_prefix = "braid/comm";  // store keys of this world (one world per prefix and store)
+  bool shm = true;  // shared-memory rings between ranks of one host (BRAID_DIST_SHM=0 in the environment: off)
+  uint64_t shm_ring_bytes = uint64_t{8} << 20;  // per directed pair of a group (the receiver's memory)
+  uint64_t shm_min_bytes = uint64_t{64} << 10;  // smaller payloads go over the socket
 };
+
+// What a TCP communicator's transport has done (this rank, this group): how many peers it reaches through
+// shared memory and how many payload bytes it has sent each way.
+struct TcpCommStats {
+  int shm_send_peers = 0;  // peers this rank writes payloads to through a ring
+  int shm_recv_peers = 0;  // peers whose payloads reach this rank through a ring
+  uint64_t shm_bytes_sent = 0;
+  uint64_t socket_bytes_sent = 0;
+};
+// The statistics of a communicator from make_tcp_world (or split from one); InternalError for another backend.
+TcpCommStats tcp_comm_stats(const exec::Communicator& comm);
 
 // Rank `rank` of a world of `size` processes. Blocks until every rank has called it (or connect_timeout).
 // The store must stay alive as long as any communicator of the world (splits use it to connect).

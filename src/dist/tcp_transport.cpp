@@ -1,7 +1,9 @@
 // The TCP backend's transport (see tcp_transport.h): mesh setup through the store, the receiver thread,
 // multi-socket writes with deadlines, abort and orderly close.
-// Frame: 32-byte header (u32 magic "BRDF", u8 kind, u8 0, u16 signature length, i64 channel, u64 payload
-// bytes, u64 0), the signature (what call sent it, e.g. "all_reduce(f32[4], sum)"), then the payload.
+// Frame: 32-byte header (u32 magic "BRDF", u8 kind, u8 flags, u16 signature length, i64 channel, u64 payload
+// bytes, u64 0), the signature (what call sent it, e.g. "all_reduce(f32[4], sum)"), then the payload; with
+// flag kRing the payload is in the pair's shared-memory ring instead, and the socket carries, after the
+// signature, one u32 per chunk: its length, sent once the chunk is in the ring.
 #include "dist/tcp_transport.h"
 
 #include <arpa/inet.h>
@@ -15,7 +17,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -29,17 +33,36 @@ constexpr uint32_t kFrameMagic = 0x46445242;      // "BRDF"
 constexpr uint32_t kHandshakeMagic = 0x48445242;  // "BRDH"
 constexpr size_t kMaxAbortReason = 64 * 1024;
 constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;  // a header claiming more is corrupt
+constexpr uint8_t kRing = 1;                             // header flag: the payload is in the ring
+// The most a sender puts in a ring before telling the receiver (a smaller chunk starts the receiver's copy
+// sooner; each costs a 4-byte send and receive).
+constexpr uint64_t kRingChunkBytes = uint64_t{512} << 10;
+// A sender whose rings are full spins this long re-checking before it sleeps on the futex, and sleeps at
+// most kRingSleep at a time (then re-checks its deadline, the abort flag and whether the peer is gone).
+constexpr auto kRingSpin = std::chrono::microseconds(20);
+constexpr auto kRingSleep = std::chrono::microseconds(10'000);
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::array<std::byte, 32> frame_header(FrameKind kind, int64_t channel, size_t sig_len, uint64_t bytes) {
+std::array<std::byte, 32> frame_header(FrameKind kind, int64_t channel, size_t sig_len, uint64_t bytes,
+                                       uint8_t flags = 0) {
   std::array<std::byte, 32> h{};
   put_u(h.data(), kFrameMagic, 4);
   h[4] = static_cast<std::byte>(kind);
+  h[5] = static_cast<std::byte>(flags);
   put_u(h.data() + 6, sig_len, 2);
   put_u(h.data() + 8, static_cast<uint64_t>(channel), 8);
   put_u(h.data() + 16, bytes, 8);
   return h;
+}
+
+// BRAID_DIST_DEBUG=1: the transport's setup decisions on stderr.
+void debug(const std::string& line) {
+  static const bool on = [] {
+    const char* v = std::getenv("BRAID_DIST_DEBUG");
+    return v && *v && std::string(v) != "0";
+  }();
+  if (on) std::fprintf(stderr, "braid dist: %s\n", line.c_str());
 }
 
 }  // namespace
@@ -232,7 +255,10 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
     --need;
   }
 
-  // 4. Start receiving; register with the process so that an abort reaches this group.
+  // 4. Shared-memory rings with the peers on this host.
+  setup_shm(prefix, store, deadline);
+
+  // 5. Start receiving; register with the process so that an abort reaches this group.
   wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   BRAID_ASSERT(wake_fd >= 0, "eventfd: ", std::strerror(errno));
   {
@@ -240,6 +266,93 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
     proc->meshes.push_back(this);
   }
   receiver = std::thread([this] { receive_loop(); });
+}
+
+// Same-host peers get a ring per direction, agreed through the store (keys under <prefix>/shm/):
+//   host/<r>   this rank's same_host_key(), "" when shared memory is off here;
+//   ring/<s>.<r>  the segment that receiver r made for sender s ("" if it could not);
+//   ack/<s>.<r>   "1" once sender s has mapped it (and unlinked the name), "0" if it could not.
+// Each step only waits for keys that every member writes in an earlier step, so no member waits on another
+// in a cycle. Every failure leaves that direction on the socket, which both ends agree on without further
+// talk: a sender uses a ring only if it mapped one, and a receiver accepts ring frames whenever it made one.
+void Mesh::setup_shm(const std::string& prefix, StoreClient& store, Clock::time_point deadline) {
+  const TcpCommOptions& opt = proc->options;
+  const int n = size();
+  auto who = [&](int j) { return BRAID_STR("tcp group ", name, " at rank ", rank, ": rank ", j, " (world rank ",
+                                           world_ranks[static_cast<size_t>(j)], ")"); };
+  auto wait_for = [&](const std::string& key) -> std::optional<std::string> {
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      return store.wait_get(key, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const StoreError& e) {
+      debug(BRAID_STR("tcp group ", name, " at rank ", rank, ": no shared memory: ", e.what()));
+      return std::nullopt;
+    }
+  };
+  const std::string key = opt.shm && opt.shm_ring_bytes > 0 ? same_host_key() : "";
+  if (opt.shm && key.empty()) debug(BRAID_STR("tcp group ", name, " at rank ", rank, ": no shared memory: cannot tell the host"));
+  try {
+    store.set(BRAID_STR(prefix, "/shm/host/", rank), key);
+  } catch (const StoreError& e) {
+    debug(BRAID_STR("tcp group ", name, " at rank ", rank, ": no shared memory: ", e.what()));
+    return;
+  }
+  if (key.empty()) return;
+  std::vector<char> same(static_cast<size_t>(n), 0);
+  for (int j = 0; j < n; ++j) {
+    if (j == rank) continue;
+    const auto theirs = wait_for(BRAID_STR(prefix, "/shm/host/", j));
+    if (!theirs) return;  // the store is gone: nothing was made yet
+    same[static_cast<size_t>(j)] = *theirs == key;
+    if (!same[static_cast<size_t>(j)]) debug(BRAID_STR(who(j), ": socket (another host, or shared memory off there)"));
+  }
+  // As receiver: a ring for every same-host sender.
+  std::vector<std::string> made(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    if (!same[static_cast<size_t>(j)]) continue;
+    std::string err, seg;
+    auto ring = ShmRing::create(opt.shm_ring_bytes, seg, err);
+    if (!ring) debug(BRAID_STR(who(j), ": socket: ", err));
+    try {
+      store.set(BRAID_STR(prefix, "/shm/ring/", j, ".", rank), ring ? seg : "");
+    } catch (const StoreError& e) {
+      debug(BRAID_STR(who(j), ": socket: ", e.what()));
+      ring.reset();
+    }
+    if (ring) {
+      peers[static_cast<size_t>(j)]->in_ring = std::move(ring);
+      made[static_cast<size_t>(j)] = seg;
+    } else if (!seg.empty()) {
+      ShmRing::unlink(seg);
+    }
+  }
+  // As sender: map every ring made for this rank, unlink its name at once, and say so.
+  for (int j = 0; j < n; ++j) {
+    if (!same[static_cast<size_t>(j)]) continue;
+    const auto seg = wait_for(BRAID_STR(prefix, "/shm/ring/", rank, ".", j));
+    if (!seg || seg->empty()) continue;
+    std::string err;
+    auto ring = ShmRing::open(*seg, err);
+    ShmRing::unlink(*seg);
+    if (!ring) debug(BRAID_STR(who(j), ": socket: ", err));
+    try {
+      store.set(BRAID_STR(prefix, "/shm/ack/", rank, ".", j), ring ? "1" : "0");
+    } catch (const StoreError& e) {
+      debug(BRAID_STR(who(j), ": socket: ", e.what()));
+      ring.reset();  // the receiver keeps its ring mapped, unused
+    }
+    if (ring) {
+      debug(BRAID_STR(who(j), ": shared memory (", ring->capacity(), "-byte ring)"));
+      peers[static_cast<size_t>(j)]->out_ring = std::move(ring);
+    }
+  }
+  // As receiver: unlink the names (if the sender has not) and drop rings a sender could not map.
+  for (int j = 0; j < n; ++j) {
+    if (made[static_cast<size_t>(j)].empty()) continue;
+    const auto ack = wait_for(BRAID_STR(prefix, "/shm/ack/", j, ".", rank));
+    ShmRing::unlink(made[static_cast<size_t>(j)]);
+    if (ack && *ack == "0") peers[static_cast<size_t>(j)]->in_ring.reset();
+  }
 }
 
 // ---------------------------------------------------------------- receiving
@@ -327,6 +440,48 @@ bool Mesh::on_readable(int j) {
       case Peer::Stage::Paused:
       case Peer::Stage::Done: return true;
     }
+    if (p.stage == Peer::Stage::Payload && p.via_ring) {
+      // The socket says how long the next chunk in the ring is; it is there already (put before the length
+      // was sent). Copied into the frame's destination as for a socket payload (in_read protects it).
+      const ssize_t r = ::recv(p.fd, p.notice.data() + p.notice_got, p.notice.size() - p.notice_got, MSG_DONTWAIT);
+      if (r == 0) {
+        lose(j, "end of stream (its process exited, crashed or was killed)");
+        return false;
+      }
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EINTR) return true;
+        lose(j, std::strerror(errno));
+        return false;
+      }
+      p.notice_got += static_cast<size_t>(r);
+      if (p.notice_got < p.notice.size()) continue;
+      p.notice_got = 0;
+      const uint64_t c = get_u(p.notice.data(), 4);
+      if (c == 0 || c > p.payload_bytes - p.got || c > p.in_ring->capacity()) {
+        lose(j, "a malformed frame (bad ring chunk length)");
+        return false;
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      std::unique_lock lk(mu);
+      std::byte* into = p.dst ? p.dst + p.got : nullptr;
+      Posted* ps = p.dst ? p.posted : nullptr;
+      if (ps) ps->in_read = true;
+      lk.unlock();
+      p.in_ring->take(into, c);
+      if (ps) {
+        lk.lock();
+        ps->in_read = false;
+        if (!ps->cancelled) ps->got += c;
+        cv.notify_all();
+        lk.unlock();
+      }
+      p.got += c;
+      if (p.got == p.payload_bytes) {
+        frame_ready(j);
+        if (p.closed) return false;
+      }
+      continue;
+    }
     ssize_t r;
     if (p.stage == Peer::Stage::Payload) {
       // p.posted and p.dst change under mu (unpost), so they are read under it; in_read keeps the caller's
@@ -364,6 +519,9 @@ bool Mesh::on_readable(int j) {
         return false;
       }
       p.kind = static_cast<FrameKind>(p.header[4]);
+      const auto flags = static_cast<uint8_t>(p.header[5]);
+      p.via_ring = flags & kRing;
+      p.notice_got = 0;
       p.sig.assign(get_u(p.header.data() + 6, 2), '\0');
       p.channel = static_cast<int64_t>(get_u(p.header.data() + 8, 8));
       p.payload_bytes = get_u(p.header.data() + 16, 8);
@@ -372,6 +530,11 @@ bool Mesh::on_readable(int j) {
       if (p.kind < FrameKind::Coll || p.kind > FrameKind::Bye || p.payload_bytes > kMaxFrameBytes ||
           (p.kind == FrameKind::Abort && p.payload_bytes > kMaxAbortReason)) {
         lose(j, "a malformed frame (bad kind or size)");
+        return false;
+      }
+      if ((flags & ~kRing) != 0 ||
+          (p.via_ring && (!p.in_ring || p.payload_bytes == 0 || (p.kind != FrameKind::Coll && p.kind != FrameKind::P2P)))) {
+        lose(j, "a malformed frame (bad flags, or a ring payload without a ring)");
         return false;
       }
     }
@@ -557,14 +720,21 @@ std::string Mesh::wait_entries(const std::vector<std::pair<Key, Posted*>>& entri
   return error;
 }
 
+// Every listed peer's frame at once. A socket frame is written with non-blocking sendmsg and poll; a ring
+// frame puts a chunk into the peer's ring whenever there is room and sends its length behind the header, one
+// chunk per peer per turn so that every receiver has work early. Waiting: poll for sockets; for rings only, a
+// short spin, then a futex sleep of at most kRingSleep (re-checking the deadline, abort and lost peers).
 std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline) {
   struct W {
     Peer* peer;
     int j;
     std::array<std::byte, 32> header;
     std::string sig;
-    iovec iov[3];
-    int iovcnt;
+    iovec iov[3];                   // header, signature, then the payload or (ring) a chunk's length
+    ShmRing* ring = nullptr;        // the payload goes through this ring
+    const std::byte* src = nullptr; // ring: payload not yet in the ring
+    uint64_t src_left = 0;
+    std::array<std::byte, 4> notice{};
   };
   std::vector<W> ws(outs.size());
   std::vector<std::unique_lock<std::mutex>> locks;
@@ -578,32 +748,68 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     w.peer = peers[static_cast<size_t>(o.peer)].get();
     w.j = o.peer;
     w.sig = o.sig.substr(0, 0xffff);
-    w.header = frame_header(o.kind, o.channel, w.sig.size(), o.bytes);
+    const bool ring = w.peer->out_ring && o.bytes >= std::max<uint64_t>(proc->options.shm_min_bytes, 1) &&
+                      (o.kind == FrameKind::Coll || o.kind == FrameKind::P2P);
+    w.header = frame_header(o.kind, o.channel, w.sig.size(), o.bytes, ring ? kRing : 0);
     w.iov[0] = {w.header.data(), w.header.size()};
     w.iov[1] = {w.sig.data(), w.sig.size()};
-    w.iov[2] = {const_cast<std::byte*>(o.data), o.bytes};
-    w.iovcnt = 3;
+    if (ring) {
+      w.ring = w.peer->out_ring.get();
+      w.src = o.data;
+      w.src_left = o.bytes;
+      w.iov[2] = {w.notice.data(), 0};
+      ring_bytes_sent.fetch_add(o.bytes, std::memory_order_relaxed);
+    } else {
+      w.iov[2] = {const_cast<std::byte*>(o.data), o.bytes};
+      socket_bytes_sent.fetch_add(o.bytes, std::memory_order_relaxed);
+    }
   }
-  auto left = [](const W& w) {
+  auto on_socket = [](const W& w) {
     size_t n = 0;
     for (int k = 0; k < 3; ++k) n += w.iov[k].iov_len;
     return n;
   };
+  auto stuck = [&](const std::vector<W*>& ps) {
+    std::string s;
+    for (W* w : ps) s += BRAID_STR(s.empty() ? "" : ", ", w->j, " (world rank ", w->peer->world_rank, ")");
+    return s;
+  };
   std::vector<pollfd> fds;
-  std::vector<W*> pending;
+  std::vector<W*> pending, on_sockets, on_rings;
   for (;;) {
     pending.clear();
     for (auto& w : ws)
-      if (left(w) > 0) pending.push_back(&w);
+      if (on_socket(w) > 0 || w.src_left > 0) pending.push_back(&w);
     if (pending.empty()) return {};
     if (proc->aborted) return BRAID_STR("the world was aborted: ", proc->reason());
+    on_sockets.clear();
+    on_rings.clear();
     for (W* w : pending) {
+      // One turn: a chunk into the ring if the socket has taken everything before it, then the socket.
+      if (w->ring && on_socket(*w) == 0) {
+        const uint64_t c = std::min({w->ring->space(), w->src_left, std::min(kRingChunkBytes, w->ring->capacity())});
+        if (c > 0) {
+          w->ring->put(w->src, c);
+          std::atomic_thread_fence(std::memory_order_release);  // the chunk before its length
+          w->src += c;
+          w->src_left -= c;
+          put_u(w->notice.data(), c, 4);
+          w->iov[2] = {w->notice.data(), w->notice.size()};
+        } else {
+          on_rings.push_back(w);
+          continue;
+        }
+      }
+      if (on_socket(*w) == 0) continue;
       msghdr m{};
       m.msg_iov = w->iov;
       m.msg_iovlen = 3;
       const ssize_t n = ::sendmsg(w->peer->wfd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EINTR) {
+          on_sockets.push_back(w);
+          continue;
+        }
         lose(w->j, std::strerror(errno));  // the same words as when the receiver notices first
         std::lock_guard lk(mu);
         return w->peer->closed_reason;
@@ -615,19 +821,48 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
         w->iov[k].iov_len -= take_n;
         adv -= take_n;
       }
+      if (on_socket(*w) > 0 && !w->ring) on_sockets.push_back(w);
     }
-    fds.clear();
-    for (W* w : pending)
-      if (left(*w) > 0) fds.push_back({w->peer->wfd, POLLOUT, 0});
-    if (fds.empty()) continue;
+    if (on_sockets.size() + on_rings.size() < pending.size()) continue;  // a peer can go on at once
     if (Clock::now() >= deadline) {
-      std::string stuck;
-      for (W* w : pending)
-        if (left(*w) > 0) stuck += BRAID_STR(stuck.empty() ? "" : ", ", w->j, " (world rank ", w->peer->world_rank, ")");
-      return BRAID_STR("timed out after ", secs(proc->options.timeout), " s sending to ranks [", stuck,
+      std::vector<W*> all = on_sockets;
+      all.insert(all.end(), on_rings.begin(), on_rings.end());
+      return BRAID_STR("timed out after ", secs(proc->options.timeout), " s sending to ranks [", stuck(all),
                        "]: they are not reading");
     }
-    ::poll(fds.data(), fds.size(), ms_left(deadline, 200));
+    if (!on_rings.empty()) {
+      // A ring only drains while its reader lives: a reader that closed its communicator never will.
+      std::lock_guard lk(mu);
+      for (W* w : on_rings)
+        if (w->peer->closed) return w->peer->closed_reason;
+    }
+    if (!on_sockets.empty()) {
+      fds.clear();
+      for (W* w : on_sockets) fds.push_back({w->peer->wfd, POLLOUT, 0});
+      ::poll(fds.data(), fds.size(), on_rings.empty() ? ms_left(deadline, 200) : std::min(ms_left(deadline, 1), 1));
+      continue;
+    }
+    std::vector<ShmRing*> rings;
+    for (W* w : on_rings) rings.push_back(w->ring);
+    auto room = [&] {
+      for (ShmRing* r : rings)
+        if (r->space() > 0) return true;
+      return false;
+    };
+    const auto spin_end = Clock::now() + kRingSpin;
+    bool found = false;
+    while (!found && Clock::now() < spin_end) {
+      for (int k = 0; k < 64 && !found; ++k) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        found = room();
+      }
+    }
+    if (!found)
+      ShmRing::wait_for_space(rings, std::min<std::chrono::microseconds>(
+                                         kRingSleep, std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()) +
+                                                         std::chrono::microseconds(1)));
   }
 }
 
@@ -691,9 +926,15 @@ void Mesh::close() {
     wake();
     receiver.join();
   }
-  for (auto& p : peers)
+  for (auto& p : peers) {
     for (int* f : {p ? &p->fd : nullptr, p ? &p->wfd : nullptr})
       if (f && *f >= 0) ::close(std::exchange(*f, -1));
+    if (p) {
+      std::lock_guard wl(p->write_mu);  // a writer gives up at once: the process is aborted or the peer gone
+      p->out_ring.reset();
+      p->in_ring.reset();
+    }
+  }
   if (wake_fd >= 0) ::close(std::exchange(wake_fd, -1));
 }
 

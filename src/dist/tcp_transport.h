@@ -6,6 +6,9 @@
 // share: the abort state, the secret, the store and the split counters.
 // Invariants: a posted buffer is touched by the receiver only between post() and the end of take()/unpost();
 // after the receiver thread exits no buffer is touched. Frames of one (peer, kind, channel) arrive in order.
+// A peer on the same host may also have a shared-memory ring per direction (shm_ring.h): a frame's payload of
+// at least TcpCommOptions::shm_min_bytes then goes through the ring in chunks, while its header, signature and
+// each chunk's length still go over the socket, so ordering, waking, abort and loss detection stay the socket's.
 #pragma once
 #include <sys/uio.h>
 
@@ -23,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dist/shm_ring.h"
 #include "dist/tcp_comm.h"
 
 namespace braid::dist::detail {
@@ -81,6 +85,8 @@ struct Peer {
   int wfd = -1;  // this rank's frames to the peer go here (written under write_mu)
   int world_rank = 0;
   std::mutex write_mu;
+  std::unique_ptr<ShmRing> out_ring;  // same host: this rank's bulk payloads to the peer (written under write_mu)
+  std::unique_ptr<ShmRing> in_ring;   // same host: the peer's bulk payloads to this rank (receiver thread)
   // receiver-thread state
   enum class Stage : uint8_t { Header, Sig, Paused, Payload, Done } stage = Stage::Header;
   std::array<std::byte, 32> header{};
@@ -92,6 +98,9 @@ struct Peer {
   std::byte* dst = nullptr;          // where the payload goes (posted data, message buffer or scratch)
   Posted* posted = nullptr;
   bool discard = false;              // the frame's posted receiver gave up: drop the rest
+  bool via_ring = false;             // the payload is in in_ring; the socket carries each chunk's length
+  std::array<std::byte, 4> notice{}; // a chunk length being read
+  size_t notice_got = 0;
   std::vector<std::byte> buffer;     // a buffered message's payload being read
   bool closed = false;               // sent a bye or lost (guarded by Mesh::mu)
   std::string closed_reason;
@@ -113,6 +122,8 @@ struct Mesh {
   int wake_fd = -1;                            // eventfd: unpause or stop the receiver
   std::atomic<bool> stopping{false};
   std::thread receiver;
+  // Payload bytes this rank has written, through rings and through sockets (tcp_comm_stats()).
+  std::atomic<uint64_t> ring_bytes_sent{0}, socket_bytes_sent{0};
 
   int size() const { return static_cast<int>(world_ranks.size()); }
   ~Mesh();
@@ -152,6 +163,7 @@ struct Mesh {
  private:
   std::string wait_entries(const std::vector<std::pair<Key, Posted*>>& entries,
                            const std::function<bool(const Posted&)>& enough, Clock::time_point deadline);
+  void setup_shm(const std::string& prefix, StoreClient& store, Clock::time_point deadline);
   void receive_loop();
   void receive();
   bool on_readable(int j);  // false when the peer is gone

@@ -1,9 +1,12 @@
 // The TCP communicator across real processes: 2, 3 and 4 dist_worker processes (fork + exec) joined through a
 // store served by this test. Each worker checks every collective and send/recv bit for bit against the
 // in-process backend on the same inputs; mismatches raise the same error on every rank; a peer killed or
-// stopped mid-collective makes the others fail, naming it, within the timeout.
+// stopped mid-collective makes the others fail, naming it, within the timeout. Every test runs twice: with
+// the shared-memory rings between these same-host ranks (the default), and with BRAID_DIST_SHM=0 (sockets
+// only); each checks which transport was used and that no ring segment is left in /dev/shm.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 #include <regex>
 
@@ -37,9 +40,10 @@ struct World {
     std::system(("rm -rf " + dir).c_str());
   }
 
-  void start(int n, const std::string& scenario, std::map<std::string, std::string> extra = {}) {
+  void start(int n, const std::string& scenario, bool shm, std::map<std::string, std::string> extra = {}) {
     for (int r = 0; r < n; ++r) {
       std::map<std::string, std::string> env = extra;
+      env.emplace("BRAID_DIST_SHM", shm ? "1" : "0");  // unless `extra` sets it
       env["RANK"] = std::to_string(r);
       env["WORLD_SIZE"] = std::to_string(n);
       env["LOCAL_RANK"] = std::to_string(r);
@@ -56,23 +60,70 @@ struct World {
     for (auto& c : procs.children()) s += "---- " + c.out_path + "\n" + c.output();
     return s;
   }
+  // Ring segments of this world's processes still in /dev/shm (their names start with braid-<pid>-).
+  std::vector<std::string> segments_left() {
+    std::vector<std::string> left;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+      for (auto& c : procs.children())
+        if (e.path().filename().string().rfind(BRAID_STR("braid-", c.pid, "-"), 0) == 0) left.push_back(e.path());
+    return left;
+  }
+  // Every rank reports n - 1 ring peers each way with shared memory on, none with it off.
+  void expect_transport(int n, bool shm) {
+    const int k = shm ? n - 1 : 0;
+    for (auto& c : procs.children())
+      EXPECT_NE(c.output().find(BRAID_STR("transport shm send peers ", k, " recv peers ", k)), std::string::npos)
+          << c.output();
+  }
 };
 
-class TcpComm : public ::testing::TestWithParam<int> {};
+std::string transport_name(bool shm) { return shm ? "shm" : "sockets"; }
+
+class TcpComm : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(TcpComm, EveryCollectiveMatchesInProcBitForBit) {
-  const int n = GetParam();
+  const auto [n, shm] = GetParam();
   World w;
-  w.start(n, "collectives");
+  w.start(n, "collectives", shm);
   ASSERT_TRUE(w.procs.wait_all(100s)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_NE(c.output().find("ok "), std::string::npos) << c.output();
+  w.expect_transport(n, shm);
+  // The bulk went where the transport says: every payload of 64 KiB or more through the rings.
+  const std::regex bytes("shm bytes (\\d+) socket bytes (\\d+)");
+  for (auto& c : w.procs.children()) {
+    std::smatch m;
+    const std::string out = c.output();
+    ASSERT_TRUE(std::regex_search(out, m, bytes)) << out;
+    const double ring = std::stod(m[1]), sock = std::stod(m[2]);
+    if (shm) {
+      EXPECT_GT(ring, 30e6) << out;
+      EXPECT_LT(sock, ring / 20) << out;
+    } else {
+      EXPECT_EQ(ring, 0) << out;
+      EXPECT_GT(sock, 30e6) << out;
+    }
+  }
+  EXPECT_TRUE(w.segments_left().empty());
+}
+
+// A ring of 100,003 bytes: every ring payload is larger than the ring (up to 8 MiB), wraps at odd offsets,
+// and the sender waits for space all the time.
+TEST_P(TcpComm, PayloadsLargerThanASmallRing) {
+  const auto [n, shm] = GetParam();
+  if (!shm) GTEST_SKIP() << "shared memory only";
+  World w;
+  w.start(n, "collectives", shm, {{"BRAID_TEST_RING_BYTES", "100003"}});
+  ASSERT_TRUE(w.procs.wait_all(100s)) << w.logs();
+  for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
+  w.expect_transport(n, shm);
 }
 
 TEST_P(TcpComm, MismatchRaisesTheSameErrorEverywhereAndTheGroupRecovers) {
-  const int n = GetParam();
+  const auto [n, shm] = GetParam();
   World w;
-  w.start(n, "mismatch");
+  w.start(n, "mismatch", shm);
   ASSERT_TRUE(w.procs.wait_all(60s)) << w.logs();
   std::string first;
   for (auto& c : w.procs.children()) {
@@ -90,21 +141,26 @@ TEST_P(TcpComm, MismatchRaisesTheSameErrorEverywhereAndTheGroupRecovers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TcpComm, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Ranks, TcpComm, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return BRAID_STR(std::get<0>(info.param), "_", transport_name(std::get<1>(info.param)));
+                         });
+
+class TcpCommTransport : public ::testing::TestWithParam<bool> {};
 
 // Each of 4 ranks splits two groups at once from two threads (the world, and pairs) and all-reduces on both.
-TEST(TcpCommThreads, ConcurrentSplitsAndCommunicators) {
+TEST_P(TcpCommTransport, ConcurrentSplitsAndCommunicators) {
   World w;
-  w.start(4, "threads");
+  w.start(4, "threads", GetParam());
   ASSERT_TRUE(w.procs.wait_all(60s)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
 }
 
 // Kills (SIGKILL) or stops (SIGSTOP) the last rank while the others wait in an all-reduce for it.
-void lose_last_rank(int n, int sig) {
+void lose_last_rank(int n, int sig, bool shm) {
   World w;
   const auto timeout = sig == SIGKILL ? 60s : 3s;
-  w.start(n, "victim", {{"BRAID_TEST_TIMEOUT_MS", std::to_string(std::chrono::milliseconds(timeout).count())}});
+  w.start(n, "victim", shm, {{"BRAID_TEST_TIMEOUT_MS", std::to_string(std::chrono::milliseconds(timeout).count())}});
   StoreClient store("127.0.0.1", w.server.port(), kToken);
   std::vector<std::string> keys;
   for (int r = 0; r + 1 < n; ++r) keys.push_back(BRAID_STR("braid/test/waiting/", r));
@@ -125,21 +181,62 @@ void lose_last_rank(int n, int sig) {
       EXPECT_NE(out.find("waiting for ranks [" + last + " (world rank " + last + ")]"), std::string::npos) << out;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, timeout + 5s);
+  w.procs.kill_all();
+  EXPECT_TRUE(w.segments_left().empty());
 }
 
-TEST(TcpCommFailure, KilledPeerIsNamedByEveryOtherRank) {
-  lose_last_rank(3, SIGKILL);
+class TcpCommFailure : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TcpCommFailure, KilledPeerIsNamedByEveryOtherRank) {
+  lose_last_rank(3, SIGKILL, GetParam());
 }
 
-TEST(TcpCommFailure, StoppedPeerTimesOutNamingIt) {
-  lose_last_rank(2, SIGSTOP);
+TEST_P(TcpCommFailure, StoppedPeerTimesOutNamingIt) {
+  lose_last_rank(2, SIGSTOP, GetParam());
+}
+
+// Rank 0 blocked sending 64 MiB into a full 1 MiB ring (or full socket buffers) that rank 1 has stopped
+// draining (its mailbox is full): killing rank 1 must fail rank 0 naming it, and stopping it must time out
+// naming it, not hang.
+void blocked_sender_loses_reader(int sig, bool shm) {
+  World w;
+  const auto timeout = sig == SIGKILL ? 60s : 3s;
+  w.start(2, "ringfull", shm,
+          {{"BRAID_TEST_TIMEOUT_MS", std::to_string(std::chrono::milliseconds(timeout).count())},
+           {"BRAID_TEST_RING_BYTES", std::to_string(1 << 20)}});
+  StoreClient store("127.0.0.1", w.server.port(), kToken);
+  ASSERT_NO_THROW(store.wait({"braid/test/waiting/0", "braid/test/waiting/1"}, 60s)) << w.logs();
+  std::this_thread::sleep_for(300ms);  // rank 0 fills the ring and sleeps on it
+  Child& sender = w.procs.children()[0];
+  ASSERT_FALSE(w.procs.wait_one(sender, 0ms)) << "the send returned\n" << w.logs();
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(w.procs.children()[1].pid, sig);
+  ASSERT_TRUE(w.procs.wait_one(sender, timeout + 5s)) << "rank 0 still running\n" << w.logs();
+  EXPECT_TRUE(sender.exited_with(3)) << w.logs();
+  const std::string out = sender.output();
+  if (sig == SIGKILL)
+    EXPECT_NE(out.find("connection to rank 1 (world rank 1) lost"), std::string::npos) << out;
+  else
+    EXPECT_NE(out.find("sending to ranks [1 (world rank 1)]: they are not reading"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, sig == SIGKILL ? 5s : timeout + 2s);
+  w.expect_transport(2, shm);
+  w.procs.kill_all();
+  EXPECT_TRUE(w.segments_left().empty());
+}
+
+TEST_P(TcpCommFailure, SenderBlockedOnAKilledReaderNamesIt) {
+  blocked_sender_loses_reader(SIGKILL, GetParam());
+}
+
+TEST_P(TcpCommFailure, SenderBlockedOnAStoppedReaderTimesOutNamingIt) {
+  blocked_sender_loses_reader(SIGSTOP, GetParam());
 }
 
 // abort() on one rank, and a recv of the wrong shape (which aborts), end every rank's wait with the reason.
-TEST(TcpCommFailure, AbortReachesEveryRank) {
+TEST_P(TcpCommFailure, AbortReachesEveryRank) {
   for (const std::string mode : {"call", "recv"}) {
     World w;
-    w.start(3, "abort", {{"BRAID_TEST_ABORT", mode}, {"BRAID_TEST_TIMEOUT_MS", "60000"}});
+    w.start(3, "abort", GetParam(), {{"BRAID_TEST_ABORT", mode}, {"BRAID_TEST_TIMEOUT_MS", "60000"}});
     ASSERT_TRUE(w.procs.wait_all(30s)) << w.logs();
     for (auto& c : w.procs.children()) {
       EXPECT_TRUE(c.exited_with(3)) << w.logs();
@@ -152,12 +249,12 @@ TEST(TcpCommFailure, AbortReachesEveryRank) {
 
 // Ten trials: a random rank of 4 is SIGKILLed at a random moment while all of them all-reduce in a loop
 // (so mid-frame, mid-fold or between collectives); every other rank must exit with an error naming it.
-TEST(TcpCommFailure, KillAtRandomMomentsTenTrials) {
+TEST_P(TcpCommFailure, KillAtRandomMomentsTenTrials) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 10; ++trial) {
     World w;
     const int n = 4, victim = static_cast<int>(rng() % n);
-    w.start(n, "loop", {{"BRAID_TEST_TIMEOUT_MS", "30000"}});
+    w.start(n, "loop", GetParam(), {{"BRAID_TEST_TIMEOUT_MS", "30000"}});
     StoreClient store("127.0.0.1", w.server.port(), kToken);
     std::vector<std::string> keys;
     for (int r = 0; r < n; ++r) keys.push_back(BRAID_STR("braid/test/looping/", r));
@@ -174,6 +271,23 @@ TEST(TcpCommFailure, KillAtRandomMomentsTenTrials) {
       EXPECT_NE(c.output().find(name), std::string::npos) << "trial " << trial << ", victim " << victim << "\n" << c.output();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 35s);
+    w.procs.kill_all();
+    EXPECT_TRUE(w.segments_left().empty()) << "trial " << trial;
+  }
+}
+
+auto transport_param_name = [](const auto& info) { return transport_name(info.param); };
+INSTANTIATE_TEST_SUITE_P(Transport, TcpCommTransport, ::testing::Bool(), transport_param_name);
+INSTANTIATE_TEST_SUITE_P(Transport, TcpCommFailure, ::testing::Bool(), transport_param_name);
+
+// BRAID_DIST_SHM takes 0 or 1; anything else is a user error naming it.
+TEST(TcpCommTransportOption, BadValueIsAUserError) {
+  World w;
+  w.start(2, "collectives", true, {{"BRAID_DIST_SHM", "yes"}});
+  ASSERT_TRUE(w.procs.wait_all(30s)) << w.logs();
+  for (auto& c : w.procs.children()) {
+    EXPECT_TRUE(c.exited_with(2)) << w.logs();
+    EXPECT_NE(c.output().find("BRAID_DIST_SHM='yes': expected 0 or 1"), std::string::npos) << w.logs();
   }
 }
 

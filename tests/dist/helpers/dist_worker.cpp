@@ -11,9 +11,14 @@
 //   abort        rank 0 aborts (BRAID_TEST_ABORT=call) or receives a message of the wrong shape (=recv) while the
 //                others wait in an all-reduce; everyone must fail with the reason
 //   loop         all-reduces 256 KiB tensors until it fails (marks braid/test/looping/<r> after the first)
+//   ringfull     rank 0 sends rank 1 a small message (filling its mailbox of 1), marks braid/test/waiting/0, then a
+//                64 MiB one, which blocks once the shared-memory ring (or socket) is full: rank 1 has paused reading
+//                it and only marks braid/test/waiting/1 and sleeps, to be killed or stopped by the test
 //   echo         prints two lines to stdout and one to stderr, then exits with $BRAID_TEST_EXIT_CODE on rank
 //                $BRAID_TEST_EXIT_RANK (0 elsewhere)
 //   sleep        joins the job (heartbeats running) and sleeps
+// After joining, each rank prints "rank R: transport shm send peers A recv peers B" (tcp_comm_stats), and
+// collectives ends with "rank R: shm bytes X socket bytes Y". BRAID_TEST_RING_BYTES sets the ring size.
 // Exit status: 0 ok, 1 a check failed, 3 an InternalError (its message on stderr), 2 a UserError.
 #include <unistd.h>
 
@@ -166,6 +171,11 @@ int run_collectives(Communicator& world) {
       got.push_back(a);
       got.push_back(b);
     }
+    // Large messages, through the shared-memory ring on one host (bigger than it when the ring is small).
+    c.send(input(DType::f32, Shape{(1 << 20) + 5}, r, salt), next, 3);
+    Tensor big = Tensor::empty({Shape{(1 << 20) + 5}, DType::f32});
+    c.recv(big, prev, 3);
+    got.push_back(big);
     c.send(input(DType::f64, Shape{3}, r, salt), r, 5);  // to itself
     Tensor self = Tensor::empty({Shape{3}, DType::f64});
     c.recv(self, r, 5);
@@ -201,6 +211,9 @@ int run_collectives(Communicator& world) {
     }
   }
   if (bad) return 1;
+  const TcpCommStats st = tcp_comm_stats(world);
+  std::printf("rank %d: shm bytes %llu socket bytes %llu\n", me, static_cast<unsigned long long>(st.shm_bytes_sent),
+              static_cast<unsigned long long>(st.socket_bytes_sent));
   std::printf("rank %d: ok %zu cases\n", me, cases.size());
   return 0;
 }
@@ -311,6 +324,22 @@ int run_abort(Communicator& world) {
   return 1;
 }
 
+int run_ringfull(Communicator& world, StoreClient& store) {
+  world.barrier();
+  if (world.rank() == 1) {
+    store.set("braid/test/waiting/1", "1");
+    for (;;) ::pause();
+  }
+  if (world.rank() != 0) {
+    for (;;) ::pause();
+  }
+  world.send(input(DType::f32, Shape{4}, 0, 1), 1, 7);  // fills rank 1's mailbox for tag 7: it stops reading
+  store.set("braid/test/waiting/0", "1");
+  world.send(input(DType::f32, Shape{16 << 20}, 0, 2), 1, 7);  // more than any socket buffers hold
+  std::fprintf(stderr, "rank 0: a 64 MiB send to a rank that does not read returned\n");
+  return 1;
+}
+
 int run_loop(Communicator& world, StoreClient& store) {
   Tensor x = input(DType::f32, Shape{64 * 1024}, world.rank(), 3);
   for (int64_t i = 0;; ++i) {
@@ -340,13 +369,19 @@ int main(int argc, char** argv) {
     opt.comm.timeout = std::chrono::milliseconds(env_int("BRAID_TEST_TIMEOUT_MS", 60'000));
     opt.comm.connect_timeout = std::chrono::milliseconds(60'000);
     opt.comm.key_prefix = BRAID_STR("braid/comm/", scenario);
+    if (const int ring = env_int("BRAID_TEST_RING_BYTES", 0); ring > 0) opt.comm.shm_ring_bytes = static_cast<uint64_t>(ring);
     Job job = join_job(env, opt);
+    if (job.world->size() > 1) {
+      const TcpCommStats st = tcp_comm_stats(*job.world);
+      std::printf("rank %d: transport shm send peers %d recv peers %d\n", env.rank, st.shm_send_peers, st.shm_recv_peers);
+    }
     if (scenario == "collectives") return run_collectives(*job.world);
     if (scenario == "mismatch") return run_mismatch(*job.world);
     if (scenario == "victim") return run_victim(*job.world, *job.store);
     if (scenario == "loop") return run_loop(*job.world, *job.store);
     if (scenario == "threads") return run_threads(*job.world);
     if (scenario == "abort") return run_abort(*job.world);
+    if (scenario == "ringfull") return run_ringfull(*job.world, *job.store);
     if (scenario == "sleep") {
       std::printf("rank %d: sleeping pid %d\n", env.rank, static_cast<int>(::getpid()));
       for (;;) ::pause();

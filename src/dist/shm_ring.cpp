@@ -1,0 +1,201 @@
+// Shared-memory rings (see shm_ring.h). Segment layout: a 4 KiB header page (magic, capacity, the consumer's
+// tail, the futex word and the sleeping-producer flag, each on its own cache line from the producer's side),
+// then `capacity` bytes of ring. Offsets grow without wrapping (u64); position = offset % capacity.
+// Wake-up protocol (no lost wake-ups): the producer reads seq, sets waiting, re-checks space, then sleeps on
+// seq == the value read; the consumer stores tail, increments seq, then wakes if waiting is set. All three
+// are sequentially consistent, so either the producer sees the new tail or the consumer sees waiting.
+#include "dist/shm_ring.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+#include "core/error.h"
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449  // the same number on x86_64 and aarch64 (Linux 5.16)
+#endif
+
+namespace braid::dist::detail {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x474e495244494152ull;  // "RAIDRING"
+constexpr size_t kHeaderBytes = 4096;
+
+std::string first_line(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+struct ShmRing::Header {
+  uint64_t magic;
+  uint64_t capacity;
+  alignas(64) std::atomic<uint64_t> tail;  // written by the consumer
+  std::atomic<uint32_t> seq;               // futex word: bumped by the consumer after every take
+  std::atomic<uint32_t> waiting;           // 1 while the producer may sleep on seq
+};
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free);
+
+std::string same_host_key() {
+  const std::string boot = first_line("/proc/sys/kernel/random/boot_id");
+  char host[256] = {};
+  if (boot.empty() || ::gethostname(host, sizeof host - 1) != 0) return {};
+  char ns[128] = {};
+  if (::readlink("/proc/self/ns/net", ns, sizeof ns - 1) <= 0) return {};
+  return BRAID_STR(boot, "/", host, "/", ns);
+}
+
+std::unique_ptr<ShmRing> ShmRing::map(int fd, uint64_t capacity, bool init, std::string& err) {
+  const size_t bytes = kHeaderBytes + capacity;
+  // MAP_POPULATE: fault every page in now, not during the first transfers.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    err = BRAID_STR("mmap: ", std::strerror(errno));
+    return nullptr;
+  }
+  std::unique_ptr<ShmRing> r(new ShmRing);
+  r->base_ = p;
+  r->map_bytes_ = bytes;
+  r->h_ = static_cast<Header*>(p);
+  r->data_ = static_cast<std::byte*>(p) + kHeaderBytes;
+  r->cap_ = capacity;
+  if (init) {
+    new (r->h_) Header{};
+    r->h_->magic = kMagic;
+    r->h_->capacity = capacity;
+  } else if (r->h_->magic != kMagic || r->h_->capacity != capacity) {
+    err = "not a braid ring (bad magic or size)";
+    return nullptr;
+  }
+  return r;
+}
+
+std::unique_ptr<ShmRing> ShmRing::create(uint64_t capacity, std::string& name, std::string& err) {
+  uint64_t rnd[2] = {};
+  if (::getrandom(rnd, sizeof rnd, 0) != sizeof rnd) {
+    err = BRAID_STR("getrandom: ", std::strerror(errno));
+    return nullptr;
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "/braid-%d-%016llx%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(rnd[0]), static_cast<unsigned long long>(rnd[1]));
+  name = buf;
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    err = BRAID_STR("shm_open ", name, ": ", std::strerror(errno));
+    return nullptr;
+  }
+  const off_t bytes = static_cast<off_t>(kHeaderBytes + capacity);
+  // fallocate, not only ftruncate: a /dev/shm without room for the pages fails here instead of raising
+  // SIGBUS at the first write into a page that cannot be allocated.
+  std::unique_ptr<ShmRing> r;
+  if (::ftruncate(fd, bytes) != 0)
+    err = BRAID_STR("ftruncate ", name, ": ", std::strerror(errno));
+  else if (int e = ::posix_fallocate(fd, 0, bytes); e != 0)
+    err = BRAID_STR("fallocate ", name, " (", bytes, " bytes): ", std::strerror(e));
+  else
+    r = map(fd, capacity, true, err);
+  ::close(fd);
+  if (!r) unlink(name);
+  return r;
+}
+
+std::unique_ptr<ShmRing> ShmRing::open(const std::string& name, std::string& err) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    err = BRAID_STR("shm_open ", name, ": ", std::strerror(errno));
+    return nullptr;
+  }
+  struct stat st {};
+  std::unique_ptr<ShmRing> r;
+  if (::fstat(fd, &st) != 0 || st.st_size <= static_cast<off_t>(kHeaderBytes))
+    err = BRAID_STR("shm segment ", name, " has no ring");
+  else
+    r = map(fd, static_cast<uint64_t>(st.st_size) - kHeaderBytes, false, err);
+  ::close(fd);
+  return r;
+}
+
+void ShmRing::unlink(const std::string& name) { ::shm_unlink(name.c_str()); }
+
+ShmRing::~ShmRing() {
+  if (base_) ::munmap(base_, map_bytes_);
+}
+
+uint64_t ShmRing::space() const {
+  const uint64_t used = head_ - h_->tail.load(std::memory_order_acquire);
+  return used >= cap_ ? 0 : cap_ - used;
+}
+
+void ShmRing::put(const std::byte* src, uint64_t n) {
+  const uint64_t at = head_ % cap_, first = std::min(n, cap_ - at);
+  std::memcpy(data_ + at, src, first);
+  if (first < n) std::memcpy(data_, src + first, n - first);
+  head_ += n;  // published by the notice on the socket (its send orders these stores before it)
+}
+
+void ShmRing::take(std::byte* dst, uint64_t n) {
+  const uint64_t at = tail_ % cap_, first = std::min(n, cap_ - at);
+  if (dst) {
+    std::memcpy(dst, data_ + at, first);
+    if (first < n) std::memcpy(dst + first, data_, n - first);
+  }
+  tail_ += n;
+  h_->tail.store(tail_, std::memory_order_seq_cst);
+  h_->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (h_->waiting.load(std::memory_order_seq_cst)) {
+    h_->waiting.store(0, std::memory_order_relaxed);
+    futex(&h_->seq, FUTEX_WAKE, INT_MAX, nullptr);  // shared (not FUTEX_PRIVATE): across processes
+  }
+}
+
+void ShmRing::wait_for_space(const std::vector<ShmRing*>& rings, std::chrono::microseconds max) {
+  if (rings.empty()) return;
+  std::vector<futex_waitv> w(std::min<size_t>(rings.size(), FUTEX_WAITV_MAX));  // the rest: at the next turn
+  for (size_t i = 0; i < w.size(); ++i) {
+    Header* h = rings[i]->h_;
+    const uint32_t s = h->seq.load(std::memory_order_seq_cst);
+    h->waiting.store(1, std::memory_order_seq_cst);
+    if (rings[i]->space() > 0) return;
+    w[i] = {};
+    w[i].val = s;
+    w[i].uaddr = reinterpret_cast<uint64_t>(&h->seq);
+    w[i].flags = FUTEX_32;  // shared: no FUTEX_PRIVATE_FLAG
+  }
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const auto ns = static_cast<long long>(ts.tv_nsec) + std::chrono::nanoseconds(max).count();
+  ts.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  if (::syscall(SYS_futex_waitv, w.data(), static_cast<unsigned>(w.size()), 0u, &ts, CLOCK_MONOTONIC) < 0 &&
+      errno == ENOSYS) {
+    // A kernel before 5.16: sleep on the first ring only, briefly (the caller re-checks all of them).
+    const timespec rel{0, std::min<long>(1'000'000, static_cast<long>(std::chrono::nanoseconds(max).count()))};
+    futex(&rings[0]->h_->seq, FUTEX_WAIT, static_cast<uint32_t>(w[0].val), &rel);
+  }
+  for (ShmRing* r : rings) r->h_->waiting.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace braid::dist::detail
