@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,13 +47,32 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ti
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
 }
 
+// The word a consumer reads from this process to learn whether it may read its memory.
+uint64_t probe_word() {
+  static const uint64_t v = [] {
+    uint64_t x = 0;
+    if (::getrandom(&x, sizeof x, 0) != sizeof x) x = 0x5eed5eed5eed5eedull ^ static_cast<uint64_t>(::getpid());
+    return x | 1;
+  }();
+  return v;
+}
+const uint64_t* probe_address() {
+  static const uint64_t word = probe_word();
+  return &word;
+}
+
 }  // namespace
 
 struct ShmRing::Header {
   uint64_t magic;
   uint64_t capacity;
+  std::atomic<int32_t> producer_pid;      // set by the producer when it maps the segment
+  std::atomic<uint64_t> probe_addr;       // an address in the producer's memory holding probe_value
+  std::atomic<uint64_t> probe_value;
+  std::atomic<uint64_t> cancelled;        // direct frames up to this number were given up by the producer
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer
-  std::atomic<uint32_t> seq;               // futex word: bumped by the consumer after every take
+  std::atomic<uint64_t> acked;             // direct frames the consumer has copied
+  std::atomic<uint32_t> seq;               // futex word: bumped by the consumer after every take or ack
   std::atomic<uint32_t> waiting;           // 1 while the producer may sleep on seq
 };
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
@@ -88,6 +108,10 @@ std::unique_ptr<ShmRing> ShmRing::map(int fd, uint64_t capacity, bool init, std:
   } else if (r->h_->magic != kMagic || r->h_->capacity != capacity) {
     err = "not a braid ring (bad magic or size)";
     return nullptr;
+  } else {
+    r->h_->probe_addr = reinterpret_cast<uint64_t>(probe_address());
+    r->h_->probe_value = probe_word();
+    r->h_->producer_pid = static_cast<int32_t>(::getpid());
   }
   return r;
 }
@@ -164,6 +188,10 @@ void ShmRing::take(std::byte* dst, uint64_t n) {
   }
   tail_ += n;
   h_->tail.store(tail_, std::memory_order_seq_cst);
+  wake();
+}
+
+void ShmRing::wake() {
   h_->seq.fetch_add(1, std::memory_order_seq_cst);
   if (h_->waiting.load(std::memory_order_seq_cst)) {
     h_->waiting.store(0, std::memory_order_relaxed);
@@ -171,17 +199,62 @@ void ShmRing::take(std::byte* dst, uint64_t n) {
   }
 }
 
-void ShmRing::wait_for_space(const std::vector<ShmRing*>& rings, std::chrono::microseconds max) {
-  if (rings.empty()) return;
+bool ShmRing::acked(uint64_t k) const { return h_->acked.load(std::memory_order_seq_cst) >= k; }
+void ShmRing::cancel(uint64_t k) {
+  uint64_t c = h_->cancelled.load(std::memory_order_seq_cst);
+  while (c < k && !h_->cancelled.compare_exchange_weak(c, k, std::memory_order_seq_cst)) {
+  }
+}
+bool ShmRing::cancelled(uint64_t k) const { return h_->cancelled.load(std::memory_order_seq_cst) >= k; }
+void ShmRing::ack_direct() {
+  h_->acked.fetch_add(1, std::memory_order_seq_cst);
+  wake();
+}
+
+bool ShmRing::probe_producer() {
+  uint64_t got = 0;
+  iovec local{&got, sizeof got};
+  iovec remote{reinterpret_cast<void*>(h_->probe_addr.load()), sizeof got};
+  const pid_t pid = h_->producer_pid.load();
+  return pid > 0 && ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof got &&
+         got == h_->probe_value.load() && got != 0;
+}
+
+bool ShmRing::read_direct(std::byte* dst, uint64_t addr, uint64_t n) {
+  const pid_t pid = h_->producer_pid.load(std::memory_order_relaxed);
+  while (n > 0) {
+    iovec local{dst, n};
+    iovec remote{reinterpret_cast<void*>(addr), n};
+    const ssize_t r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (r <= 0) {
+      if (r == 0) errno = EFAULT;
+      return false;
+    }
+    dst += r;
+    addr += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+bool ShmRing::arm(const std::vector<ShmRing*>& rings) {
+  for (ShmRing* r : rings) {
+    r->armed_seq_ = r->h_->seq.load(std::memory_order_seq_cst);
+    r->h_->waiting.store(1, std::memory_order_seq_cst);
+  }
+  return !rings.empty();
+}
+
+void ShmRing::disarm(const std::vector<ShmRing*>& rings) {
+  for (ShmRing* r : rings) r->h_->waiting.store(0, std::memory_order_relaxed);
+}
+
+void ShmRing::sleep(const std::vector<ShmRing*>& rings, std::chrono::microseconds max) {
   std::vector<futex_waitv> w(std::min<size_t>(rings.size(), FUTEX_WAITV_MAX));  // the rest: at the next turn
   for (size_t i = 0; i < w.size(); ++i) {
-    Header* h = rings[i]->h_;
-    const uint32_t s = h->seq.load(std::memory_order_seq_cst);
-    h->waiting.store(1, std::memory_order_seq_cst);
-    if (rings[i]->space() > 0) return;
     w[i] = {};
-    w[i].val = s;
-    w[i].uaddr = reinterpret_cast<uint64_t>(&h->seq);
+    w[i].val = rings[i]->armed_seq_;
+    w[i].uaddr = reinterpret_cast<uint64_t>(&rings[i]->h_->seq);
     w[i].flags = FUTEX_32;  // shared: no FUTEX_PRIVATE_FLAG
   }
   timespec ts{};
@@ -195,7 +268,6 @@ void ShmRing::wait_for_space(const std::vector<ShmRing*>& rings, std::chrono::mi
     const timespec rel{0, std::min<long>(1'000'000, static_cast<long>(std::chrono::nanoseconds(max).count()))};
     futex(&rings[0]->h_->seq, FUTEX_WAIT, static_cast<uint32_t>(w[0].val), &rel);
   }
-  for (ShmRing* r : rings) r->h_->waiting.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace braid::dist::detail

@@ -7,6 +7,11 @@
 // thread). The ring knows nothing of frames: the sender tells the length of each chunk over the socket after
 // the chunk is in the ring, so a receiver never waits on a ring. Only a sender waits, for space, on a futex
 // word in the segment that the consumer bumps (and wakes, if a sender sleeps) after freeing space.
+// Direct frames: where the receiver may read the sender's memory (process_vm_readv; probed at setup), a large
+// payload is not put in the ring at all: the sender tells its address over the socket, the receiver copies
+// it straight into its destination (one copy instead of two) and acknowledges it in the segment; the sender
+// waits for that before it returns, as for ring space. A sender that gives up first marks the frame
+// cancelled, and the receiver, checking after its copy, drops it (its bytes may have been overwritten).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -38,17 +43,38 @@ class ShmRing {
   // Producer. space(): bytes that may be put now. put(): copies n <= space() bytes in and publishes them.
   uint64_t space() const;
   void put(const std::byte* src, uint64_t n);
-  // Sleeps until one of the rings (all this process's producer ends) may have space, or `max` passes. A
-  // spurious return is possible: callers re-check space() and their own deadline, abort and peer state.
-  static void wait_for_space(const std::vector<ShmRing*>& rings, std::chrono::microseconds max);
+  // Direct frames, producer side: the number of the next direct frame; whether the consumer has copied frame
+  // k; giving up frames up to k.
+  uint64_t next_direct() { return ++direct_sent_; }
+  bool acked(uint64_t k) const;
+  void cancel(uint64_t k);
+  // Sleeps until the consumer of one of the rings (all this process's producer ends) has taken or acknowledged
+  // something, or `max` passes, unless ready() is already true once every ring's waiting flag is set. A
+  // spurious return is possible: callers re-check their condition, deadline, abort and peer state.
+  template <typename Ready>
+  static void wait(const std::vector<ShmRing*>& rings, Ready ready, std::chrono::microseconds max) {
+    if (arm(rings) && !ready()) sleep(rings, max);
+    disarm(rings);
+  }
 
   // Consumer: copies the next n bytes into dst (nullptr: drops them), frees them, wakes a waiting producer.
   void take(std::byte* dst, uint64_t n);
+  // Consumer, direct frames: whether it can read the producer's probe word (at setup); copies n bytes at the producer's address (false and errno on failure); the number
+  // of the next direct frame; whether the producer gave it up; acknowledging it (wakes the producer).
+  bool probe_producer();
+  bool read_direct(std::byte* dst, uint64_t addr, uint64_t n);
+  uint64_t take_direct() { return ++direct_taken_; }
+  bool cancelled(uint64_t k) const;
+  void ack_direct();
 
  private:
   struct Header;
   ShmRing() = default;
   static std::unique_ptr<ShmRing> map(int fd, uint64_t capacity, bool init, std::string& err);
+  static bool arm(const std::vector<ShmRing*>& rings);  // records each futex word; false if none
+  static void sleep(const std::vector<ShmRing*>& rings, std::chrono::microseconds max);
+  static void disarm(const std::vector<ShmRing*>& rings);
+  void wake();
   void* base_ = nullptr;
   size_t map_bytes_ = 0;
   Header* h_ = nullptr;
@@ -56,6 +82,8 @@ class ShmRing {
   uint64_t cap_ = 0;
   uint64_t head_ = 0;  // producer: bytes put so far (private to the producer's process)
   uint64_t tail_ = 0;  // consumer: bytes taken so far (published in the header)
+  uint64_t direct_sent_ = 0, direct_taken_ = 0;
+  uint32_t armed_seq_ = 0;  // producer: the futex word's value when it last armed
 };
 
 }  // namespace braid::dist::detail

@@ -83,8 +83,10 @@ class TcpComm final : public exec::Communicator {
     for (const auto& p : mesh_->peers) {
       s.shm_send_peers += p && p->out_ring ? 1 : 0;
       s.shm_recv_peers += p && p->in_ring ? 1 : 0;
+      s.direct_send_peers += p && p->out_ring && p->out_direct && mesh_->proc->options.shm_direct ? 1 : 0;
     }
     s.shm_bytes_sent = mesh_->ring_bytes_sent.load();
+    s.direct_bytes_sent = mesh_->direct_bytes_sent.load();
     s.socket_bytes_sent = mesh_->socket_bytes_sent.load();
     return s;
   }
@@ -547,10 +549,12 @@ std::unique_ptr<exec::Communicator> make_tcp_world(std::shared_ptr<StoreClient> 
   BRAID_ASSERT(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " of a TCP world of ", size);
   if (const char* v = std::getenv("BRAID_DIST_SHM"); v && *v) {
     const std::string s = v;
-    if (s != "0" && s != "1")
-      throw UserError({}, BRAID_STR("BRAID_DIST_SHM='", s, "': expected 0 or 1"),
-                      "0: sockets only; 1 (the default): shared memory between ranks of one host");
-    options.shm = options.shm && s == "1";
+    if (s != "0" && s != "1" && s != "ring")
+      throw UserError({}, BRAID_STR("BRAID_DIST_SHM='", s, "': expected 0, 1 or ring"),
+                      "0: sockets only; 1 (the default): shared memory between ranks of one host; ring: its rings, "
+                      "without reading the sender's memory");
+    options.shm = options.shm && s != "0";
+    options.shm_direct = options.shm_direct && s == "1";
   }
   BRAID_ASSERT(options.timeout.count() > 0 && options.mailbox_capacity >= 1, "bad TCP communicator options");
   auto proc = std::make_shared<Process>();

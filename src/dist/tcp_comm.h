@@ -7,8 +7,9 @@
 // fail with an InternalError naming that rank; abort() reaches the peers as a message, then closes sockets.
 // A Communicator is used by one thread at a time; a rank's world and its splits may run on different threads.
 // Ranks on the same host move payloads of 64 KiB and more through a shared-memory ring per directed pair
-// instead of the socket (the socket still carries every header, so the protocol and failure handling are the
-// same); BRAID_DIST_SHM=0 turns that off (docs/distributed.md, "Same host: shared memory").
+// instead of the socket, and from 256 KiB the receiver copies them straight from the sender's memory where the
+// system allows it (the socket still carries every header, so the protocol and failure handling are the
+// same); BRAID_DIST_SHM=0 turns that off, =ring keeps the rings only (docs/distributed.md, "Same host").
 #pragma once
 #include <chrono>
 #include <memory>
@@ -28,14 +29,18 @@ struct TcpCommOptions {
   bool shm = true;  // shared-memory rings between ranks of one host (BRAID_DIST_SHM=0 in the environment: off)
   uint64_t shm_ring_bytes = uint64_t{8} << 20;  // per directed pair of a group (the receiver's memory)
   uint64_t shm_min_bytes = uint64_t{64} << 10;  // smaller payloads go over the socket
+  bool shm_direct = true;  // receivers read large payloads from the sender's memory (BRAID_DIST_SHM=ring: off)
+  uint64_t shm_direct_min_bytes = uint64_t{256} << 10;
 };
 
 // What a TCP communicator's transport has done (this rank, this group): how many peers it reaches through
 // shared memory and how many payload bytes it has sent each way.
 struct TcpCommStats {
-  int shm_send_peers = 0;  // peers this rank writes payloads to through a ring
-  int shm_recv_peers = 0;  // peers whose payloads reach this rank through a ring
-  uint64_t shm_bytes_sent = 0;
+  int shm_send_peers = 0;     // peers this rank writes payloads to through shared memory
+  int shm_recv_peers = 0;     // peers whose payloads reach this rank through shared memory
+  int direct_send_peers = 0;  // of shm_send_peers, those that read large payloads from this rank's memory
+  uint64_t shm_bytes_sent = 0;     // payload bytes sent through shared memory (rings and direct reads)
+  uint64_t direct_bytes_sent = 0;  // of them, read by the receiver from this rank's memory
   uint64_t socket_bytes_sent = 0;
 };
 // The statistics of a communicator from make_tcp_world (or split from one); InternalError for another backend.

@@ -3,7 +3,9 @@
 // Frame: 32-byte header (u32 magic "BRDF", u8 kind, u8 flags, u16 signature length, i64 channel, u64 payload
 // bytes, u64 0), the signature (what call sent it, e.g. "all_reduce(f32[4], sum)"), then the payload; with
 // flag kRing the payload is in the pair's shared-memory ring instead, and the socket carries, after the
-// signature, one u32 per chunk: its length, sent once the chunk is in the ring.
+// signature, one u64 per chunk: its length, sent once the chunk is in the ring; with flag kDirect the socket
+// carries the payload's address in the sender (u64), which the receiver reads (process_vm_readv) and then
+// acknowledges in the ring's header.
 #include "dist/tcp_transport.h"
 
 #include <arpa/inet.h>
@@ -34,6 +36,9 @@ constexpr uint32_t kHandshakeMagic = 0x48445242;  // "BRDH"
 constexpr size_t kMaxAbortReason = 64 * 1024;
 constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;  // a header claiming more is corrupt
 constexpr uint8_t kRing = 1;                             // header flag: the payload is in the ring
+constexpr uint8_t kDirect = 2;                           // header flag: the payload is read from the sender
+// A direct payload is copied in pieces of this size, each made visible to a caller waiting for a prefix.
+constexpr uint64_t kDirectPieceBytes = uint64_t{1} << 20;
 // The most a sender puts in a ring before telling the receiver (a smaller chunk starts the receiver's copy
 // sooner; each costs a 4-byte send and receive).
 constexpr uint64_t kRingChunkBytes = uint64_t{512} << 10;
@@ -271,7 +276,8 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
 // Same-host peers get a ring per direction, agreed through the store (keys under <prefix>/shm/):
 //   host/<r>   this rank's same_host_key(), "" when shared memory is off here;
 //   ring/<s>.<r>  the segment that receiver r made for sender s ("" if it could not);
-//   ack/<s>.<r>   "1" once sender s has mapped it (and unlinked the name), "0" if it could not.
+//   ack/<s>.<r>   "1" once sender s has mapped it (and unlinked the name), "0" if it could not;
+//   direct/<s>.<r>  "1" if receiver r could read sender s's memory (process_vm_readv), so s may send direct.
 // Each step only waits for keys that every member writes in an earlier step, so no member waits on another
 // in a cycle. Every failure leaves that direction on the socket, which both ends agree on without further
 // talk: a sender uses a ring only if it mapped one, and a receiver accepts ring frames whenever it made one.
@@ -351,7 +357,24 @@ void Mesh::setup_shm(const std::string& prefix, StoreClient& store, Clock::time_
     if (made[static_cast<size_t>(j)].empty()) continue;
     const auto ack = wait_for(BRAID_STR(prefix, "/shm/ack/", j, ".", rank));
     ShmRing::unlink(made[static_cast<size_t>(j)]);
-    if (ack && *ack == "0") peers[static_cast<size_t>(j)]->in_ring.reset();
+    Peer& p = *peers[static_cast<size_t>(j)];
+    if (ack && *ack == "0") p.in_ring.reset();
+    const bool direct = ack && *ack == "1" && opt.shm_direct && p.in_ring->probe_producer();
+    if (ack && *ack == "1" && opt.shm_direct)
+      debug(BRAID_STR(who(j), direct ? ": reads its payloads from its memory (one copy)"
+                                     : ": cannot read its memory (process_vm_readv): ring only"));
+    try {
+      store.set(BRAID_STR(prefix, "/shm/direct/", j, ".", rank), direct ? "1" : "0");
+    } catch (const StoreError& e) {
+      debug(BRAID_STR(who(j), ": ", e.what()));
+    }
+  }
+  // As sender: go direct where the receiver could read this rank's memory.
+  for (int j = 0; j < n; ++j) {
+    Peer& p = *peers[static_cast<size_t>(j)];
+    if (j == rank || !p.out_ring) continue;
+    const auto direct = wait_for(BRAID_STR(prefix, "/shm/direct/", rank, ".", j));
+    p.out_direct = direct && *direct == "1";
   }
 }
 
@@ -440,6 +463,56 @@ bool Mesh::on_readable(int j) {
       case Peer::Stage::Paused:
       case Peer::Stage::Done: return true;
     }
+    if (p.stage == Peer::Stage::Payload && p.via_direct) {
+      // The socket says where the payload is in the sender's memory; copy it straight to its destination.
+      const ssize_t r = ::recv(p.fd, p.notice.data() + p.notice_got, p.notice.size() - p.notice_got, MSG_DONTWAIT);
+      if (r == 0) {
+        lose(j, "end of stream (its process exited, crashed or was killed)");
+        return false;
+      }
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EINTR) return true;
+        lose(j, std::strerror(errno));
+        return false;
+      }
+      p.notice_got += static_cast<size_t>(r);
+      if (p.notice_got < p.notice.size()) continue;
+      p.notice_got = 0;
+      const uint64_t addr = get_u(p.notice.data(), 8);
+      const uint64_t k = p.in_ring->take_direct();
+      while (p.got < p.payload_bytes) {
+        const uint64_t c = std::min(kDirectPieceBytes, p.payload_bytes - p.got);
+        std::unique_lock lk(mu);
+        std::byte* into = p.dst ? p.dst + p.got : nullptr;
+        Posted* ps = p.dst ? p.posted : nullptr;
+        if (ps) ps->in_read = true;
+        lk.unlock();
+        const bool ok = !into || p.in_ring->read_direct(into, addr + p.got, c);
+        const int e = errno;
+        if (ps) {
+          lk.lock();
+          ps->in_read = false;
+          if (ok && !ps->cancelled) ps->got += c;
+          cv.notify_all();
+          lk.unlock();
+        }
+        if (!ok) {
+          lose(j, p.in_ring->cancelled(k) ? "it gave up sending a frame"
+                                          : BRAID_STR("reading its memory failed: ", std::strerror(e)));
+          return false;
+        }
+        p.got += c;
+      }
+      // Checked after the copy: a sender that gave up before may have reused the memory read.
+      if (p.in_ring->cancelled(k)) {
+        lose(j, "it gave up sending a frame");
+        return false;
+      }
+      p.in_ring->ack_direct();
+      frame_ready(j);
+      if (p.closed) return false;
+      continue;
+    }
     if (p.stage == Peer::Stage::Payload && p.via_ring) {
       // The socket says how long the next chunk in the ring is; it is there already (put before the length
       // was sent). Copied into the frame's destination as for a socket payload (in_read protects it).
@@ -456,7 +529,7 @@ bool Mesh::on_readable(int j) {
       p.notice_got += static_cast<size_t>(r);
       if (p.notice_got < p.notice.size()) continue;
       p.notice_got = 0;
-      const uint64_t c = get_u(p.notice.data(), 4);
+      const uint64_t c = get_u(p.notice.data(), 8);
       if (c == 0 || c > p.payload_bytes - p.got || c > p.in_ring->capacity()) {
         lose(j, "a malformed frame (bad ring chunk length)");
         return false;
@@ -521,6 +594,7 @@ bool Mesh::on_readable(int j) {
       p.kind = static_cast<FrameKind>(p.header[4]);
       const auto flags = static_cast<uint8_t>(p.header[5]);
       p.via_ring = flags & kRing;
+      p.via_direct = flags & kDirect;
       p.notice_got = 0;
       p.sig.assign(get_u(p.header.data() + 6, 2), '\0');
       p.channel = static_cast<int64_t>(get_u(p.header.data() + 8, 8));
@@ -532,8 +606,9 @@ bool Mesh::on_readable(int j) {
         lose(j, "a malformed frame (bad kind or size)");
         return false;
       }
-      if ((flags & ~kRing) != 0 ||
-          (p.via_ring && (!p.in_ring || p.payload_bytes == 0 || (p.kind != FrameKind::Coll && p.kind != FrameKind::P2P)))) {
+      if ((flags & ~(kRing | kDirect)) != 0 || (p.via_ring && p.via_direct) ||
+          ((p.via_ring || p.via_direct) &&
+           (!p.in_ring || p.payload_bytes == 0 || (p.kind != FrameKind::Coll && p.kind != FrameKind::P2P)))) {
         lose(j, "a malformed frame (bad flags, or a ring payload without a ring)");
         return false;
       }
@@ -722,8 +797,10 @@ std::string Mesh::wait_entries(const std::vector<std::pair<Key, Posted*>>& entri
 
 // Every listed peer's frame at once. A socket frame is written with non-blocking sendmsg and poll; a ring
 // frame puts a chunk into the peer's ring whenever there is room and sends its length behind the header, one
-// chunk per peer per turn so that every receiver has work early. Waiting: poll for sockets; for rings only, a
-// short spin, then a futex sleep of at most kRingSleep (re-checking the deadline, abort and lost peers).
+// chunk per peer per turn so that every receiver has work early; a direct frame sends the payload's address
+// and waits for the receiver's acknowledgement (it has copied the payload). Waiting: poll for sockets; for
+// rings only, a short spin, then a futex sleep of at most kRingSleep (re-checking the deadline, abort and lost
+// peers). Returning early, it cancels its unacknowledged direct frames: the caller may reuse the memory.
 std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline) {
   struct W {
     Peer* peer;
@@ -734,7 +811,8 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     ShmRing* ring = nullptr;        // the payload goes through this ring
     const std::byte* src = nullptr; // ring: payload not yet in the ring
     uint64_t src_left = 0;
-    std::array<std::byte, 4> notice{};
+    uint64_t direct = 0;            // a direct frame: its number (acknowledged once the peer has copied it)
+    std::array<std::byte, 8> notice{};
   };
   std::vector<W> ws(outs.size());
   std::vector<std::unique_lock<std::mutex>> locks;
@@ -750,10 +828,19 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     w.sig = o.sig.substr(0, 0xffff);
     const bool ring = w.peer->out_ring && o.bytes >= std::max<uint64_t>(proc->options.shm_min_bytes, 1) &&
                       (o.kind == FrameKind::Coll || o.kind == FrameKind::P2P);
-    w.header = frame_header(o.kind, o.channel, w.sig.size(), o.bytes, ring ? kRing : 0);
+    const bool direct = ring && proc->options.shm_direct && o.bytes >= proc->options.shm_direct_min_bytes &&
+                        w.peer->out_direct;
+    w.header = frame_header(o.kind, o.channel, w.sig.size(), o.bytes, direct ? kDirect : ring ? kRing : 0);
     w.iov[0] = {w.header.data(), w.header.size()};
     w.iov[1] = {w.sig.data(), w.sig.size()};
-    if (ring) {
+    if (direct) {
+      w.ring = w.peer->out_ring.get();
+      w.direct = w.ring->next_direct();
+      put_u(w.notice.data(), reinterpret_cast<uint64_t>(o.data), 8);
+      w.iov[2] = {w.notice.data(), w.notice.size()};
+      ring_bytes_sent.fetch_add(o.bytes, std::memory_order_relaxed);
+      direct_bytes_sent.fetch_add(o.bytes, std::memory_order_relaxed);
+    } else if (ring) {
       w.ring = w.peer->out_ring.get();
       w.src = o.data;
       w.src_left = o.bytes;
@@ -774,19 +861,29 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     for (W* w : ps) s += BRAID_STR(s.empty() ? "" : ", ", w->j, " (world rank ", w->peer->world_rank, ")");
     return s;
   };
+  auto unacked = [](const W& w) { return w.direct && !w.ring->acked(w.direct); };
+  auto give_up = [&](std::string why) {
+    for (auto& w : ws)
+      if (unacked(w)) w.ring->cancel(w.direct);
+    return why;
+  };
   std::vector<pollfd> fds;
   std::vector<W*> pending, on_sockets, on_rings;
   for (;;) {
     pending.clear();
     for (auto& w : ws)
-      if (on_socket(w) > 0 || w.src_left > 0) pending.push_back(&w);
+      if (on_socket(w) > 0 || w.src_left > 0 || unacked(w)) pending.push_back(&w);
     if (pending.empty()) return {};
-    if (proc->aborted) return BRAID_STR("the world was aborted: ", proc->reason());
+    if (proc->aborted) return give_up(BRAID_STR("the world was aborted: ", proc->reason()));
     on_sockets.clear();
     on_rings.clear();
     for (W* w : pending) {
       // One turn: a chunk into the ring if the socket has taken everything before it, then the socket.
-      if (w->ring && on_socket(*w) == 0) {
+      if (w->direct && on_socket(*w) == 0) {
+        on_rings.push_back(w);  // waiting for the acknowledgement
+        continue;
+      }
+      if (w->ring && !w->direct && on_socket(*w) == 0) {
         const uint64_t c = std::min({w->ring->space(), w->src_left, std::min(kRingChunkBytes, w->ring->capacity())});
         if (c > 0) {
           w->ring->put(w->src, c);
@@ -812,7 +909,7 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
         }
         lose(w->j, std::strerror(errno));  // the same words as when the receiver notices first
         std::lock_guard lk(mu);
-        return w->peer->closed_reason;
+        return give_up(w->peer->closed_reason);
       }
       size_t adv = static_cast<size_t>(n);
       for (int k = 0; k < 3 && adv > 0; ++k) {
@@ -827,14 +924,14 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     if (Clock::now() >= deadline) {
       std::vector<W*> all = on_sockets;
       all.insert(all.end(), on_rings.begin(), on_rings.end());
-      return BRAID_STR("timed out after ", secs(proc->options.timeout), " s sending to ranks [", stuck(all),
-                       "]: they are not reading");
+      return give_up(BRAID_STR("timed out after ", secs(proc->options.timeout), " s sending to ranks [", stuck(all),
+                               "]: they are not reading"));
     }
     if (!on_rings.empty()) {
       // A ring only drains while its reader lives: a reader that closed its communicator never will.
       std::lock_guard lk(mu);
       for (W* w : on_rings)
-        if (w->peer->closed) return w->peer->closed_reason;
+        if (w->peer->closed) return give_up(w->peer->closed_reason);
     }
     if (!on_sockets.empty()) {
       fds.clear();
@@ -845,8 +942,8 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     std::vector<ShmRing*> rings;
     for (W* w : on_rings) rings.push_back(w->ring);
     auto room = [&] {
-      for (ShmRing* r : rings)
-        if (r->space() > 0) return true;
+      for (W* w : on_rings)
+        if (w->direct ? w->ring->acked(w->direct) : w->ring->space() > 0) return true;
       return false;
     };
     const auto spin_end = Clock::now() + kRingSpin;
@@ -860,7 +957,7 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
       }
     }
     if (!found)
-      ShmRing::wait_for_space(rings, std::min<std::chrono::microseconds>(
+      ShmRing::wait(rings, room, std::min<std::chrono::microseconds>(
                                          kRingSleep, std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()) +
                                                          std::chrono::microseconds(1)));
   }

@@ -87,6 +87,7 @@ struct Peer {
   std::mutex write_mu;
   std::unique_ptr<ShmRing> out_ring;  // same host: this rank's bulk payloads to the peer (written under write_mu)
   std::unique_ptr<ShmRing> in_ring;   // same host: the peer's bulk payloads to this rank (receiver thread)
+  bool out_direct = false;            // the peer reads this rank's large payloads from its memory
   // receiver-thread state
   enum class Stage : uint8_t { Header, Sig, Paused, Payload, Done } stage = Stage::Header;
   std::array<std::byte, 32> header{};
@@ -99,7 +100,8 @@ struct Peer {
   Posted* posted = nullptr;
   bool discard = false;              // the frame's posted receiver gave up: drop the rest
   bool via_ring = false;             // the payload is in in_ring; the socket carries each chunk's length
-  std::array<std::byte, 4> notice{}; // a chunk length being read
+  bool via_direct = false;           // the payload is read from the peer's memory; the socket carries its address
+  std::array<std::byte, 8> notice{}; // a chunk length or an address being read
   size_t notice_got = 0;
   std::vector<std::byte> buffer;     // a buffered message's payload being read
   bool closed = false;               // sent a bye or lost (guarded by Mesh::mu)
@@ -122,8 +124,9 @@ struct Mesh {
   int wake_fd = -1;                            // eventfd: unpause or stop the receiver
   std::atomic<bool> stopping{false};
   std::thread receiver;
-  // Payload bytes this rank has written, through rings and through sockets (tcp_comm_stats()).
-  std::atomic<uint64_t> ring_bytes_sent{0}, socket_bytes_sent{0};
+  // Payload bytes this rank has written through shared memory (rings or direct reads), of them direct, and
+  // through sockets (tcp_comm_stats()).
+  std::atomic<uint64_t> ring_bytes_sent{0}, direct_bytes_sent{0}, socket_bytes_sent{0};
 
   int size() const { return static_cast<int>(world_ranks.size()); }
   ~Mesh();

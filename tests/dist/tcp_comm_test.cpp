@@ -1,10 +1,14 @@
 // The TCP communicator across real processes: 2, 3 and 4 dist_worker processes (fork + exec) joined through a
 // store served by this test. Each worker checks every collective and send/recv bit for bit against the
 // in-process backend on the same inputs; mismatches raise the same error on every rank; a peer killed or
-// stopped mid-collective makes the others fail, naming it, within the timeout. Every test runs twice: with
-// the shared-memory rings between these same-host ranks (the default), and with BRAID_DIST_SHM=0 (sockets
-// only); each checks which transport was used and that no ring segment is left in /dev/shm.
+// stopped mid-collective makes the others fail, naming it, within the timeout. Every test runs three times:
+// with shared memory between these same-host ranks as by default (rings, and direct reads of the sender's
+// memory where the system allows process_vm_readv), with BRAID_DIST_SHM=ring (rings only) and with
+// BRAID_DIST_SHM=0 (sockets only); each checks which transport was used and that no ring segment is left in
+// /dev/shm.
 #include <gtest/gtest.h>
+
+#include <sys/uio.h>
 
 #include <filesystem>
 #include <random>
@@ -23,6 +27,30 @@ namespace {
 
 const std::string kToken = "comm-test-token-42";
 
+enum class Transport { Sockets, Ring, Shm };
+std::string transport_name(Transport t) { return t == Transport::Sockets ? "sockets" : t == Transport::Ring ? "ring" : "shm"; }
+const auto kTransports = ::testing::Values(Transport::Sockets, Transport::Ring, Transport::Shm);
+
+// Whether this system lets a process read another's memory (process_vm_readv on a child): where it does not
+// (Yama ptrace_scope, seccomp), the default transport uses rings only, and the tests expect that.
+bool can_read_other_process() {
+  static const bool ok = [] {
+    static uint64_t word = 0x1234abcd5678ef90ull;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    uint64_t got = 0;
+    iovec local{&got, sizeof got}, remote{&word, sizeof word};
+    const bool r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof got && got == word;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return r;
+  }();
+  return ok;
+}
+
 struct World {
   StoreServer server;
   std::string dir = make_temp_dir();
@@ -40,10 +68,10 @@ struct World {
     std::system(("rm -rf " + dir).c_str());
   }
 
-  void start(int n, const std::string& scenario, bool shm, std::map<std::string, std::string> extra = {}) {
+  void start(int n, const std::string& scenario, Transport t, std::map<std::string, std::string> extra = {}) {
     for (int r = 0; r < n; ++r) {
       std::map<std::string, std::string> env = extra;
-      env.emplace("BRAID_DIST_SHM", shm ? "1" : "0");  // unless `extra` sets it
+      env.emplace("BRAID_DIST_SHM", t == Transport::Sockets ? "0" : t == Transport::Ring ? "ring" : "1");  // unless `extra` sets it
       env["RANK"] = std::to_string(r);
       env["WORLD_SIZE"] = std::to_string(n);
       env["LOCAL_RANK"] = std::to_string(r);
@@ -69,41 +97,48 @@ struct World {
         if (e.path().filename().string().rfind(BRAID_STR("braid-", c.pid, "-"), 0) == 0) left.push_back(e.path());
     return left;
   }
-  // Every rank reports n - 1 ring peers each way with shared memory on, none with it off.
-  void expect_transport(int n, bool shm) {
-    const int k = shm ? n - 1 : 0;
+  // Every rank reports n - 1 shared-memory peers each way with shared memory on (that many of them direct by
+  // default, where the system allows it), none with it off.
+  static int direct_peers(int n, Transport t) { return t == Transport::Shm && can_read_other_process() ? n - 1 : 0; }
+  void expect_transport(int n, Transport t) {
+    const int k = t == Transport::Sockets ? 0 : n - 1;
     for (auto& c : procs.children())
-      EXPECT_NE(c.output().find(BRAID_STR("transport shm send peers ", k, " recv peers ", k)), std::string::npos)
+      EXPECT_NE(c.output().find(BRAID_STR("transport shm send peers ", k, " recv peers ", k, " direct ",
+                                          direct_peers(n, t))),
+                std::string::npos)
           << c.output();
   }
 };
 
-std::string transport_name(bool shm) { return shm ? "shm" : "sockets"; }
-
-class TcpComm : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class TcpComm : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
 
 TEST_P(TcpComm, EveryCollectiveMatchesInProcBitForBit) {
-  const auto [n, shm] = GetParam();
+  const auto [n, t] = GetParam();
   World w;
-  w.start(n, "collectives", shm);
+  w.start(n, "collectives", t);
   ASSERT_TRUE(w.procs.wait_all(100s)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_NE(c.output().find("ok "), std::string::npos) << c.output();
-  w.expect_transport(n, shm);
-  // The bulk went where the transport says: every payload of 64 KiB or more through the rings.
-  const std::regex bytes("shm bytes (\\d+) socket bytes (\\d+)");
+  w.expect_transport(n, t);
+  // The bulk went where the transport says: payloads of 64 KiB or more through shared memory, and those of
+  // 256 KiB or more (most of the bytes) read straight from the sender where it goes direct.
+  const std::regex bytes("shm bytes (\\d+) direct (\\d+) socket bytes (\\d+)");
   for (auto& c : w.procs.children()) {
     std::smatch m;
     const std::string out = c.output();
     ASSERT_TRUE(std::regex_search(out, m, bytes)) << out;
-    const double ring = std::stod(m[1]), sock = std::stod(m[2]);
-    if (shm) {
-      EXPECT_GT(ring, 30e6) << out;
-      EXPECT_LT(sock, ring / 20) << out;
+    const double shm = std::stod(m[1]), direct = std::stod(m[2]), sock = std::stod(m[3]);
+    if (t != Transport::Sockets) {
+      EXPECT_GT(shm, 30e6) << out;
+      EXPECT_LT(sock, shm / 20) << out;
     } else {
-      EXPECT_EQ(ring, 0) << out;
+      EXPECT_EQ(shm, 0) << out;
       EXPECT_GT(sock, 30e6) << out;
     }
+    if (World::direct_peers(n, t) > 0)
+      EXPECT_GT(direct, shm * 0.8) << out;
+    else
+      EXPECT_EQ(direct, 0) << out;
   }
   EXPECT_TRUE(w.segments_left().empty());
 }
@@ -111,19 +146,19 @@ TEST_P(TcpComm, EveryCollectiveMatchesInProcBitForBit) {
 // A ring of 100,003 bytes: every ring payload is larger than the ring (up to 8 MiB), wraps at odd offsets,
 // and the sender waits for space all the time.
 TEST_P(TcpComm, PayloadsLargerThanASmallRing) {
-  const auto [n, shm] = GetParam();
-  if (!shm) GTEST_SKIP() << "shared memory only";
+  const auto [n, t] = GetParam();
+  if (t != Transport::Ring) GTEST_SKIP() << "rings only";
   World w;
-  w.start(n, "collectives", shm, {{"BRAID_TEST_RING_BYTES", "100003"}});
+  w.start(n, "collectives", t, {{"BRAID_TEST_RING_BYTES", "100003"}});
   ASSERT_TRUE(w.procs.wait_all(100s)) << w.logs();
   for (auto& c : w.procs.children()) EXPECT_TRUE(c.exited_with(0)) << w.logs();
-  w.expect_transport(n, shm);
+  w.expect_transport(n, t);
 }
 
 TEST_P(TcpComm, MismatchRaisesTheSameErrorEverywhereAndTheGroupRecovers) {
-  const auto [n, shm] = GetParam();
+  const auto [n, t] = GetParam();
   World w;
-  w.start(n, "mismatch", shm);
+  w.start(n, "mismatch", t);
   ASSERT_TRUE(w.procs.wait_all(60s)) << w.logs();
   std::string first;
   for (auto& c : w.procs.children()) {
@@ -141,12 +176,12 @@ TEST_P(TcpComm, MismatchRaisesTheSameErrorEverywhereAndTheGroupRecovers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, TcpComm, ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Ranks, TcpComm, ::testing::Combine(::testing::Values(2, 3, 4), kTransports),
                          [](const auto& info) {
                            return BRAID_STR(std::get<0>(info.param), "_", transport_name(std::get<1>(info.param)));
                          });
 
-class TcpCommTransport : public ::testing::TestWithParam<bool> {};
+class TcpCommTransport : public ::testing::TestWithParam<Transport> {};
 
 // Each of 4 ranks splits two groups at once from two threads (the world, and pairs) and all-reduces on both.
 TEST_P(TcpCommTransport, ConcurrentSplitsAndCommunicators) {
@@ -157,7 +192,7 @@ TEST_P(TcpCommTransport, ConcurrentSplitsAndCommunicators) {
 }
 
 // Kills (SIGKILL) or stops (SIGSTOP) the last rank while the others wait in an all-reduce for it.
-void lose_last_rank(int n, int sig, bool shm) {
+void lose_last_rank(int n, int sig, Transport shm) {
   World w;
   const auto timeout = sig == SIGKILL ? 60s : 3s;
   w.start(n, "victim", shm, {{"BRAID_TEST_TIMEOUT_MS", std::to_string(std::chrono::milliseconds(timeout).count())}});
@@ -185,7 +220,7 @@ void lose_last_rank(int n, int sig, bool shm) {
   EXPECT_TRUE(w.segments_left().empty());
 }
 
-class TcpCommFailure : public ::testing::TestWithParam<bool> {};
+class TcpCommFailure : public ::testing::TestWithParam<Transport> {};
 
 TEST_P(TcpCommFailure, KilledPeerIsNamedByEveryOtherRank) {
   lose_last_rank(3, SIGKILL, GetParam());
@@ -195,10 +230,10 @@ TEST_P(TcpCommFailure, StoppedPeerTimesOutNamingIt) {
   lose_last_rank(2, SIGSTOP, GetParam());
 }
 
-// Rank 0 blocked sending 64 MiB into a full 1 MiB ring (or full socket buffers) that rank 1 has stopped
-// draining (its mailbox is full): killing rank 1 must fail rank 0 naming it, and stopping it must time out
-// naming it, not hang.
-void blocked_sender_loses_reader(int sig, bool shm) {
+// Rank 0 blocked sending 64 MiB into a full 1 MiB ring, on a direct read that never comes, or on full socket
+// buffers, that rank 1 has stopped draining (its mailbox is full): killing rank 1 must fail rank 0 naming it,
+// and stopping it must time out naming it, not hang.
+void blocked_sender_loses_reader(int sig, Transport shm) {
   World w;
   const auto timeout = sig == SIGKILL ? 60s : 3s;
   w.start(2, "ringfull", shm,
@@ -277,17 +312,17 @@ TEST_P(TcpCommFailure, KillAtRandomMomentsTenTrials) {
 }
 
 auto transport_param_name = [](const auto& info) { return transport_name(info.param); };
-INSTANTIATE_TEST_SUITE_P(Transport, TcpCommTransport, ::testing::Bool(), transport_param_name);
-INSTANTIATE_TEST_SUITE_P(Transport, TcpCommFailure, ::testing::Bool(), transport_param_name);
+INSTANTIATE_TEST_SUITE_P(Transports, TcpCommTransport, kTransports, transport_param_name);
+INSTANTIATE_TEST_SUITE_P(Transports, TcpCommFailure, kTransports, transport_param_name);
 
 // BRAID_DIST_SHM takes 0 or 1; anything else is a user error naming it.
 TEST(TcpCommTransportOption, BadValueIsAUserError) {
   World w;
-  w.start(2, "collectives", true, {{"BRAID_DIST_SHM", "yes"}});
+  w.start(2, "collectives", Transport::Shm, {{"BRAID_DIST_SHM", "yes"}});
   ASSERT_TRUE(w.procs.wait_all(30s)) << w.logs();
   for (auto& c : w.procs.children()) {
     EXPECT_TRUE(c.exited_with(2)) << w.logs();
-    EXPECT_NE(c.output().find("BRAID_DIST_SHM='yes': expected 0 or 1"), std::string::npos) << w.logs();
+    EXPECT_NE(c.output().find("BRAID_DIST_SHM='yes': expected 0, 1 or ring"), std::string::npos) << w.logs();
   }
 }
 

@@ -17,8 +17,9 @@
 //   echo         prints two lines to stdout and one to stderr, then exits with $BRAID_TEST_EXIT_CODE on rank
 //                $BRAID_TEST_EXIT_RANK (0 elsewhere)
 //   sleep        joins the job (heartbeats running) and sleeps
-// After joining, each rank prints "rank R: transport shm send peers A recv peers B" (tcp_comm_stats), and
-// collectives ends with "rank R: shm bytes X socket bytes Y". BRAID_TEST_RING_BYTES sets the ring size.
+// After joining, each rank prints "rank R: transport shm send peers A recv peers B direct C" (tcp_comm_stats),
+// and collectives ends with "rank R: shm bytes X direct D socket bytes Y". BRAID_TEST_RING_BYTES sets the ring
+// size.
 // Exit status: 0 ok, 1 a check failed, 3 an InternalError (its message on stderr), 2 a UserError.
 #include <unistd.h>
 
@@ -212,7 +213,8 @@ int run_collectives(Communicator& world) {
   }
   if (bad) return 1;
   const TcpCommStats st = tcp_comm_stats(world);
-  std::printf("rank %d: shm bytes %llu socket bytes %llu\n", me, static_cast<unsigned long long>(st.shm_bytes_sent),
+  std::printf("rank %d: shm bytes %llu direct %llu socket bytes %llu\n", me,
+              static_cast<unsigned long long>(st.shm_bytes_sent), static_cast<unsigned long long>(st.direct_bytes_sent),
               static_cast<unsigned long long>(st.socket_bytes_sent));
   std::printf("rank %d: ok %zu cases\n", me, cases.size());
   return 0;
@@ -373,7 +375,8 @@ int main(int argc, char** argv) {
     Job job = join_job(env, opt);
     if (job.world->size() > 1) {
       const TcpCommStats st = tcp_comm_stats(*job.world);
-      std::printf("rank %d: transport shm send peers %d recv peers %d\n", env.rank, st.shm_send_peers, st.shm_recv_peers);
+      std::printf("rank %d: transport shm send peers %d recv peers %d direct %d\n", env.rank, st.shm_send_peers,
+                  st.shm_recv_peers, st.direct_send_peers);
     }
     if (scenario == "collectives") return run_collectives(*job.world);
     if (scenario == "mismatch") return run_mismatch(*job.world);
