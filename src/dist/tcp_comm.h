@@ -7,7 +7,7 @@
 // fail with an InternalError naming that rank; abort() reaches the peers as a message, then closes sockets.
 // A Communicator is used by one thread at a time; a rank's world and its splits may run on different threads.
 // Ranks on the same host move payloads of 64 KiB and more through a shared-memory ring per directed pair
-// instead of the socket, and from 256 KiB the receiver copies them straight from the sender's memory where the
+// instead of the socket, and from 2 MiB the receiver copies them straight from the sender's memory where the
 // system allows it (the socket still carries every header, so the protocol and failure handling are the
 // same); BRAID_DIST_SHM=0 turns that off, =ring keeps the rings only (docs/distributed.md, "Same host").
 #pragma once
@@ -30,7 +30,7 @@ struct TcpCommOptions {
   uint64_t shm_ring_bytes = uint64_t{8} << 20;  // per directed pair of a group (the receiver's memory)
   uint64_t shm_min_bytes = uint64_t{64} << 10;  // smaller payloads go over the socket
   bool shm_direct = true;  // receivers read large payloads from the sender's memory (BRAID_DIST_SHM=ring: off)
-  uint64_t shm_direct_min_bytes = uint64_t{256} << 10;
+  uint64_t shm_direct_min_bytes = uint64_t{2} << 20;  // smaller payloads go through the ring (faster in cache)
 };
 
 // What a TCP communicator's transport has done (this rank, this group): how many peers it reaches through

@@ -218,6 +218,12 @@ TEST(Launch, TwoHostsInNetworkNamespaces) {
   for (int r = 0; r < 4; ++r)
     EXPECT_NE((r < 2 ? n0 : n1).output().find(prefix(r) + " rank " + std::to_string(r) + ": ok "), std::string::npos)
         << n0.output() << n1.output();
+  // Network namespaces are different hosts to the transport: each rank reaches its namespace's other rank
+  // through shared memory and the other host's two over TCP (the veth pair).
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE((r < 2 ? n0 : n1).output().find(prefix(r) + " rank " + std::to_string(r) + ": transport shm send peers 1 recv peers 1"),
+              std::string::npos)
+        << n0.output() << n1.output();
   procs.kill_all();
   std::system(("rm -rf " + dir).c_str());
 }
