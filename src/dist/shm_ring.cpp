@@ -1,9 +1,11 @@
-// Shared-memory rings (see shm_ring.h). Segment layout: a 4 KiB header page (magic, capacity, the consumer's
-// tail, the futex word and the sleeping-producer flag, each on its own cache line from the producer's side),
-// then `capacity` bytes of ring. Offsets grow without wrapping (u64); position = offset % capacity.
-// Wake-up protocol (no lost wake-ups): the producer reads seq, sets waiting, re-checks space, then sleeps on
-// seq == the value read; the consumer stores tail, increments seq, then wakes if waiting is set. All three
-// are sequentially consistent, so either the producer sees the new tail or the consumer sees waiting.
+// Shared-memory rings (see shm_ring.h). Segment layout: a 4 KiB header page (magic, capacity, what the consumer
+// needs to read the producer's memory and the producer's cancellations; then, on their own cache line, the
+// consumer's tail and acknowledgements, the futex word and the sleeping-producer flag), then `capacity` bytes
+// of ring. Offsets grow without wrapping (u64); position = offset % capacity.
+// Wake-up protocol (no lost wake-ups): the producer reads seq, sets waiting, re-checks its condition (space,
+// or an acknowledgement), then sleeps on seq == the value read; the consumer stores tail (or acked),
+// increments seq, then wakes if waiting is set. All are sequentially consistent, so either the producer sees
+// the consumer's progress or the consumer sees waiting.
 #include "dist/shm_ring.h"
 
 #include <fcntl.h>
