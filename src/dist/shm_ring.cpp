@@ -182,7 +182,15 @@ void ShmRing::put(const std::byte* src, uint64_t n) {
   head_ += n;  // published by the notice on the socket (its send orders these stores before it)
 }
 
-void ShmRing::take(std::byte* dst, uint64_t n) {
+uint64_t ShmRing::rewind(uint64_t min_at) {
+  const uint64_t at = head_ % cap_;
+  if (at == 0 || at < min_at || h_->tail.load(std::memory_order_acquire) != head_) return 0;
+  head_ += cap_ - at;
+  return cap_ - at;
+}
+
+void ShmRing::take(std::byte* dst, uint64_t n, uint64_t skip) {
+  tail_ += skip;
   const uint64_t at = tail_ % cap_, first = std::min(n, cap_ - at);
   if (dst) {
     std::memcpy(dst, data_ + at, first);

@@ -41,8 +41,12 @@ class ShmRing {
   uint64_t capacity() const { return cap_; }
 
   // Producer. space(): bytes that may be put now. put(): copies n <= space() bytes in and publishes them.
+  // rewind(): when the ring is empty and the next put would start `min_at` or more bytes into it, moves it
+  // to the ring's start (so that small frames keep reusing the same, cache-hot bytes) and returns the bytes
+  // skipped, which the consumer must skip too (0 otherwise).
   uint64_t space() const;
   void put(const std::byte* src, uint64_t n);
+  uint64_t rewind(uint64_t min_at);
   // Direct frames, producer side: the number of the next direct frame; whether the consumer has copied frame
   // k; giving up frames up to k.
   uint64_t next_direct() { return ++direct_sent_; }
@@ -57,8 +61,9 @@ class ShmRing {
     disarm(rings);
   }
 
-  // Consumer: copies the next n bytes into dst (nullptr: drops them), frees them, wakes a waiting producer.
-  void take(std::byte* dst, uint64_t n);
+  // Consumer: skips `skip` bytes (a producer's rewind), copies the next n bytes into dst (nullptr: drops
+  // them), frees them, wakes a waiting producer.
+  void take(std::byte* dst, uint64_t n, uint64_t skip = 0);
   // Consumer, direct frames: whether it can read the producer's probe word (at setup); copies n bytes at the producer's address (false and errno on failure); the number
   // of the next direct frame; whether the producer gave it up; acknowledging it (wakes the producer).
   bool probe_producer();

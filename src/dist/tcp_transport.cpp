@@ -3,8 +3,9 @@
 // Frame: 32-byte header (u32 magic "BRDF", u8 kind, u8 flags, u16 signature length, i64 channel, u64 payload
 // bytes, u64 0), the signature (what call sent it, e.g. "all_reduce(f32[4], sum)"), then the payload; with
 // flag kRing the payload is in the pair's shared-memory ring instead, and the socket carries, after the
-// signature, one u64 per chunk: its length, sent once the chunk is in the ring; with flag kDirect the socket
-// carries the payload's address in the sender (u64), which the receiver reads (process_vm_readv) and then
+// signature, two u64 per chunk, sent once the chunk is in the ring: the ring bytes to skip before it (the
+// sender rewound an empty ring to its start) and its length; with flag kDirect the socket carries the
+// payload's address in the sender and a 0 (u64 each), which the receiver reads (process_vm_readv) and then
 // acknowledges in the ring's header.
 #include "dist/tcp_transport.h"
 
@@ -42,6 +43,11 @@ constexpr uint64_t kDirectPieceBytes = uint64_t{1} << 20;
 // The most a sender puts in a ring before telling the receiver (a smaller chunk starts the receiver's copy
 // sooner; each costs a 4-byte send and receive).
 constexpr uint64_t kRingChunkBytes = uint64_t{512} << 10;
+// A sender that finds its ring empty 2 MiB or more from the start begins again at the start: small frames then
+// keep reusing a few cache-hot MiB instead of cycling through the whole ring (1-2 MiB all-reduces on 2 ranks,
+// medians of noisy runs: about 0.45 -> 0.35 and 0.75 -> 0.6 ms; rewinding from 512 KiB on made 64 MiB ~15 %
+// slower, from 2 MiB it was within noise).
+constexpr uint64_t kRingRewindBytes = uint64_t{2} << 20;
 // A sender whose rings are full spins this long re-checking before it sleeps on the futex, and sleeps at
 // most kRingSleep at a time (then re-checks its deadline, the abort flag and whether the peer is gone).
 constexpr auto kRingSpin = std::chrono::microseconds(20);
@@ -529,8 +535,8 @@ bool Mesh::on_readable(int j) {
       p.notice_got += static_cast<size_t>(r);
       if (p.notice_got < p.notice.size()) continue;
       p.notice_got = 0;
-      const uint64_t c = get_u(p.notice.data(), 8);
-      if (c == 0 || c > p.payload_bytes - p.got || c > p.in_ring->capacity()) {
+      const uint64_t skip = get_u(p.notice.data(), 8), c = get_u(p.notice.data() + 8, 8);
+      if (c == 0 || c > p.payload_bytes - p.got || c > p.in_ring->capacity() || skip >= p.in_ring->capacity()) {
         lose(j, "a malformed frame (bad ring chunk length)");
         return false;
       }
@@ -540,7 +546,7 @@ bool Mesh::on_readable(int j) {
       Posted* ps = p.dst ? p.posted : nullptr;
       if (ps) ps->in_read = true;
       lk.unlock();
-      p.in_ring->take(into, c);
+      p.in_ring->take(into, c, skip);
       if (ps) {
         lk.lock();
         ps->in_read = false;
@@ -812,7 +818,7 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
     const std::byte* src = nullptr; // ring: payload not yet in the ring
     uint64_t src_left = 0;
     uint64_t direct = 0;            // a direct frame: its number (acknowledged once the peer has copied it)
-    std::array<std::byte, 8> notice{};
+    std::array<std::byte, 16> notice{};
   };
   std::vector<W> ws(outs.size());
   std::vector<std::unique_lock<std::mutex>> locks;
@@ -886,11 +892,14 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
       if (w->ring && !w->direct && on_socket(*w) == 0) {
         const uint64_t c = std::min({w->ring->space(), w->src_left, std::min(kRingChunkBytes, w->ring->capacity())});
         if (c > 0) {
-          w->ring->put(w->src, c);
+          const uint64_t skip = w->ring->rewind(kRingRewindBytes);
+          const uint64_t c2 = std::min(c, w->ring->space());
+          w->ring->put(w->src, c2);
           std::atomic_thread_fence(std::memory_order_release);  // the chunk before its length
-          w->src += c;
-          w->src_left -= c;
-          put_u(w->notice.data(), c, 4);
+          w->src += c2;
+          w->src_left -= c2;
+          put_u(w->notice.data(), skip, 8);
+          put_u(w->notice.data() + 8, c2, 8);
           w->iov[2] = {w->notice.data(), w->notice.size()};
         } else {
           on_rings.push_back(w);

@@ -101,7 +101,7 @@ struct Peer {
   bool discard = false;              // the frame's posted receiver gave up: drop the rest
   bool via_ring = false;             // the payload is in in_ring; the socket carries each chunk's length
   bool via_direct = false;           // the payload is read from the peer's memory; the socket carries its address
-  std::array<std::byte, 8> notice{}; // a chunk length or an address being read
+  std::array<std::byte, 16> notice{}; // (bytes skipped, chunk length) or (address, 0) being read
   size_t notice_got = 0;
   std::vector<std::byte> buffer;     // a buffered message's payload being read
   bool closed = false;               // sent a bye or lost (guarded by Mesh::mu)
