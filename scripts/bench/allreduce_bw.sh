@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # TCP all-reduce bus bandwidth on loopback for 1-256 MiB, for 2 and 4 processes, beside a plain TCP stream
-# between the same processes in the same run (issue 7's benchmark; not a test; target busbw >= 0.7x stream).
-# Builds scripts/bench/allreduce_bw.cpp against build/'s libraries and runs it under braid launch; prints a
-# table per process count and writes scripts/bench/out/allreduce_bw_<N>.csv.
+# between the same processes in the same run (issue 7's benchmark; not a test; target busbw >= 0.7x stream),
+# with the automatic transport (shared memory between ranks of this host unless BRAID_DIST_SHM says otherwise)
+# and with sockets only, interleaved. Builds scripts/bench/allreduce_bw.cpp against build/'s libraries and runs
+# it under braid launch; prints a table per process count and writes scripts/bench/out/allreduce_bw_<N>.csv.
 # Usage: scripts/bench/allreduce_bw.sh [MIN_MIB (1)] [MAX_MIB (256)] [REPS (5)] [NPROCS ("2 4")];
 # BUILD=... for another build folder.
 set -euo pipefail
