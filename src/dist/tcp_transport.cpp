@@ -41,7 +41,7 @@ constexpr uint8_t kDirect = 2;                           // header flag: the pay
 // A direct payload is copied in pieces of this size, each made visible to a caller waiting for a prefix.
 constexpr uint64_t kDirectPieceBytes = uint64_t{1} << 20;
 // The most a sender puts in a ring before telling the receiver (a smaller chunk starts the receiver's copy
-// sooner; each costs a 4-byte send and receive).
+// sooner; each costs a 16-byte send and receive).
 constexpr uint64_t kRingChunkBytes = uint64_t{512} << 10;
 // A sender that finds its ring empty 2 MiB or more from the start begins again at the start: small frames then
 // keep reusing a few cache-hot MiB instead of cycling through the whole ring (1-2 MiB all-reduces on 2 ranks,
