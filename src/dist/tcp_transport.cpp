@@ -955,7 +955,10 @@ std::string Mesh::write(const std::vector<Out>& outs, Clock::time_point deadline
         if (w->direct ? w->ring->acked(w->direct) : w->ring->space() > 0) return true;
       return false;
     };
-    const auto spin_end = Clock::now() + kRingSpin;
+    // No spin for direct frames only: their copies (2 MiB and more) take far longer than a spin.
+    bool only_direct = true;
+    for (W* w : on_rings) only_direct = only_direct && w->direct;
+    const auto spin_end = Clock::now() + (only_direct ? Clock::duration::zero() : kRingSpin);
     bool found = false;
     while (!found && Clock::now() < spin_end) {
       for (int k = 0; k < 64 && !found; ++k) {
