@@ -27,7 +27,7 @@ struct TcpCommOptions {
   std::string bind_host;         // address to listen on and advertise; "" = the one this process reaches the store from
   std::string key_prefix = "braid/comm";  // store keys of this world (one world per prefix and store)
   bool shm = true;  // shared-memory rings between ranks of one host (BRAID_DIST_SHM=0 in the environment: off)
-  uint64_t shm_ring_bytes = uint64_t{8} << 20;  // per directed pair of a group (the receiver's memory)
+  uint64_t shm_ring_bytes = uint64_t{4} << 20;  // per directed pair of a group (the receiver's memory)
   uint64_t shm_min_bytes = uint64_t{64} << 10;  // smaller payloads go over the socket
   bool shm_direct = true;  // receivers read large payloads from the sender's memory (BRAID_DIST_SHM=ring: off)
   uint64_t shm_direct_min_bytes = uint64_t{2} << 20;  // smaller payloads go through the ring (faster in cache)
