@@ -1021,6 +1021,20 @@ void Mesh::close() {
     std::lock_guard lk(proc->mu);
     proc->meshes.erase(std::remove(proc->meshes.begin(), proc->meshes.end(), this), proc->meshes.end());
   }
+  // The slow parts first (joining the receiver, unmapping the rings), the bye last: a peer may stop as soon
+  // as it reads the bye, and its launcher stop this process, so that this process should be done by then
+  // with everything but the little left before it reports why it closed.
+  stopping = true;
+  if (receiver.joinable()) {
+    wake();
+    receiver.join();
+  }
+  for (auto& p : peers)
+    if (p) {
+      std::lock_guard wl(p->write_mu);  // no writer is left: a communicator is not used while it closes
+      p->out_ring.reset();
+      p->in_ring.reset();
+    }
   if (!proc->aborted) {
     const auto header = frame_header(FrameKind::Bye, 0, 0, 0);
     const auto deadline = Clock::now() + std::chrono::milliseconds(1000);
@@ -1030,20 +1044,9 @@ void Mesh::close() {
       write_exact(peers[static_cast<size_t>(j)]->wfd, header.data(), header.size(), deadline);
     }
   }
-  stopping = true;
-  if (receiver.joinable()) {
-    wake();
-    receiver.join();
-  }
-  for (auto& p : peers) {
+  for (auto& p : peers)
     for (int* f : {p ? &p->fd : nullptr, p ? &p->wfd : nullptr})
       if (f && *f >= 0) ::close(std::exchange(*f, -1));
-    if (p) {
-      std::lock_guard wl(p->write_mu);  // a writer gives up at once: the process is aborted or the peer gone
-      p->out_ring.reset();
-      p->in_ring.reset();
-    }
-  }
   if (wake_fd >= 0) ::close(std::exchange(wake_fd, -1));
 }
 
