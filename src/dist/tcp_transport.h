@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -36,6 +37,10 @@ using Clock = std::chrono::steady_clock;
 enum class FrameKind : uint8_t { Coll = 1, P2P = 2, Abort = 3, Bye = 4 };
 
 struct Mesh;
+
+// BRAID_DIST_DEBUG=1: the transport's setup decisions on stderr.
+void debug(const std::string& line);
+inline double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Process {
   std::shared_ptr<StoreClient> store;
@@ -170,6 +175,13 @@ struct Mesh {
   void receive_loop();
   void receive();
   bool on_readable(int j);  // false when the peer is gone
+  // A ring or direct payload of peer j (tcp_transport_shm.cpp): Again when its socket has nothing more now,
+  // Gone when the peer is lost (lose() done), More to go on reading.
+  enum class ShmRead { Again, Gone, More };
+  // The socket's 16-byte notice of the next chunk or address: nullopt once it is whole, else Again or Gone.
+  std::optional<ShmRead> read_notice(int j);
+  ShmRead read_direct_payload(int j);
+  ShmRead read_ring_payload(int j);
   void frame_ready(int j);
   void lose(int j, const std::string& why);
 };
