@@ -188,7 +188,17 @@ int train(const TrainArgs& a, FILE* out) {
       if (::gethostname(host, sizeof host - 1) == 0) o.trace_host = host;
     }
   }
-  exec::TrainResult r = exec::train(cfg, o);
+  exec::TrainResult r;
+  try {
+    r = exec::train(cfg, o);
+  } catch (const CommError&) {
+    throw;  // a peer's failure (or its abort) reaches this rank: nothing to tell the others
+  } catch (const std::exception& e) {
+    // This rank's own failure: tell the others why before unwinding closes the communicator (a peer would
+    // otherwise see only "closed its communicator", and the launcher may stop this process before it prints).
+    if (job) job->world->abort(e.what());
+    throw;
+  }
   if (r.stop_signal) return 128 + r.stop_signal;  // interrupted (after saving), as shells report it
   return 0;
 }

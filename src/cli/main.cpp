@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "braid: %s\nThis is a bug in braid; please report it with the files that caused it.\n", e.what());
     return 3;
+  } catch (const braid::CommError& e) {  // another process failed, or a wait timed out: not a bug
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "braid: out of memory\n");
     return 1;

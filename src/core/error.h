@@ -42,6 +42,13 @@ class InternalError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// A failure outside this process, not a bug: a peer process lost or stopped, a wait timed out, another rank
+// aborted the job, the rendezvous store unreachable. The CLI prints it and exits with status 1.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Collects user errors in one pass; throw_if_any() raises them all at once.
 class Diagnostics {
  public:

@@ -232,7 +232,7 @@ class TcpComm final : public exec::Communicator {
       mesh_->proc->abort(msg);
       cancel1();
       stop_sender();
-      throw InternalError(msg);
+      throw CommError(msg);
     };
 
     // Every peer's round-0 header (its signature): a mismatch is raised as on the short path, after
@@ -243,7 +243,7 @@ class TcpComm final : public exec::Communicator {
     if (!agree) {
       stop_sender();
       cancel1();
-      if (!send_error.empty()) throw InternalError(send_error);
+      if (!send_error.empty()) throw CommError(send_error);
       finish(what, r0, sig);  // raises the mismatch on every rank
       fail(BRAID_STR(at(what), ": the ranks disagree on the call"));  // not reached
     }
@@ -264,7 +264,7 @@ class TcpComm final : public exec::Communicator {
     if (auto e = mesh_->take(r0.entries, deadline()); !e.empty()) failed(e);
     if (auto e = mesh_->take(e1, deadline()); !e.empty()) failed(e);
     sender.join();  // it has written every segment (or failed, and aborted)
-    if (!send_error.empty()) throw InternalError(send_error);
+    if (!send_error.empty()) throw CommError(send_error);
     for (auto& [key, p] : e1)
       if (!p->size_ok || p->sig != sig)
         fail(BRAID_STR(at(what), ": rank ", std::get<0>(key), " sent a round-1 segment of another size or call"));
@@ -370,11 +370,11 @@ class TcpComm final : public exec::Communicator {
     live("send");
     if (peer == rank()) {  // to itself: straight into its own mailbox, bounded like any other
       if (auto e = mesh_->send_to_self(tag, t.desc().str(), bytes_of(t), t.bytes(), deadline()); !e.empty())
-        fail(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
+        lost(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
       return;
     }
     const std::string e = mesh_->write({{peer, FrameKind::P2P, tag, t.desc().str(), bytes_of(t), t.bytes()}}, deadline());
-    if (!e.empty()) fail(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
+    if (!e.empty()) lost(BRAID_STR(p2p("send", rank(), peer, tag), ": ", e));
   }
 
   void do_recv(Tensor& t, int peer, int tag) override {
@@ -385,7 +385,7 @@ class TcpComm final : public exec::Communicator {
     p.bytes = t.bytes();
     const detail::Key key{peer, FrameKind::P2P, tag};
     mesh_->post(key, p);
-    if (auto e = mesh_->take({{key, &p}}, deadline()); !e.empty()) fail(BRAID_STR(p2p("recv", peer, rank(), tag), ": ", e));
+    if (auto e = mesh_->take({{key, &p}}, deadline()); !e.empty()) lost(BRAID_STR(p2p("recv", peer, rank(), tag), ": ", e));
     if (!p.size_ok || p.sig != t.desc().str())
       fail(BRAID_STR(p2p("recv", peer, rank(), tag), ": rank ", rank(), " expects ", t.desc().str(), " but rank ",
                      peer, " sent ", p.sig));
@@ -416,7 +416,7 @@ class TcpComm final : public exec::Communicator {
       so.connect_timeout = proc.options.connect_timeout;
       own = proc.store->clone(so);
     } catch (const StoreError& e) {
-      fail(BRAID_STR("tcp split at world rank ", proc.world_rank, ": ", e.what()));
+      lost(BRAID_STR("tcp split at world rank ", proc.world_rank, ": ", e.what()));
     }
     StoreClient& store = *own;
     const std::string order_key = BRAID_STR(proc.options.key_prefix, "/", gid, "/order/");
@@ -432,7 +432,7 @@ class TcpComm final : public exec::Communicator {
                                         " (every member must pass the same ranks in the same order)"));
       }
     } catch (const StoreError& e) {
-      fail(BRAID_STR("tcp split ", mine, " at world rank ", proc.world_rank, ": ", e.what()));
+      lost(BRAID_STR("tcp split ", mine, " at world rank ", proc.world_rank, ": ", e.what()));
     }
     auto m = std::make_shared<Mesh>();
     m->proc = mesh_->proc;
@@ -465,7 +465,7 @@ class TcpComm final : public exec::Communicator {
   }
 
   void live(const char* what) {
-    if (mesh_->proc->aborted) throw InternalError(BRAID_STR(at(what), ": the world was aborted: ", mesh_->proc->reason()));
+    if (mesh_->proc->aborted) throw CommError(BRAID_STR(at(what), ": the world was aborted: ", mesh_->proc->reason()));
   }
 
   void check_local(const char* what, std::string error, const Tensor& t) {
@@ -473,10 +473,15 @@ class TcpComm final : public exec::Communicator {
     if (!error.empty()) throw InternalError(BRAID_STR("tcp on group ", mesh_->name, " at rank ", rank(), ": ", error));
   }
 
-  // A failure that leaves the group inconsistent: abort (so that the peers stop waiting), then throw.
+  // A failure that leaves the group inconsistent: abort (so that the peers stop waiting), then throw. fail: the
+  // ranks broke the protocol (a bug); lost: a wait or write failed (a peer gone, a timeout, an abort).
   [[noreturn]] void fail(const std::string& msg) {
     mesh_->proc->abort(msg);
     throw InternalError(msg);
+  }
+  [[noreturn]] void lost(const std::string& msg) {
+    mesh_->proc->abort(msg);
+    throw CommError(msg);
   }
 
   Round post(int64_t channel, const std::vector<MutSpan>& in) {
@@ -505,14 +510,14 @@ class TcpComm final : public exec::Communicator {
       if (j != rank()) outs.push_back({j, FrameKind::Coll, channel, sig, out[j].data, out[j].bytes});
     if (auto e = mesh_->write(outs, deadline()); !e.empty()) {
       cancel(*rd);
-      fail(BRAID_STR(at(what), ": ", e));
+      lost(BRAID_STR(at(what), ": ", e));
     }
   }
 
   // Waits for the round's frames, then compares every rank's signature with this rank's: the same error,
   // listing every rank, is raised on every rank when they differ.
   void finish(const char* what, Round& rd, const std::string& sig) {
-    if (auto e = mesh_->take(rd.entries, deadline()); !e.empty()) fail(BRAID_STR(at(what), ": ", e));
+    if (auto e = mesh_->take(rd.entries, deadline()); !e.empty()) lost(BRAID_STR(at(what), ": ", e));
     const int n = size();
     auto sig_of = [&](int j) -> const std::string& { return j == rank() ? sig : rd.posted[static_cast<size_t>(j)].sig; };
     std::string errors, calls;
@@ -570,7 +575,7 @@ std::unique_ptr<exec::Communicator> make_tcp_world(std::shared_ptr<StoreClient> 
       proc->secret = proc->store->wait_get(secret_key, options.connect_timeout);
     }
   } catch (const StoreError& e) {
-    throw InternalError(BRAID_STR("tcp world: rank ", rank, " of ", size, ": ", e.what()));
+    throw CommError(BRAID_STR("tcp world: rank ", rank, " of ", size, ": ", e.what()));
   }
   auto mesh = std::make_shared<Mesh>();
   mesh->proc = proc;

@@ -48,14 +48,14 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
   addrinfo* res = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
-    throw InternalError(BRAID_STR(where(), ": cannot listen on '", host, "': ", gai_strerror(rc)));
+    throw CommError(BRAID_STR(where(), ": cannot listen on '", host, "': ", gai_strerror(rc)));
   const int lfd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   const bool bound = lfd >= 0 && ::bind(lfd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(lfd, n + 16) == 0;
   ::freeaddrinfo(res);
   if (!bound) {
     const std::string e = std::strerror(errno);
     if (lfd >= 0) ::close(lfd);
-    throw InternalError(BRAID_STR(where(), ": cannot listen on ", host, ": ", e));
+    throw CommError(BRAID_STR(where(), ": cannot listen on ", host, ": ", e));
   }
   sockaddr_storage sa{};
   socklen_t sl = sizeof sa;
@@ -73,7 +73,7 @@ void Mesh::connect(const std::string& group_id, StoreClient& store) {
     for (auto& p : peers)
       for (int* f : {&p->fd, &p->wfd})  // every peer exists (made above)
         if (*f >= 0) ::close(std::exchange(*f, -1));
-    throw InternalError(BRAID_STR(where(), ": ", why));
+    throw CommError(BRAID_STR(where(), ": ", why));
   };
 
   // 2. Connect to every lower rank and prove the secret.

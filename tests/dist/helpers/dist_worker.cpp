@@ -20,7 +20,8 @@
 // After joining, each rank prints "rank R: transport shm send peers A recv peers B direct C" (tcp_comm_stats),
 // and collectives ends with "rank R: shm bytes X direct D socket bytes Y". BRAID_TEST_RING_BYTES sets the ring
 // size.
-// Exit status: 0 ok, 1 a check failed, 3 an InternalError (its message on stderr), 2 a UserError.
+// Exit status: 0 ok, 1 a check failed, 2 a UserError, 3 an InternalError, 4 a CommError (a peer lost, a timeout,
+// an aborted world); the error's message on stderr (stdout in abort).
 #include <unistd.h>
 
 #include <cmath>
@@ -322,6 +323,9 @@ int run_abort(Communicator& world) {
   } catch (const InternalError& e) {
     std::printf("rank %d: error: %s\n", world.rank(), e.what());
     return 3;
+  } catch (const CommError& e) {
+    std::printf("rank %d: error: %s\n", world.rank(), e.what());
+    return 4;
   }
   return 1;
 }
@@ -397,6 +401,9 @@ int main(int argc, char** argv) {
   } catch (const InternalError& e) {
     std::fprintf(stderr, "braid: %s\n", e.what());
     return 3;
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "braid: %s\n", e.what());
+    return 4;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "braid: error: %s\n", e.what());
     return 1;
