@@ -62,6 +62,12 @@ Tensor Tensor::reshaped(const Shape& s) const {
   return t;
 }
 
+Tensor Tensor::part(size_t byte_offset, const TensorDesc& desc) const {
+  BRAID_ASSERT(defined() && byte_offset + desc.bytes() <= bytes(), "part of ", desc.bytes(), " bytes at ", byte_offset,
+               " of ", desc_.str());
+  return Tensor(static_cast<char*>(data_) + byte_offset, desc, owner_);
+}
+
 Tensor Tensor::clone() const {
   Tensor t = empty(desc_);
   if (bytes()) std::memcpy(t.data_, data_, bytes());

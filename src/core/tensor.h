@@ -84,6 +84,9 @@ class Tensor {
   }
   // Same memory, another shape of the same element count.
   Tensor reshaped(const Shape& s) const;
+  // The `desc` tensor starting `byte_offset` bytes into this one's memory, sharing its ownership (it keeps the
+  // memory alive). For gradients that live in a data-parallel bucket (exec/pipeline.cpp).
+  Tensor part(size_t byte_offset, const TensorDesc& desc) const;
   Tensor clone() const;  // owning deep copy
   void zero();
   void copy_from(const Tensor& other);  // same desc

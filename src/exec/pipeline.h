@@ -102,11 +102,12 @@ class PlanRunner {
     std::vector<Tensor> model_inputs;  // [slot][model input], model order: arena views or scratch
     size_t num_model_inputs = 0;
     std::vector<std::pair<ValueId, size_t>> grads;  // gradient value, store entry
+    bool grads_in_store = false;  // the executor writes the gradients into the store's tensors (no accumulate)
     // Data-parallel gradient sync overlapped with the step's last backward: grads_at_node[k] lists the
     // gradients node k produces; each fills its bucket, and a full bucket goes to the device's comm thread.
     struct Bucket {
       std::vector<size_t> grads;  // indices into `grads`, in the order backward produces them
-      Tensor flat;                // packed (undefined for a bucket of one tensor: reduced in place)
+      Tensor flat;                // the gradients' memory: they are views into it (undefined for one tensor)
       int pending = 0;            // gradients still to come in this step
     };
     std::vector<std::vector<size_t>> grads_at_node;

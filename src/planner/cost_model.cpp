@@ -171,9 +171,20 @@ class Calibrated : public Analytic {
     return roof / std::max(1e-6, efficiency(op.name, k.flops)) + f_.op_overhead_s;
   }
   double collective_time(Collective c, double bytes, const Group& g) const override {
+    return measured(to_string(c), c, bytes, g);
+  }
+  // The cold figure (calibrate.cpp, "grad_all_reduce") where measured, else the all-reduce's.
+  double grad_sync_time(double bytes, const Group& g) const override {
+    return measured("grad_all_reduce", Collective::AllReduce, bytes, g);
+  }
+
+ protected:
+  // Collective `c` by the profile's fit named `name` (falling back to c's own, then to the analytic figure).
+  double measured(const std::string& name, Collective c, double bytes, const Group& g) const {
     // A group smaller than the devices: its own measurement (every such group at once) when there is one.
-    auto it = p_.collectives.find(to_string(c) + "@" + std::to_string(g.size));
-    if (it == p_.collectives.end() || g.size == p_.devices) it = p_.collectives.find(to_string(c));
+    auto it = p_.collectives.find(name + "@" + std::to_string(g.size));
+    if (it == p_.collectives.end() || g.size == p_.devices) it = p_.collectives.find(name);
+    if (it == p_.collectives.end() && name != to_string(c)) return measured(to_string(c), c, bytes, g);
     if (it == p_.collectives.end() || g.nodes > 1) return Analytic::collective_time(c, bytes, g);
     if (g.size <= 1 || bytes <= 0) return 0;
     // Measured as a ring on the in-process backend: steps x alpha + traffic per rank x beta.
@@ -184,7 +195,6 @@ class Calibrated : public Analytic {
     return steps * it->second.first + traffic * it->second.second;
   }
 
- protected:
   double efficiency(const std::string& op, double flops) const override {
     auto it = p_.efficiency.find(op);
     if (it == p_.efficiency.end()) return f_.compute_efficiency;

@@ -48,6 +48,11 @@ class CostModel {
   // One collective over `bytes` (all-reduce, reduce-scatter: the whole tensor; all-gather: the gathered
   // result) on group `g`; the fastest algorithm where several apply. 0 for a group of one.
   virtual double collective_time(Collective c, double bytes, const Group& g) const = 0;
+  // The data-parallel gradient all-reduce of `bytes` on `g`: an all-reduce, but of gradients the backward has
+  // just written with the step's other data through the caches (calibrated: measured so; docs/planner.md).
+  virtual double grad_sync_time(double bytes, const Group& g) const {
+    return collective_time(Collective::AllReduce, bytes, g);
+  }
   // One point-to-point message of `bytes` between two devices (cross_node: on different nodes).
   virtual double p2p_time(double bytes, bool cross_node) const = 0;
   // The optimizer's update of `param_bytes` of parameters holding `states` state tensors each.

@@ -34,8 +34,8 @@ void dp_sync(const CostModel& m, const Group& g, double param_bytes, double back
   if (g.size <= 1 || param_bytes <= 0) return;
   double buckets = std::ceil(param_bytes / bucket_bytes);
   double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
-  double last = m.collective_time(Collective::AllReduce, last_bytes, g);
-  *total = (buckets - 1) * m.collective_time(Collective::AllReduce, bucket_bytes, g) + last;
+  double last = m.grad_sync_time(last_bytes, g);
+  *total = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) + last;
   *exposed = std::max(*total - backward_s, last);
 }
 

@@ -226,3 +226,42 @@ TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
 }
 
 }  // namespace
+
+// The data-parallel gradient all-reduce is charged by the profile's cold figure ("grad_all_reduce", measured
+// after the ranks rewrote their gradients and displaced the caches), every other all-reduce by the hot one;
+// without the cold figure both are the all-reduce's.
+TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.collectives["all_reduce"] = {1e-5, 1e-10};
+  p.collectives["all_reduce@2"] = {4e-5, 5e-10};
+  auto hot = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  p.collectives["grad_all_reduce"] = {2e-5, 3e-10};
+  auto cold = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  const Group four{4, 1}, two{2, 1};
+  EXPECT_DOUBLE_EQ(cold->collective_time(Collective::AllReduce, 1e6, four), 6 * 1e-5 + 1.5e6 * 1e-10);
+  EXPECT_DOUBLE_EQ(cold->grad_sync_time(1e6, four), 6 * 2e-5 + 1.5e6 * 3e-10);
+  EXPECT_DOUBLE_EQ(hot->grad_sync_time(1e6, four), hot->collective_time(Collective::AllReduce, 1e6, four));
+  EXPECT_DOUBLE_EQ(hot->grad_sync_time(1e6, two), 2 * 4e-5 + 1e6 * 5e-10);
+  // predict() charges the data-parallel sync by it; the tensor-parallel collectives are unchanged.
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  Plan pins;
+  pins.summary.data_parallel = 4;
+  pins.summary.pinned.set("data_parallel", {});
+  SearchOptions so;
+  so.pins = &pins;
+  SearchResult r = search(g, *cold, ts, so);
+  ASSERT_TRUE(r.found) << r.why_none;
+  StepPrediction c = predict(r.plan, g, *cold, ts), h = predict(r.plan, g, *hot, ts);
+  EXPECT_DOUBLE_EQ(c.stages[0].dp_sync_s, cold->grad_sync_time(c.stages[0].param_bytes, four));
+  EXPECT_GT(c.stages[0].dp_sync_s, h.stages[0].dp_sync_s);
+  EXPECT_DOUBLE_EQ(c.stages[0].comm_s, h.stages[0].comm_s);
+  EXPECT_NEAR(r.searched_step_time_s, c.formula_step_time_s, 1e-9 * c.formula_step_time_s);
+  Diagnostics d;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
+  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  EXPECT_EQ(back.collectives.at("grad_all_reduce"), (std::pair<double, double>{2e-5, 3e-10}));
+}
