@@ -2,6 +2,7 @@
 // Chunks are fixed by n, grain and the thread count (never by timing), so results that depend on chunking
 // are reproducible. A template (no std::function), so a call allocates nothing.
 #pragma once
+#include <vector>
 #include <omp.h>
 
 #include <algorithm>
@@ -45,5 +46,11 @@ void set_num_threads(int n);
 // wherever the scheduler wakes them; threads it then starts (its OpenMP team) inherit the share. Returns
 // false (and changes nothing) where affinity cannot be set.
 bool pin_thread_to_share(int slot, int slots);
+// CPUs this process may use (its affinity mask), at least 1.
+int allowed_cpus();
+// Slots for pin_thread_to_share(slot, loads.size()) on `cpus` CPUs that balance the threads' `loads` over the CPU shares those
+// slots map to (largest load first onto the least loaded share; ties: the lower index). Equal loads get
+// i % shares (round robin, as pin_thread_to_share(i, n) places them); where every thread has a share of its own, i.
+std::vector<int> balanced_slots(const std::vector<double>& loads, int cpus = allowed_cpus());
 
 }  // namespace braid

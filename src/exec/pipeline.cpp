@@ -68,6 +68,21 @@ void make_buckets(ChunkT& c, ParamStore& store, size_t limit) {
   }
 }
 
+// Forward and backward FLOPs of one micro-batch through a stage program (OpDef::cost; one per output element
+// where an op has none): the work of the device running it, for placing devices on shared cores.
+double program_flops(const graph::Graph& g) {
+  double flops = 0;
+  std::vector<TensorDesc> in, out;
+  for (const auto& n : g.nodes()) {
+    in.clear();
+    out.clear();
+    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    flops += (n.op->cost ? n.op->cost(n.attrs, in, out) : ops::default_cost(in, out)).flops;
+  }
+  return flops;
+}
+
 Schedule make_schedule(const planner::Summary& s) {
   if (s.schedule == "gpipe") return gpipe(s.pipeline_stages, static_cast<int>(s.micro_batches));
   if (s.schedule == "interleaved")
@@ -202,12 +217,23 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
   const int per_device = std::max(1, braid::num_threads() / static_cast<int>(devices_.size()));
   const bool pin = inproc_ != nullptr;  // every device in this process: spread them over its cores
   const int slots = static_cast<int>(devices_.size());
+  // Devices sharing cores are placed by their work (forward and backward FLOPs of their stages' programs), so
+  // that the busy ones do not share a core while another idles: by device id, mlp pp 4 on cpu:4 of 2 cores put
+  // both of its heavy stages (devices 0 and 2) on one core.
+  std::vector<double> loads;
   for (auto& d : devices_) {
-    threads_.emplace_back([this, dev = d.get(), per_device, pin, slots]() {
+    double flops = 0;
+    for (const auto& c : d->chunks) flops += program_flops(c.prog->g);
+    loads.push_back(flops);
+  }
+  const std::vector<int> place = balanced_slots(loads);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    auto& d = devices_[i];
+    threads_.emplace_back([this, dev = d.get(), per_device, pin, slots, slot = place[i]]() {
       // Each device on its own share of the cores (cpu:4 on 2 cores: two per core). Left to the scheduler,
       // the woken device threads often stacked on one core for milliseconds: the same plan measured 3.0 or
       // 5.6-15.8 ms a step from run to run (docs/planner.md, "What the measurements showed").
-      if (pin) pin_thread_to_share(dev->id, slots);
+      if (pin) pin_thread_to_share(slot, slots);
       omp_set_num_threads(per_device);
       worker(*dev);
     });
