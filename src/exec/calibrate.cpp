@@ -639,6 +639,28 @@ double core_peak_flops() {
   return ghz > 0 ? ghz * 1e9 * per_cycle : 64e9;
 }
 
+// A workload measured in three passes of 0.2 s, each layer's forward and backward the median of the passes' means:
+// a time slice of several milliseconds that a worker waits lands on one node of one pass and moves that pass's
+// mean, not the median. With one pass of 0.4 s, two calibrations of the same machine minutes apart differed by
+// up to 5x in some (op, class) figures and backward ratios (cross_entropy 1e6: 0.64 and 0.13; embedding's ratio
+// 0.32 and 5.6), and the predictions of mlp tp 4 on cpu:4 by 8% (3.24 and 3.50 ms, both measured 2.7).
+std::vector<LayerSample> measure_passes(Quiet& quiet, const Workload& w, int n) {
+  std::vector<std::vector<LayerSample>> passes;
+  for (int k = 0; k < 3; ++k) passes.push_back(quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.2); }));
+  std::vector<LayerSample> out = passes[0];
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> f, b;
+    for (const auto& pass : passes) {
+      BRAID_ASSERT(pass.size() == out.size() && pass[i].op == out[i].op, "calibration workload ", w.name, " changed");
+      f.push_back(pass[i].forward_s);
+      b.push_back(pass[i].backward_s);
+    }
+    out[i].forward_s = median(f);
+    out[i].backward_s = median(b);
+  }
+  return out;
+}
+
 planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.devices < 1) throw UserError(SourceLoc{"<command line>", 0, 0}, "--devices must be cpu:N with N >= 1");
   const int n = o.devices, cores = machine_cores();
@@ -666,7 +688,8 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       break;
     }
     auto t0 = Clock::now();
-    auto rows = quietly(quiet, w.name, [&]() { return measure_workload(w, n, w.name == "overhead" ? 0.05 : 0.4); });
+    auto rows = w.name == "overhead" ? quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.05); })
+                                     : measure_passes(quiet, w, n);
     if (w.name == "overhead") {
       std::vector<double> ts;
       for (const auto& r : rows) ts.push_back(r.forward_s);
