@@ -2,11 +2,11 @@
 // Chunks are fixed by n, grain and the thread count (never by timing), so results that depend on chunking
 // are reproducible. A template (no std::function), so a call allocates nothing.
 #pragma once
-#include <vector>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 // Marks a function whose loops should also be compiled for AVX-512 and AVX2, picked at load time by the CPU
 // (GCC function multi-versioning), so that one binary runs everywhere and uses the widest vectors the machine
@@ -48,9 +48,10 @@ void set_num_threads(int n);
 bool pin_thread_to_share(int slot, int slots);
 // CPUs this process may use (its affinity mask), at least 1.
 int allowed_cpus();
-// Slots for pin_thread_to_share(slot, loads.size()) on `cpus` CPUs that balance the threads' `loads` over the CPU shares those
-// slots map to (largest load first onto the least loaded share; ties: the lower index). Equal loads get
-// i % shares (round robin, as pin_thread_to_share(i, n) places them); where every thread has a share of its own, i.
+// Slots for pin_thread_to_share(slot, loads.size()) on `cpus` CPUs that balance the threads' `loads` over the
+// CPU shares those slots map to: largest load first onto the least loaded share (ties: the one with fewer
+// threads, then the lower index). Equal loads get i % shares (round robin, as pin_thread_to_share(i, n) places
+// them); where every thread has a share of its own, i.
 std::vector<int> balanced_slots(const std::vector<double>& loads, int cpus = allowed_cpus());
 
 }  // namespace braid

@@ -1,6 +1,7 @@
 // `braid calibrate` (calibrate.h): op efficiencies from per-node timing of small training graphs on N
-// concurrent workers, memory bandwidth, collective alpha/beta on an InProcWorld; the profile's cache path;
-// the cost model for cpu:N. Formulas: docs/planner.md ("Calibration").
+// concurrent workers, memory bandwidth, collective alpha/beta on an InProcWorld, the optimizer's and the
+// runner's own costs. The machine's figures and the profile's cache: profile_cache.cpp. Formulas:
+// docs/planner.md ("Calibration").
 #include "exec/calibrate.h"
 
 #include <omp.h>
@@ -13,11 +14,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "core/machine_load.h"
@@ -35,22 +33,9 @@
 namespace braid::exec {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-constexpr const char* kVersion = "0.1.0";  // the braid version profiles are keyed by (main.cpp's --version)
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? "cpu" : line.substr(c + 2);
-    }
-  return "cpu";
-}
 
 // Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives one of `devices`
 // devices (0: n).
@@ -228,7 +213,7 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
       std::vector<TensorDesc> in, o;
       for (ValueId v : node.inputs) in.push_back(g.value(v).desc);
       for (ValueId v : node.outputs) o.push_back(g.value(v).desc);
-      ops::Cost c = node.op->cost ? node.op->cost(node.attrs, in, o) : ops::default_cost(in, o);
+      ops::Cost c = ops::op_cost(*node.op, node.attrs, in, o);
       row.emplace(node.layer, out.size());
       out.push_back(LayerSample{node.op->name, c.flops, c.bytes, 0, 0});
       out.back().input_grad = !planner::weight_gradients_only(g, node);
@@ -293,7 +278,7 @@ size_t cache_share_bytes(int n);
 std::vector<double> time_collective(int n, const std::string& k, int g, int64_t elems, int reps, bool cold = false) {
   InProcWorld world(n);
   std::vector<double> t(static_cast<size_t>(n));
-  std::vector<std::vector<double>> per_rep(static_cast<size_t>(reps), std::vector<double>(static_cast<size_t>(n)));
+  std::vector<std::vector<double>> per_rep(cold ? static_cast<size_t>(reps) : 0, std::vector<double>(static_cast<size_t>(n)));
   on_workers(n, [&](int r) {
     auto world_comm = world.communicator(r);
     std::unique_ptr<Communicator> group;
@@ -326,7 +311,6 @@ std::vector<double> time_collective(int n, const std::string& k, int g, int64_t 
         per_rep[static_cast<size_t>(i)][static_cast<size_t>(r)] = seconds_since(t0);
         world_comm->barrier();  // nobody starts displacing the caches while a rank sharing its core still works
       }
-      world_comm->barrier();
       return;
     }
     auto t0 = Clock::now();
@@ -615,30 +599,6 @@ planner::Profile::Runner measure_runner(int n, const planner::Profile& p, Quiet&
   return out;
 }
 
-}  // namespace
-
-int machine_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-}
-
-double core_peak_flops() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line, flags;
-  double ghz = 0;
-  while (std::getline(f, line)) {
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
-    if (key == "cpu MHz" && ghz == 0) ghz = std::atof(line.c_str() + colon + 1) / 1000.0;
-    if (key == "flags" && flags.empty()) flags = " " + line.substr(colon + 1) + " ";
-  }
-  auto has = [&](const char* fl) { return flags.find(" " + std::string(fl) + " ") != std::string::npos; };
-  int per_cycle = has("fma") && has("avx2") ? 32 : has("avx") ? 16 : 8;
-  return ghz > 0 ? ghz * 1e9 * per_cycle : 64e9;
-}
-
 // A workload measured in three passes of 0.2 s, each layer's forward and backward the median of the passes' means:
 // a time slice of several milliseconds that a worker waits lands on one node of one pass and moves that pass's
 // mean, not the median. With one pass of 0.4 s, two calibrations of the same machine minutes apart differed by
@@ -661,13 +621,15 @@ std::vector<LayerSample> measure_passes(Quiet& quiet, const Workload& w, int n) 
   return out;
 }
 
+}  // namespace
+
 planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.devices < 1) throw UserError(SourceLoc{"<command line>", 0, 0}, "--devices must be cpu:N with N >= 1");
   const int n = o.devices, cores = machine_cores();
   Quiet quiet{o.log, o.quiet_tries};
   planner::Profile p;
   p.machine = cpu_model() + " x " + std::to_string(cores) + " cores";
-  p.braid_version = kVersion;
+  p.braid_version = kProfileVersion;
   p.devices = n;
   // 1. Device figures: the theoretical peak of the device's share of the cores; measured bandwidth.
   p.cpu.peak_flops_f32 = core_peak_flops() * cores / n;
@@ -749,71 +711,6 @@ planner::Profile calibrate(const CalibrateOptions& o) {
                  "however often measured; figures from a busy machine make the planner's predictions slow: calibrate "
                  "again when the machine is quiet\n", quiet.disturbed, quiet.disturbed == 1 ? "" : "s", quiet.worst);
   return p;
-}
-
-std::string profile_path() {
-  std::string machine = cpu_model() + "-" + std::to_string(machine_cores()) + "c";
-  for (char& c : machine)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path dir = xdg && *xdg ? fs::path(xdg) / "braid" : fs::path(home ? home : ".") / ".cache" / "braid";
-  return (dir / ("profile-" + machine + "-" + kVersion + ".yaml")).string();
-}
-
-std::optional<planner::Profile> load_profile() {
-  std::string path = profile_path();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Diagnostics d;
-  planner::Profile p = planner::parse_profile(ss.str(), path, d);
-  if (p.devices < 1) d.error(SourceLoc{path, 1, 1}, "the profile needs 'devices' (the N of cpu:N it measured)");
-  if (!d.empty())
-    throw UserError(d.all()[0].loc, d.all()[0].message, "run `braid calibrate --devices cpu:N` again, or delete " + path);
-  return p;
-}
-
-std::string save_profile(const planner::Profile& p) {
-  std::string path = profile_path();
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f || !(f << planner::to_yaml(p)) || !f.flush())
-      throw UserError(SourceLoc{path, 0, 0}, "cannot write the calibration profile", "set XDG_CACHE_HOME to a writable folder");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw UserError(SourceLoc{path, 0, 0}, "cannot write the calibration profile", "set XDG_CACHE_HOME to a writable folder");
-  return path;
-}
-
-CpuModel cpu_cost_model(int n) {
-  CpuModel m;
-  const int cores = machine_cores();
-  const std::string name = "cpu:" + std::to_string(n);
-  if (auto prof = load_profile()) {
-    planner::Profile p = *prof;
-    // Per-device figures scale with the device's share of the machine: measured for p.devices, used for n.
-    double k = static_cast<double>(p.devices) / n;
-    p.cpu.peak_flops_f32 *= k;
-    p.cpu.memory_bandwidth *= k;
-    p.cpu.memory_bytes *= k;
-    p.cpu.cores = cores;
-    if (p.devices == n) p.cpu.busy_speed = p.busy_speed;  // measured for these N devices only
-    if (p.devices != n)  // sub-group collectives were measured beside the other groups of those N devices
-      std::erase_if(p.collectives, [](const auto& kv) { return kv.first.find('@') != std::string::npos; });
-    m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
-    m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
-    return m;
-  }
-  planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
-  f.cores = cores;
-  m.model = planner::analytic_cost_model(planner::cluster_preset(name, f));
-  m.description = "analytic (no calibration profile at " + profile_path() + ": run `braid calibrate --devices " + name + "`)";
-  return m;
 }
 
 }  // namespace braid::exec

@@ -52,5 +52,9 @@ CpuModel cpu_cost_model(int n);
 // from /proc/cpuinfo, as `braid bench` reports it; 64e9 when unknown).
 int machine_cores();
 double core_peak_flops();
+// The cpu model from /proc/cpuinfo ("cpu" when unknown), and the braid version profiles are keyed by (main.cpp's
+// --version).
+std::string cpu_model();
+inline constexpr const char* kProfileVersion = "0.1.0";
 
 }  // namespace braid::exec

@@ -68,8 +68,8 @@ void make_buckets(ChunkT& c, ParamStore& store, size_t limit) {
   }
 }
 
-// Forward and backward FLOPs of one micro-batch through a stage program (OpDef::cost; one per output element
-// where an op has none): the work of the device running it, for placing devices on shared cores.
+// Forward and backward FLOPs of one micro-batch through a stage program (ops::op_cost): the work of the device
+// running it, for placing devices on shared cores.
 double program_flops(const graph::Graph& g) {
   double flops = 0;
   std::vector<TensorDesc> in, out;
@@ -78,7 +78,7 @@ double program_flops(const graph::Graph& g) {
     out.clear();
     for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
     for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
-    flops += (n.op->cost ? n.op->cost(n.attrs, in, out) : ops::default_cost(in, out)).flops;
+    flops += ops::op_cost(*n.op, n.attrs, in, out).flops;
   }
   return flops;
 }
@@ -274,12 +274,11 @@ void PlanRunner::comm_worker(Device& d) {
     auto& entries = d.store.entries();
     try {
       if (!d.comm_error) {
-        double bytes = b.flat.defined() ? static_cast<double>(b.flat.bytes())
-                                        : static_cast<double>(entries[c.grads[b.grads[0]].second].grad.bytes());
-        io::TraceScope scope(d.comm_trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads",
-                                                          -1, -1, bytes});
         // The bucket's gradients are views into b.flat (make_buckets): reduced in place.
-        c.bucket_comm->all_reduce(b.flat.defined() ? b.flat : entries[c.grads[b.grads[0]].second].grad, ReduceOp::Avg);
+        Tensor& t = b.flat.defined() ? b.flat : entries[c.grads[b.grads[0]].second].grad;
+        io::TraceScope scope(d.comm_trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads",
+                                                          -1, -1, static_cast<double>(t.bytes())});
+        c.bucket_comm->all_reduce(t, ReduceOp::Avg);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(d.comm_mu);

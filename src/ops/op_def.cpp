@@ -144,6 +144,10 @@ std::vector<SplitSignature> all_broadcast(std::span<const TensorDesc> inputs, st
                          std::vector<Sbp>(outputs.size(), Sbp::B())}};
 }
 
+Cost op_cost(const OpDef& op, const Attrs& attrs, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+  return op.cost ? op.cost(attrs, in, out) : default_cost(in, out);
+}
+
 Cost default_cost(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs, double flops_per_out) {
   Cost c;
   for (const auto& d : inputs) c.bytes += static_cast<double>(d.bytes());

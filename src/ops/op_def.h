@@ -218,6 +218,8 @@ struct OpDef {
 // Generic helpers shared by op definitions.
 std::vector<SplitSignature> all_broadcast(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs);
 Cost default_cost(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs, double flops_per_out = 1);
+// The op's cost on these shapes: its own cost function, else default_cost.
+Cost op_cost(const OpDef& op, const Attrs& attrs, std::span<const TensorDesc> in, std::span<const TensorDesc> out);
 // An internal op (gradient or helper): not usable in model files, not differentiable, `num_inputs` inputs.
 // Callers fill in inference, kernel, splits, cost and attributes.
 OpDef internal_op(std::string name, std::string doc, int num_inputs);

@@ -90,10 +90,7 @@ double class_efficiency(const std::map<std::string, double>& classes, double flo
 
 namespace {
 
-ops::Cost op_cost(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
-                  std::span<const TensorDesc> out) {
-  return op.cost ? op.cost(attrs, in, out) : ops::default_cost(in, out);
-}
+using ops::op_cost;
 
 class Analytic : public CostModel {
  public:

@@ -138,7 +138,7 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     o.backward_s = model_.backward_time(*n.op, n.attrs, in, out);
     if (weight_gradients_only(g_, n)) o.backward_s *= kWeightHalfOfBackward;
   }
-  o.flops = n.op->cost ? n.op->cost(n.attrs, in, out).flops : ops::default_cost(in, out).flops;
+  o.flops = ops::op_cost(*n.op, n.attrs, in, out).flops;
   if (n.op->workspace) o.workspace_bytes = static_cast<double>(n.op->workspace(n.attrs, in, out));
   bool all_b = o.all_b();
   for (size_t k = 0; k < n.inputs.size(); ++k) {

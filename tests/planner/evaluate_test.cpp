@@ -15,6 +15,18 @@ using namespace braid::planner::test;
 
 namespace {
 
+// The search's best plan with these summary fields pinned (0: left to the search).
+SearchResult search_shape(const graph::Graph& g, const CostModel& m, const TrainSettings& ts, int dp, int pp,
+                          int64_t micro_batches = 0) {
+  Plan pins;
+  if (dp > 0) pins.summary.data_parallel = dp, pins.summary.pinned.set("data_parallel", {});
+  if (pp > 0) pins.summary.pipeline_stages = pp, pins.summary.pinned.set("pipeline_stages", {});
+  if (micro_batches > 0) pins.summary.micro_batches = micro_batches, pins.summary.pinned.set("micro_batches", {});
+  SearchOptions so;
+  so.pins = &pins;
+  return search(g, m, ts, so);
+}
+
 std::vector<StageWork> equal_stages(int n, double f, double b, int devices = 1) {
   StageWork w;
   w.forward_compute_s = f;
@@ -91,12 +103,7 @@ TEST(SharedCores, MeasuredSpeedsReplaceTheCoreRule) {
   graph::Graph g = model_graph("tiny_gpt.yaml", 16);
   TrainSettings ts{16, 2};
   auto a = analytic_cost_model(rule2), b = analytic_cost_model(measured);
-  Plan pins;
-  pins.summary.pipeline_stages = 2;
-  pins.summary.pinned.set("pipeline_stages", {});
-  SearchOptions so;
-  so.pins = &pins;
-  SearchResult ra = search(g, *a, ts, so);
+  SearchResult ra = search_shape(g, *a, ts, 0, 2);
   ASSERT_TRUE(ra.found);
   StepPrediction pa = predict(ra.plan, g, *a, ts), pb = predict(ra.plan, g, *b, ts);
   EXPECT_NEAR(pa.step_time_s, pa.formula_step_time_s, 1e-9 * pa.step_time_s);  // speeds of 1: the textbook
@@ -149,26 +156,14 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   EXPECT_EQ(analytic_cost_model(cluster_preset("cpu:4", fallback_cpu_figures(4, 2)))->step_overhead(), 0);
   // A pipeline of 4 stages, 8 micro-batches, one device per stage (no data-parallel sync): every stage's
   // time grows by the pipelined hand-off, the step by (m + p - 1) of them plus the step's cost.
-  Plan pins;
-  pins.summary.data_parallel = 1;
-  pins.summary.pinned.set("data_parallel", {});
-  pins.summary.pipeline_stages = 4;
-  pins.summary.pinned.set("pipeline_stages", {});
-  pins.summary.micro_batches = 8;
-  pins.summary.pinned.set("micro_batches", {});
-  SearchOptions so;
-  so.pins = &pins;
-  SearchResult r = search(g, *costs, ts, so);
+  SearchResult r = search_shape(g, *costs, ts, 1, 4, 8);
   ASSERT_TRUE(r.found) << r.why_none;
   StepPrediction with = predict(r.plan, g, *costs, ts), without = predict(r.plan, g, *bare, ts);
   EXPECT_NEAR(with.step_time_s - without.step_time_s, 1e-3 + (8 + 4 - 1) * 5e-4, 1e-12);
   // The search adds them as predict() does.
   EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
   // One stage: the unpipelined hand-off, once per micro-batch.
-  pins.summary.pipeline_stages = 1;
-  pins.summary.data_parallel = 4;
-  pins.summary.micro_batches = 2;
-  r = search(g, *costs, ts, so);
+  r = search_shape(g, *costs, ts, 4, 1, 2);
   ASSERT_TRUE(r.found) << r.why_none;
   with = predict(r.plan, g, *costs, ts), without = predict(r.plan, g, *bare, ts);
   // (tiny_gpt's gradients fill one bucket: its all-reduce is exposed whole, whatever the backward.)
@@ -186,7 +181,7 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   clip.clip = true;
   StepPrediction c = predict(r.plan, g, *clipping, clip), n = predict(r.plan, g, *clipping, ts);
   EXPECT_NEAR(c.step_time_s - n.step_time_s, 1e-9 * c.stages[0].param_bytes, 1e-12);
-  SearchResult rc = search(g, *clipping, clip, so);
+  SearchResult rc = search_shape(g, *clipping, clip, 4, 1, 2);
   ASSERT_TRUE(rc.found);
   EXPECT_NEAR(rc.searched_step_time_s, rc.prediction.formula_step_time_s, 1e-9 * rc.searched_step_time_s);
   // Gradient accumulation: measured seconds per gradient byte replace the memory-bound figure, once per
@@ -248,12 +243,7 @@ TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
   // predict() charges the data-parallel sync by it; the tensor-parallel collectives are unchanged.
   graph::Graph g = model_graph("tiny_gpt.yaml", 16);
   TrainSettings ts{16, 2};
-  Plan pins;
-  pins.summary.data_parallel = 4;
-  pins.summary.pinned.set("data_parallel", {});
-  SearchOptions so;
-  so.pins = &pins;
-  SearchResult r = search(g, *cold, ts, so);
+  SearchResult r = search_shape(g, *cold, ts, 4, 0);
   ASSERT_TRUE(r.found) << r.why_none;
   StepPrediction c = predict(r.plan, g, *cold, ts), h = predict(r.plan, g, *hot, ts);
   EXPECT_DOUBLE_EQ(c.stages[0].dp_sync_s, cold->grad_sync_time(c.stages[0].param_bytes, four));
