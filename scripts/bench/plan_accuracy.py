@@ -5,9 +5,14 @@ measure BRAID ROOT WORK N STEPS WARMUP [REPEAT]: for every (model, plan) pair be
   plan's shape (a plan file with only summary fields), lets `braid plan` complete it (the best plan of that
   shape), runs `braid bench --set parallel.plan=FILE` (the planner's own choice: parallel.plan=auto) and
   writes WORK/rows_cpuN.csv: model, devices, plan, shape, predicted and measured step ms (median), error.
-  With REPEAT > 1 every pair is benchmarked REPEAT times (all pairs in turn) and the least median is kept.
+  With REPEAT > 1 every pair is benchmarked REPEAT times (all pairs in turn) and the median of its quiet medians is kept.
   Measurements beside other processes' work (braid bench's other_load_cores > QUIET) are kept only when no
   quiet one exists after RETRIES more tries; such rows are flagged.
+reference BRAID ROOT WORK N: the machine's speed now: the median step of REFERENCE_RUNS runs of a fixed single-device
+  benchmark (the MLP below on `cpu`), written to WORK/reference_cpuN.txt right after calibration. Before each pair's
+  measurement `measure` runs it once more; a measurement whose reference step is more than DRIFT away from the
+  calibration's is not quiet either (on this VM the host's other tenants slow everything by 20-60% for seconds
+  to minutes, unseen by other_load_cores, and a calibration and a measurement minutes apart then disagree).
 summarise CSV ROWS...: joins the rows, prints the table, the median absolute error, the count within +-25%,
   and per (model, devices) whether the chosen plan is the fastest measured or within 10% of it."""
 import csv
@@ -17,6 +22,8 @@ import subprocess
 import sys
 import time
 
+DRIFT = 0.10   # the largest relative change of the reference step since calibration for a quiet measurement
+REFERENCE_RUNS = 3
 QUIET = 0.25   # cores of other processes' work during a measurement that still count as a quiet machine
 RETRIES = 5
 
@@ -35,8 +42,13 @@ PLANS = {
 }
 
 
-def disturbed(other):
-    return f"  [disturbed: other processes used {other:.2f} cores]" if other > QUIET else ""
+def disturbed(other, drift=0.0):
+    said = []
+    if other > QUIET:
+        said.append(f"other processes used {other:.2f} cores")
+    if abs(drift) > DRIFT:
+        said.append(f"the reference step was {100 * drift:+.0f}% off its calibration-time figure")
+    return f"  [disturbed: {'; '.join(said)}]" if said else ""
 
 
 def batch_of(sets):
@@ -50,10 +62,30 @@ def run(cmd):
     return r.stdout
 
 
+def reference_cmd(braid, root, csv_file):
+    cfg, sets = MODELS["mlp"]
+    return [braid, "bench", os.path.join(root, cfg)] + sum((["--set", s] for s in sets), []) + \
+        ["--set", "devices=cpu", "--steps", "40", "--warmup", "3", "--window", "1", "--csv", csv_file]
+
+
+def reference_step_ms(braid, root, work):
+    csv_file = os.path.join(work, "reference.csv")
+    run(reference_cmd(braid, root, csv_file))
+    with open(csv_file) as f:
+        return float(next(csv.DictReader(f))["step_ms_median"])
+
+
+def reference(braid, root, work, n):
+    ms = statistics.median(reference_step_ms(braid, root, work) for _ in range(REFERENCE_RUNS))
+    with open(os.path.join(work, f"reference_cpu{n}.txt"), "w") as f:
+        f.write(f"{ms}\n")
+    print(f"  reference step after calibration: {ms:.3f} ms")
+
+
 def measure(braid, root, work, n, steps, warmup, repeat="1"):
     n = int(n)
     out = []
-    pairs = []  # (model, name, command, csv file), measured `repeat` times in turn; the least median is kept
+    pairs = []  # (model, name, command, csv file), measured `repeat` times in turn; the median is kept
     for model, (cfg, sets) in MODELS.items():
         run_file = os.path.join(root, cfg)
         base = sum((["--set", s] for s in sets), []) + ["--set", f"devices=cpu:{n}"]
@@ -78,43 +110,56 @@ def measure(braid, root, work, n, steps, warmup, repeat="1"):
     # A measurement during which other processes used more than QUIET cores (braid bench's other_load_cores) is
     # not kept while a quiet one exists; a pair with no quiet measurement after the rounds is measured again,
     # after a pause, up to RETRIES times; if none is quiet then, the least disturbed is kept and flagged.
-    best = {}
+    # Of a pair's quiet measurements the median one is kept (the least would bias every measured time low
+    # against a calibration built from medians).
+    taken = {}
 
-    def better(r, old):
-        if old is None:
-            return True
-        quiet, old_quiet = float(r["other_load_cores"]) <= QUIET, float(old["other_load_cores"]) <= QUIET
-        if quiet != old_quiet:
-            return quiet
-        if not quiet:
-            return float(r["other_load_cores"]) < float(old["other_load_cores"])
-        return float(r["step_ms_median"]) < float(old["step_ms_median"])
+    with open(os.path.join(work, f"reference_cpu{n}.txt")) as f:
+        calibrated_ms = float(f.read())
+
+    def drift(r):
+        return abs(r["reference_ms"] / calibrated_ms - 1)
+
+    def quiet(r):
+        return float(r["other_load_cores"]) <= QUIET and drift(r) <= DRIFT
 
     def measure_once(model, name, cmd, csv_file):
+        ref = reference_step_ms(braid, root, work)
         run(cmd)
         with open(csv_file) as f:
             r = next(csv.DictReader(f))
-        if better(r, best.get((model, name))):
-            best[(model, name)] = r
+        r["reference_ms"] = ref
+        taken.setdefault((model, name), []).append(r)
+
+    def kept(key):
+        rows = [r for r in taken[key] if quiet(r)]
+        if not rows:
+            return min(taken[key], key=lambda r: float(r["other_load_cores"]) + drift(r))
+        rows.sort(key=lambda r: float(r["step_ms_median"]))
+        return rows[(len(rows) - 1) // 2]
 
     for rep in range(int(repeat)):
         for pair in pairs:
             measure_once(*pair)
     for pair in pairs:
         for retry in range(RETRIES):
-            if float(best[pair[:2]]["other_load_cores"]) <= QUIET:
+            if any(quiet(r) for r in taken[pair[:2]]):
                 break
             time.sleep(2 * (retry + 1))
             measure_once(*pair)
+    best = {key: kept(key) for key in taken}
     for model, name, cmd, csv_file in pairs:
         r = best[(model, name)]
         pred, meas = float(r["predicted_step_ms"]), float(r["step_ms_median"])
         other = float(r["other_load_cores"])
+        ref_drift = r["reference_ms"] / calibrated_ms - 1
         out.append(dict(model=model, devices=f"cpu:{n}", plan=name, shape=r["plan"].split(";")[0],
                         predicted_ms=f"{pred:.3f}", measured_ms=f"{meas:.3f}", error=f"{pred / meas - 1:+.4f}",
-                        other_load=f"{other:.2f}"))
+                        other_load=f"{other:.2f}", reference_drift=f"{ref_drift:+.4f}",
+                        measurements=len(taken[(model, name)]),
+                        quiet_measurements=sum(quiet(x) for x in taken[(model, name)])))
         print(f"  {model:9s} cpu:{n} {name:8s} predicted {pred:8.2f} ms  measured {meas:8.2f} ms  "
-              f"{100 * (pred / meas - 1):+6.1f}%  ({out[-1]['shape']}){disturbed(other)}", flush=True)
+              f"{100 * (pred / meas - 1):+6.1f}%  ({out[-1]['shape']}){disturbed(other, ref_drift)}", flush=True)
     with open(os.path.join(work, f"rows_cpu{n}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(out[0].keys()))
         w.writeheader()
@@ -134,14 +179,14 @@ def summarise(csv_out, *row_files):
     for r in rows:
         print(f"{r['model']:9s} {r['devices']:7s} {r['plan']:8s} {float(r['predicted_ms']):12.2f} "
               f"{float(r['measured_ms']):11.2f} {100 * float(r['error']):+6.1f}%  {r['shape']}"
-              f"{disturbed(float(r.get('other_load', 0)))}")
+              f"{disturbed(float(r.get('other_load', 0)), float(r.get('reference_drift', 0)))}")
     errs = [abs(float(r["error"])) for r in rows]
     within = sum(e <= 0.25 for e in errs)
     print(f"\n{len(rows)} pairs; median absolute error {100 * statistics.median(errs):.1f}% (target <= 15%); "
           f"{within}/{len(rows)} within +-25%; worst {100 * max(errs):.1f}%")
-    noisy = sum(float(r.get("other_load", 0)) > QUIET for r in rows)
+    noisy = sum(disturbed(float(r.get("other_load", 0)), float(r.get("reference_drift", 0))) != "" for r in rows)
     if noisy:
-        print(f"{noisy} pair(s) measured only beside other work (no quiet measurement after {RETRIES} retries)")
+        print(f"{noisy} pair(s) measured only while disturbed (no quiet measurement after {RETRIES} retries)")
     for key in sorted({(r["model"], r["devices"]) for r in rows}):
         group = [r for r in rows if (r["model"], r["devices"]) == key]
         best = min(group, key=lambda r: float(r["measured_ms"]))
@@ -156,5 +201,7 @@ def summarise(csv_out, *row_files):
 if __name__ == "__main__":
     if sys.argv[1] == "measure":
         measure(*sys.argv[2:9])
+    elif sys.argv[1] == "reference":
+        reference(*sys.argv[2:6])
     else:
         summarise(*sys.argv[2:])

@@ -7,7 +7,7 @@
 # Writes scripts/bench/out/plan_accuracy.csv.
 #
 # usage: scripts/bench/plan_accuracy.sh [--devices "2 4"] [--steps N] [--warmup W] [--repeat R] [--no-calibrate]
-#        --repeat R: benchmark every pair R times, all pairs in turn, and keep the least median (a shared
+#        --repeat R: benchmark every pair R times, all pairs in turn, and keep the median of the medians (a shared
 #        machine's bursts of other work); the default 1 is the plain measurement.
 #        BRAID=path/to/braid overrides build/braid.
 set -euo pipefail
@@ -33,6 +33,10 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 rows=()
 for n in $DEVICES; do
   if [ "$CALIBRATE" = 1 ]; then "$BRAID" calibrate --devices "cpu:$n" | grep -E "warning|profile written"; fi
+  # The machine's speed now, against which each measurement's own reference run is compared (plan_accuracy.py).
+  if [ "$CALIBRATE" = 1 ] || [ ! -f "$WORK/reference_cpu$n.txt" ]; then
+    /usr/bin/python3 "$ROOT/scripts/bench/plan_accuracy.py" reference "$BRAID" "$ROOT" "$WORK" "$n"
+  fi
   /usr/bin/python3 "$ROOT/scripts/bench/plan_accuracy.py" measure "$BRAID" "$ROOT" "$WORK" "$n" "$STEPS" "$WARMUP" "$REPEAT"
   rows+=("$WORK/rows_cpu$n.csv")
 done

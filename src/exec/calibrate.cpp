@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -270,6 +272,7 @@ std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, 
 }
 
 // Seconds per call of collective `k` on every rank, for groups of g consecutive ranks of n, all at once.
+double cache_bytes();
 size_t cache_share_bytes(int n);
 
 // cold: as a data-parallel gradient all-reduce runs, after a backward: before each call every rank rewrites its
@@ -345,20 +348,32 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quie
   // its training trace shows 1.7-1.9 ms from the last rank's arrival; timed cold, 1.6 ms.
   for (int g = 2; g <= n; ++g)
     if (n % g == 0) cases.emplace_back("grad_all_reduce", g);
-  for (const auto& [name, g] : cases) {
-    const bool cold = name == "grad_all_reduce";
-    const std::string k = cold ? "all_reduce" : name;
+  // Every (case, size) in three passes taken in turn over all of them, the median pass per point: one pass gave
+  // the all-reduce of cpu:4 on 2 cores a bandwidth of 2.2 GB/s in one calibration and 7.0 in the next.
+  constexpr int kPasses = 3;
+  std::vector<std::vector<std::vector<double>>> secs(cases.size(), std::vector<std::vector<double>>(sizes.size()));
+  for (int pass = 0; pass < kPasses; ++pass)
+    for (size_t c = 0; c < cases.size(); ++c)
+      for (size_t z = 0; z < sizes.size(); ++z) {
+        const auto& [name, g] = cases[c];
+        const bool cold = name == "grad_all_reduce";
+        const std::string k = cold ? "all_reduce" : name;
+        const int64_t bytes = sizes[z], elems = std::max<int64_t>(g, bytes / 4 / g * g);
+        const int reps = static_cast<int>(std::clamp<int64_t>((cold ? 8 << 20 : 16 << 20) / bytes, 4, cold ? 32 : 256));
+        std::vector<double> t = quietly(quiet, name + " of " + std::to_string(bytes) + " bytes",
+                                        [&]() { return time_collective(n, k, g, elems, reps, cold); });
+        secs[c][z].push_back(k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end()));
+      }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto& [name, g] = cases[c];
+    const std::string k = name == "grad_all_reduce" ? "all_reduce" : name;
     const double frac = static_cast<double>(g - 1) / g;
     std::vector<std::pair<double, double>> pts;  // (traffic per rank, seconds)
-    for (int64_t bytes : sizes) {
-      const int64_t elems = std::max<int64_t>(g, bytes / 4 / g * g);
-      const int reps = static_cast<int>(std::clamp<int64_t>((cold ? 8 << 20 : 16 << 20) / bytes, 4, cold ? 32 : 256));
-      std::vector<double> t = quietly(quiet, name + " of " + std::to_string(bytes) + " bytes",
-                                      [&]() { return time_collective(n, k, g, elems, reps, cold); });
-      double s = k == "send_recv" ? t[0] / 2 : *std::max_element(t.begin(), t.end());
+    for (size_t z = 0; z < sizes.size(); ++z) {
+      const int64_t elems = std::max<int64_t>(g, sizes[z] / 4 / g * g);
       double b = static_cast<double>(elems) * 4;
       double traffic = k == "all_reduce" ? 2 * frac * b : k == "send_recv" ? b : frac * b;
-      pts.emplace_back(traffic, s);
+      pts.emplace_back(traffic, median(secs[c][z]));
     }
     double steps = k == "all_reduce" ? 2.0 * (g - 1) : k == "send_recv" ? 1.0 : g - 1.0;
     const std::string key = g == n ? name : name + "@" + std::to_string(g);
@@ -371,15 +386,36 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quie
 }
 
 // ---- the optimizer -----------------------------------------------------------------------------------------------
-// In a training step the forward and backward of every device run between two optimizer steps, and they displace
-// what the last step left in the caches: before each timed step a worker writes its share of the last-level
-// cache (L3 / N bytes) of other data. Measured without it, the update ran from cache, 3-4x faster than the
-// trace of a training step shows it (docs/planner.md). Returns the buffer a worker rewrites.
-size_t cache_share_bytes(int n) {
+// The last-level cache this process's cores share, in bytes: the highest level sysfs lists for cpu 0 (glibc's
+// sysconf reads cpuid, which on AMD EPYC guests reports the host's total over all its CCDs: 320 MiB where
+// sysfs and lscpu say 32 MiB); sysconf where sysfs is absent; 32 MiB where neither says.
+double cache_bytes() {
+  namespace fs = std::filesystem;
+  int best_level = 0;
+  double best = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/devices/system/cpu/cpu0/cache", ec)) {
+    if (e.path().filename().string().rfind("index", 0) != 0) continue;
+    std::ifstream level_in(e.path() / "level"), size_in(e.path() / "size");
+    int level = 0;
+    std::string size;
+    if (!(level_in >> level) || !(size_in >> size) || level <= best_level) continue;
+    char* end = nullptr;
+    double v = std::strtod(size.c_str(), &end);
+    if (end && *end == 'K') v *= 1024;
+    else if (end && *end == 'M') v *= 1024 * 1024;
+    if (v > 0) best_level = level, best = v;
+  }
+  if (best > 0) return best;
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l3 <= 0) l3 = 32l << 20;
-  return static_cast<size_t>(l3) / static_cast<size_t>(std::max(1, n));
+  return l3 > 0 ? static_cast<double>(l3) : 32.0 * (1 << 20);
 }
+
+// In a training step of a large model the forward and backward of every device run between two optimizer steps,
+// and they displace what the last step left in the caches: before each timed cold step a worker writes its share
+// of the last-level cache (L3 / N bytes) of other data. Measured without it, the update of mlp 1024 ran from cache,
+// 3-4x faster than the trace of a training step shows it (docs/planner.md). The bytes a worker rewrites.
+size_t cache_share_bytes(int n) { return static_cast<size_t>(cache_bytes()) / static_cast<size_t>(std::max(1, n)); }
 
 // A step's time measured alone on a core (the median of several: time slices of milliseconds seldom cut a
 // step of a fraction of one) is the all-busy figure only where every device has a core; N devices on fewer
@@ -388,11 +424,21 @@ size_t cache_share_bytes(int n) {
 double core_share(int n) { return std::max(1.0, static_cast<double>(n) / machine_cores()); }
 
 // Seconds per parameter byte of one optimizer step (plain SGD, SGD with momentum, AdamW: 0, 1, 2 state tensors),
-// on N workers at once over a 1 M-parameter MLP each (the median worker, the median of several steps, caches
-// displaced before each, times the core share).
-std::map<int, double> measure_optimizer(int n) {
+// on N workers at once (the median worker, the median of several steps, times the core share). Cold: over a
+// 1 M-parameter MLP each, caches displaced before each step (a large model's step between two updates).
+// Warm: over an MLP small enough that every worker's parameters, gradients and two states fit in half the
+// last-level cache together, nothing displaced (a small model's training step leaves them there: mlp 512 on
+// cpu:4 updates 2.7 MB per device in 0.4 ms inside training, 4x faster than the cold figure).
+std::map<int, double> measure_optimizer(int n, bool warm) {
+  int h1 = 1024, h2 = 256;
+  if (warm) {
+    const double target = cache_bytes() / 2 / n / (4.0 * sizeof(float));  // parameters per worker
+    for (h1 = 16; 785.0 * (h1 + 16) + (h1 + 16) * (h1 + 16) / 2.0 <= target; h1 += 16) {
+    }
+    h2 = h1 / 2;
+  }
   Diagnostics diags;
-  io::ModelSpec spec = io::parse_model(mlp(784, 1024, 256), "<calibrate optimizer>", {}, diags);
+  io::ModelSpec spec = io::parse_model(mlp(784, h1, h2), "<calibrate optimizer>", {}, diags);
   diags.throw_if_any();
   std::map<int, double> out;
   for (int states : {0, 1, 2}) {
@@ -413,10 +459,10 @@ std::map<int, double> measure_optimizer(int n) {
         }
       Optimizer opt(os, store);
       opt.step(1e-3);  // states allocated, pages touched
-      std::vector<char> other(cache_share_bytes(n), 1);
+      std::vector<char> other(warm ? 0 : cache_share_bytes(n), 1);
       std::vector<double> ts;
-      for (int i = 0; i < 9; ++i) {
-        std::memset(other.data(), i, other.size());
+      for (int i = 0; i < (warm ? 21 : 9); ++i) {
+        if (!warm) std::memset(other.data(), i, other.size());
         auto t0 = Clock::now();
         opt.step(1e-3);
         ts.push_back(seconds_since(t0));
@@ -480,15 +526,17 @@ double measure_accumulate(int n) {
 // ---- devices sharing the machine --------------------------------------------------------------------------------
 // speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
 // (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
-// devices), the same runs on each, started together; t = the mean run of the median worker. Cores shared
-// by hyper-threads or by more devices than cores make a lone device faster than the all-busy figure.
+// devices), the same runs on each, started together; t = the mean run of the median worker, and of three
+// sweeps over b = 1..N the median per b (one sweep gave speeds of 2.1 or 3.4 for one busy device of cpu:4 on
+// 2 cores from one calibration to the next, and the pipeline simulation scales stage times by them). Cores
+// shared by hyper-threads or by more devices than cores make a lone device faster than the all-busy figure.
 std::vector<double> measure_busy_speed(int n) {
   Diagnostics diags;
   io::ModelSpec a = io::parse_model(gpt(64, 32, 4), "<calibrate sharing>", {}, diags);
   io::ModelSpec b = io::parse_model(mlp(784, 256, 128), "<calibrate sharing>", {}, diags);
   diags.throw_if_any();
-  std::vector<double> t(static_cast<size_t>(n));
-  for (int busy = 1; busy <= n; ++busy) {
+  // The mean run of the median of `busy` workers.
+  auto time_busy = [&](int busy) {
     std::vector<double> per(static_cast<size_t>(busy));
     std::barrier sync(busy);
     on_workers(
@@ -510,8 +558,14 @@ std::vector<double> measure_busy_speed(int n) {
           per[static_cast<size_t>(r)] = seconds_since(t0) / 15;  // the mean: time slices included (see above)
         },
         n);
-    t[static_cast<size_t>(busy) - 1] = median(per);
-  }
+    return median(per);
+  };
+  constexpr int kSweeps = 3;
+  std::vector<std::vector<double>> sweeps(static_cast<size_t>(n));  // [busy - 1][sweep]
+  for (int sweep = 0; sweep < kSweeps; ++sweep)
+    for (int busy = 1; busy <= n; ++busy) sweeps[static_cast<size_t>(busy) - 1].push_back(time_busy(busy));
+  std::vector<double> t;
+  for (const auto& ts : sweeps) t.push_back(median(ts));
   std::vector<double> speed(static_cast<size_t>(n));
   for (int busy = 1; busy <= n; ++busy)
     speed[static_cast<size_t>(busy) - 1] = std::clamp(t.back() / t[static_cast<size_t>(busy) - 1], 1.0, static_cast<double>(n));
@@ -599,15 +653,9 @@ planner::Profile::Runner measure_runner(int n, const planner::Profile& p, Quiet&
   return out;
 }
 
-// A workload measured in three passes of 0.2 s, each layer's forward and backward the median of the passes' means:
-// a time slice of several milliseconds that a worker waits lands on one node of one pass and moves that pass's
-// mean, not the median. With one pass of 0.4 s, two calibrations of the same machine minutes apart differed by
-// up to 5x in some (op, class) figures and backward ratios (cross_entropy 1e6: 0.64 and 0.13; embedding's ratio
-// 0.32 and 5.6), and the predictions of mlp tp 4 on cpu:4 by 8% (3.24 and 3.50 ms, both measured 2.7).
-std::vector<LayerSample> measure_passes(Quiet& quiet, const Workload& w, int n) {
-  std::vector<std::vector<LayerSample>> passes;
-  for (int k = 0; k < 3; ++k) passes.push_back(quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.2); }));
-  std::vector<LayerSample> out = passes[0];
+// Each layer's forward and backward: the median over a workload's passes of the passes' means.
+std::vector<LayerSample> median_of_passes(const std::vector<std::vector<LayerSample>>& passes, const Workload& w) {
+  std::vector<LayerSample> out = passes.at(0);
   for (size_t i = 0; i < out.size(); ++i) {
     std::vector<double> f, b;
     for (const auto& pass : passes) {
@@ -644,21 +692,43 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   std::map<std::string, std::pair<double, double>> ratio;                     // op -> (backward, forward)
   double overhead = 5e-6;
   const double peak = p.cpu.peak_flops_f32, bw = p.cpu.memory_bandwidth;
-  for (const Workload& w : workloads()) {
-    if (w.name != "overhead" && seconds_since(start) > o.budget_s) {
-      if (o.log) std::fprintf(o.log, "  (budget of %.0f s spent: later workloads skipped)\n", o.budget_s);
-      break;
+  // Every workload in kPasses passes of 0.2 s, each layer's times the median of the passes' means, the passes
+  // taken in turn over all workloads: a time slice of several milliseconds that a worker waits lands on one node
+  // of one pass, and a slow spell of the host (this VM's neighbours slow everything by 20-60% for seconds at a
+  // time, unseen by other_cores) on one pass of several workloads, moving those passes' means, not the medians.
+  // With one pass of 0.4 s two calibrations minutes apart differed by up to 5x in some (op, class) figures and
+  // backward ratios (cross_entropy 1e6: 0.64 and 0.13; embedding's ratio 0.32 and 5.6); with three passes of a
+  // workload back to back, the prediction of mlp tp 2 on cpu:2 ranged over 2.3-3.5 ms in six calibrations.
+  constexpr int kPasses = 3;
+  const std::vector<Workload> all = workloads();
+  std::vector<std::vector<std::vector<LayerSample>>> passes(all.size());  // [workload][pass]
+  std::vector<double> spent(all.size());
+  size_t measured = all.size();
+  for (int k = 0; k < kPasses; ++k)
+    for (size_t i = 0; i < measured; ++i) {
+      const Workload& w = all[i];
+      if (w.name == "overhead") {
+        if (k > 0) continue;
+        std::vector<double> ts;
+        for (const auto& r : quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.05); }))
+          ts.push_back(r.forward_s);
+        overhead = std::max(1e-7, median(ts));
+        if (o.log) std::fprintf(o.log, "  %-15s %.2f us per op\n", "op overhead", overhead * 1e6);
+        continue;
+      }
+      if (k == 0 && seconds_since(start) * kPasses > o.budget_s) {
+        if (o.log) std::fprintf(o.log, "  (budget of %.0f s: later workloads skipped)\n", o.budget_s);
+        measured = i;
+        break;
+      }
+      auto t0 = Clock::now();
+      passes[i].push_back(quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.2); }));
+      spent[i] += seconds_since(t0);
     }
-    auto t0 = Clock::now();
-    auto rows = w.name == "overhead" ? quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.05); })
-                                     : measure_passes(quiet, w, n);
-    if (w.name == "overhead") {
-      std::vector<double> ts;
-      for (const auto& r : rows) ts.push_back(r.forward_s);
-      overhead = std::max(1e-7, median(ts));
-      if (o.log) std::fprintf(o.log, "  %-15s %.2f us per op\n", "op overhead", overhead * 1e6);
-      continue;
-    }
+  for (size_t i = 0; i < measured; ++i) {
+    const Workload& w = all[i];
+    if (passes[i].empty()) continue;  // the overhead
+    const std::vector<LayerSample> rows = median_of_passes(passes[i], w);
     for (const auto& r : rows) {
       if (r.forward_s <= 0) continue;
       double roof = std::max(r.flops / peak, r.bytes / bw);
@@ -667,7 +737,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       e.second += std::max(r.forward_s - overhead, 0.05 * r.forward_s);
       if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += r.forward_s;
     }
-    if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), seconds_since(t0));
+    if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), spent[i]);
   }
   p.cpu.op_overhead = overhead;
   for (const auto& [op, classes] : eff)
@@ -686,10 +756,13 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     p.cpu.link_bandwidth = f.link_bandwidth;
   }
   // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
-  p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n); });
+  p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n, false); });
+  p.optimizer_warm_s_per_byte = quietly(quiet, "optimizer (warm)", [&]() { return measure_optimizer(n, true); });
+  p.cache_bytes = cache_bytes();
   if (o.log)
     for (const auto& [k, v] : p.optimizer_s_per_byte)
-      std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte\n", k, v * 1e9);
+      std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte from memory, %.3f from cache\n", k,
+                   v * 1e9, p.optimizer_warm_s_per_byte[k] * 1e9);
   p.clip_s_per_byte = quietly(quiet, "gradient clipping", [&]() { return measure_clip(n); });
   if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
   p.accumulate_s_per_byte = quietly(quiet, "gradient accumulation", [&]() { return measure_accumulate(n); });

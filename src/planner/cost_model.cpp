@@ -139,9 +139,20 @@ class Calibrated : public Analytic {
     if (p_.cpu.op_overhead > 0) f_.op_overhead_s = p_.cpu.op_overhead;
   }
   std::string name() const override { return "calibrated"; }
+  // The warm figure for the part of the devices' optimizer working set (parameter, gradient and states of every
+  // device, all updating at once) that fits in half the shared cache (the step's activations, other data and
+  // the other half's conflicts take the rest), the cold figure for the remainder. On the MLP 784-512-512-10
+  // under dp 4 on cpu:4 (32 MB of parameters, gradients and momentum on a 32 MiB L3) that is half and half:
+  // 0.95 ms, where the trace shows two devices of a core taking 0.38-0.56 ms each (docs/planner.md).
   double optimizer_time(double param_bytes, int states) const override {
     auto it = p_.optimizer_s_per_byte.find(states);
-    return it == p_.optimizer_s_per_byte.end() ? Analytic::optimizer_time(param_bytes, states) : param_bytes * it->second;
+    if (it == p_.optimizer_s_per_byte.end()) return Analytic::optimizer_time(param_bytes, states);
+    auto warm = p_.optimizer_warm_s_per_byte.find(states);
+    if (warm == p_.optimizer_warm_s_per_byte.end() || p_.cache_bytes <= 0 || param_bytes <= 0)
+      return param_bytes * it->second;
+    const double working_set = param_bytes * (2.0 + states) * std::max(1, p_.devices);
+    const double fits = std::min(1.0, 0.5 * p_.cache_bytes / working_set);
+    return param_bytes * (fits * warm->second + (1 - fits) * it->second);
   }
   double clip_time(double param_bytes) const override { return param_bytes * p_.clip_s_per_byte; }
   double step_overhead() const override { return p_.runner.step_overhead; }
@@ -284,13 +295,16 @@ std::string to_yaml(const Profile& p) {
   out += "collectives:\n";
   for (const auto& [c, ab] : p.collectives)
     out += "  " + c + ": {alpha: " + num(ab.first) + ", beta: " + num(ab.second) + "}\n";
-  if (!p.optimizer_s_per_byte.empty()) {
-    out += "optimizer_s_per_byte:";
+  auto per_states = [&](const char* key, const std::map<int, double>& m) {
+    if (m.empty()) return;
+    out += std::string(key) + ":";
     bool first = true;
-    for (const auto& [k, v] : p.optimizer_s_per_byte)
-      out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
+    for (const auto& [k, v] : m) out += std::string(first ? " {" : ", ") + "states" + std::to_string(k) + ": " + num(v), first = false;
     out += "}\n";
-  }
+  };
+  per_states("optimizer_s_per_byte", p.optimizer_s_per_byte);
+  per_states("optimizer_warm_s_per_byte", p.optimizer_warm_s_per_byte);
+  if (p.cache_bytes > 0) out += "cache_bytes: " + num(p.cache_bytes) + "\n";
   if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
   if (p.accumulate_s_per_byte > 0) out += "accumulate_s_per_byte: " + num(p.accumulate_s_per_byte) + "\n";
   if (!p.busy_speed.empty()) {
@@ -313,7 +327,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "clip_s_per_byte", "accumulate_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -368,12 +382,17 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
       if (auto* a = v.get("alpha")) number(*a, "collectives." + k.scalar + ".alpha", &ab.first);
       if (auto* b = v.get("beta")) number(*b, "collectives." + k.scalar + ".beta", &ab.second);
     }
-  if (auto* o = root.get("optimizer_s_per_byte"); o && o->is_map()) {
-    io::check_keys(*o, {"states0", "states1", "states2"}, "optimizer_s_per_byte", diags);
-    for (const auto& [k, v] : o->map)
-      if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
-        number(v, "optimizer_s_per_byte." + k.scalar, &p.optimizer_s_per_byte[k.scalar[6] - '0']);
-  }
+  auto per_states = [&](const char* key, std::map<int, double>* dst) {
+    if (auto* o = root.get(key); o && o->is_map()) {
+      io::check_keys(*o, {"states0", "states1", "states2"}, key, diags);
+      for (const auto& [k, v] : o->map)
+        if (k.scalar.size() == 7 && k.scalar.rfind("states", 0) == 0)
+          number(v, std::string(key) + "." + k.scalar, &(*dst)[k.scalar[6] - '0']);
+    }
+  };
+  per_states("optimizer_s_per_byte", &p.optimizer_s_per_byte);
+  per_states("optimizer_warm_s_per_byte", &p.optimizer_warm_s_per_byte);
+  if (auto* c = root.get("cache_bytes")) number(*c, "cache_bytes", &p.cache_bytes);
   if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
   if (auto* c = root.get("accumulate_s_per_byte")) number(*c, "accumulate_s_per_byte", &p.accumulate_s_per_byte);
   if (auto* b = root.get("busy_speed")) {

@@ -83,7 +83,13 @@ struct Profile {
   std::map<std::string, std::pair<double, double>> collectives;
   // The optimizer's update, seconds per parameter byte, by state tensors per parameter (0: plain SGD,
   // 1: SGD with momentum, 2: AdamW), on N devices at once. Missing: the analytic memory-bound figure.
+  // Cold: parameters, gradients and states come from memory (each worker displaces its share of the last-level
+  // cache before the step). Warm: they were left in the cache by the step before (every worker's set fits).
+  // The model mixes the two by how much of the N devices' optimizer working set fits in `cache_bytes`
+  // (CostModel::optimizer_time; docs/planner.md, "Optimizer"). Warm missing: the cold figure throughout.
   std::map<int, double> optimizer_s_per_byte;
+  std::map<int, double> optimizer_warm_s_per_byte;
+  double cache_bytes = 0;  // the last-level cache the N devices share (0: unknown, the cold figure throughout)
   double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
   // Adding a micro-batch's gradients into the accumulated ones (exec::accumulate), seconds per gradient byte on
   // N devices at once. 0: not measured (the analytic memory-bound figure).

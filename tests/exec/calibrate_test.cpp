@@ -39,7 +39,11 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   EXPECT_GT(p.collectives.at("grad_all_reduce").first + p.collectives.at("grad_all_reduce").second * 1e6, 0);
   EXPECT_GT(p.cpu.peak_flops_f32, 0);
   EXPECT_GT(p.cpu.memory_bandwidth, 0);
-  for (int states : {0, 1, 2}) EXPECT_GT(p.optimizer_s_per_byte.at(states), 0) << states;
+  for (int states : {0, 1, 2}) {
+    EXPECT_GT(p.optimizer_s_per_byte.at(states), 0) << states;
+    EXPECT_GT(p.optimizer_warm_s_per_byte.at(states), 0) << states;
+  }
+  EXPECT_GT(p.cache_bytes, 0);
   EXPECT_GT(p.clip_s_per_byte, 0);
   EXPECT_GT(p.accumulate_s_per_byte, 0);
   ASSERT_EQ(p.busy_speed.size(), 2u);

@@ -197,6 +197,35 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   EXPECT_EQ(back.accumulate_s_per_byte, 2e-11);
 }
 
+// The optimizer's update: the warm figure for the part of the N devices' working set (parameter, gradient and
+// states of each) that fits in half the shared cache, the cold figure for the rest; the cold figure alone
+// where the profile has no warm one or no cache size.
+TEST(RunnerCosts, OptimizerMixesWarmAndColdByTheWorkingSet) {
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.optimizer_s_per_byte = {{0, 4e-10}, {1, 5e-10}, {2, 6e-10}};
+  auto cold_only = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  EXPECT_DOUBLE_EQ(cold_only->optimizer_time(1e6, 1), 5e-4);
+  p.optimizer_warm_s_per_byte = {{0, 1e-10}, {1, 2e-10}, {2, 3e-10}};
+  EXPECT_DOUBLE_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), p)->optimizer_time(1e6, 1), 5e-4);  // no cache
+  p.cache_bytes = 32e6;
+  auto mixed = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  // 1 MB with momentum on 4 devices: 12 MB, inside half of 32 MB: all warm.
+  EXPECT_DOUBLE_EQ(mixed->optimizer_time(1e6, 1), 2e-4);
+  // 4 MB with AdamW on 4 devices: 64 MB, a quarter of it in the 16 MB: 1/4 warm, 3/4 cold.
+  EXPECT_NEAR(mixed->optimizer_time(4e6, 2), 4e6 * (0.25 * 3e-10 + 0.75 * 6e-10), 1e-15);
+  // Far beyond the cache: nearly the cold figure.
+  EXPECT_NEAR(mixed->optimizer_time(1e9, 0), 1e9 * 4e-10, 1e9 * 4e-10 * 1e-2);
+  Diagnostics d;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
+  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  EXPECT_EQ(back.optimizer_warm_s_per_byte, p.optimizer_warm_s_per_byte);
+  EXPECT_EQ(back.optimizer_s_per_byte, p.optimizer_s_per_byte);
+  EXPECT_EQ(back.cache_bytes, 32e6);
+}
+
 TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
   // cpu:4 on 2 cores: the search ranks shapes by its formula, keeps the best 8 and returns the one predict()
   // (which simulates the sharing) finds fastest; with one kept, the formula's best. The re-ranked choice is
