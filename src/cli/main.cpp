@@ -10,6 +10,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/launch.h"
+#ifdef BRAID_HAVE_CUDA_ENGINE
+#include "exec/cuda/cuda_engine.h"
+#endif
 
 namespace {
 
@@ -30,6 +33,9 @@ void prefer_passive_openmp(char** argv) {
 
 int main(int argc, char** argv) {
   prefer_passive_openmp(argv);
+#ifdef BRAID_HAVE_CUDA_ENGINE
+  braid::exec::install_cuda_engine();  // devices: cuda (exec/device_engine.h)
+#endif
   CLI::App app{"braid: train neural networks described in YAML"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "braid 0.1.0");

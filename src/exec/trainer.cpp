@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "exec/data_parallel.h"
+#include "exec/device_engine.h"
 #include "exec/optimizer.h"
 #include "exec/closed_loop.h"
 #include "exec/pipeline.h"
@@ -27,6 +28,7 @@
 #include "exec/signals.h"
 #include "exec/train_state.h"
 #include "graph/build.h"
+#include "graph/verify.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/metrics.h"
@@ -43,6 +45,7 @@ struct Evaluator {
   const io::RunConfig& cfg;
   ParamStore& store;
   io::Dataset* data;
+  DeviceEngine* engine = nullptr;  // evaluates on the device when the run trains on one
   std::map<int64_t, std::unique_ptr<Runner>> runners;  // by batch size (the last batch may be smaller)
 
   std::vector<std::pair<std::string, double>> run(uint64_t seed) {
@@ -53,15 +56,19 @@ struct Evaluator {
     std::vector<int64_t> idx;
     for (int64_t start = 0; start < n; start += batch) {
       int64_t b = std::min(batch, n - start);
-      auto& r = runners[b];
-      if (!r) r = make_runner(cfg.model, b, false, store, seed);
       idx.resize(static_cast<size_t>(b));
       for (int64_t i = 0; i < b; ++i) idx[static_cast<size_t>(i)] = start + i;
-      data->read(idx, r->inputs);
-      r->exec->run(false, seed, 0);
       std::vector<std::pair<std::string, double>> vals;
-      vals.emplace_back("loss", scalar(r->exec->value(r->g.loss())));
-      for (const auto& [name, v] : r->g.metrics) vals.emplace_back(name, scalar(r->exec->value(v)));
+      if (engine) {
+        vals = engine->evaluate(*data, idx);
+      } else {
+        auto& r = runners[b];
+        if (!r) r = make_runner(cfg.model, b, false, store, seed);
+        data->read(idx, r->inputs);
+        r->exec->run(false, seed, 0);
+        vals.emplace_back("loss", scalar(r->exec->value(r->g.loss())));
+        for (const auto& [name, v] : r->g.metrics) vals.emplace_back(name, scalar(r->exec->value(v)));
+      }
       if (sums.empty())
         for (const auto& [k, v] : vals) sums.emplace_back(k, 0.0);
       for (size_t k = 0; k < vals.size(); ++k) sums[k].second += vals[k].second * static_cast<double>(b);
@@ -136,6 +143,33 @@ void write_merged_trace(const io::TraceRecorder& tracer, const std::string& path
   std::filesystem::remove(trace_part_path(path, rank), ec);
 }
 
+// `devices: cuda` / `cuda:N`: the training graph (no CPU executor: its arena would hold every activation of a
+// model sized for a GPU) and the engine registered for the kind (exec/device_engine.h).
+std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
+                                                 bool multi, graph::Graph* g, ParamStore& store, uint64_t seed) {
+  const SourceLoc at{cfg.path, 0, 0};
+  DeviceEngineFactory factory = device_engine(dev.kind);
+  if (!factory)
+    throw UserError(at, "devices " + cfg.devices + ": this braid was built without the " + dev.kind + " backend",
+                    "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed "
+                    "(README, \"GPUs\"), or train on cpu");
+  if (dev.count > 1)
+    throw UserError(at, "devices " + cfg.devices + ": braid train runs on one GPU in this version; plans over several "
+                        "GPUs (data, tensor and pipeline parallel over NCCL) are not wired into the trainer yet",
+                    "use devices: " + dev.kind + ":" + std::to_string(dev.ids.empty() ? 0 : dev.ids[0]) + " (docs/gpu.md)");
+  if (multi)
+    throw UserError(at, "devices " + cfg.devices + ": a job of several processes trains on cpu devices in this version",
+                    "start one process (without braid launch) for a single GPU");
+  if (cfg.parallel.plan != "auto")
+    throw UserError(at, "parallel.plan " + cfg.parallel.plan + ": plan files run on cpu:N devices in this version");
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  *g = graph::build_graph(cfg.model, micro, bo);
+  graph::verify(*g);
+  store.create(*g, seed);
+  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro});
+}
+
 }  // namespace
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
@@ -162,7 +196,14 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   ParamStore own_store;
   std::unique_ptr<Runner> own_runner;
   std::unique_ptr<PlanRunner> pr;
-  if (dp_degree > 1 && !plan) {
+  planner::DeviceSpec devspec;
+  std::string devices_error;
+  const bool on_accelerator = planner::parse_devices(cfg.devices, &devspec, &devices_error) && devspec.kind != "cpu";
+  graph::Graph device_graph;
+  std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
+  if (on_accelerator) {
+    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, seed);
+  } else if (dp_degree > 1 && !plan) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {
     own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed,
@@ -205,7 +246,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       pr->set_trace(d, &tracer->lane(d), &tracer->lane(n + d));
       lane0 = &tracer->lane(d);
     } else {
-      auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), "cpu");
+      auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), on_accelerator ? devspec.kind : "cpu");
       if (pr)  // each device's gradient all-reduce thread: a lane of its own
         for (int d = 0; d < pr->devices(); ++d)
           lanes.push_back({pr->devices() + d, "device " + std::to_string(d) + " all-reduce"});
@@ -215,6 +256,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
         for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d), &tracer->lane(pr->devices() + d));
       else if (dp)
         for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
+      else if (engine)
+        engine->set_trace(lane0);
       else
         train_runner->exec->set_trace(lane0);
     }
@@ -239,10 +282,10 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       }
     }
   } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
-  const graph::Graph& g = train_runner->g;
+  const graph::Graph& g = engine ? device_graph : train_runner->g;
   if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);
-  res.arena_bytes = train_runner->exec->plan().arena_bytes;
+  res.arena_bytes = engine ? engine->device_bytes() : train_runner->exec->plan().arena_bytes;
 
   // 2. Data.
   auto inputs = dataset_inputs(cfg.model, g);
@@ -275,16 +318,18 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
   if (dp) dp->broadcast_from_replica0();  // loaded weights or a checkpoint: every replica starts from them
   if (pr) pr->scatter(store, &opt);       // every device takes its shards of the whole tensors
+  if (engine) engine->from_host(store, &opt);  // loaded weights, a checkpoint's state
   std::unique_ptr<io::CheckpointDir> ckpt_dir;
   if (!cfg.checkpoint.dir.empty() && rank0)
     ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
   auto save_checkpoint = [&]() {
     if (cfg.checkpoint.dir.empty()) return;
     if (pr) pr->gather(store, &opt);  // a collective of every process
+    if (engine) engine->to_host(store, &opt);
     if (!ckpt_dir) return;
     res.last_checkpoint = ckpt_dir->save(capture(cfg, store, opt, sampler, state));
   };
-  Evaluator evaluator{cfg, store, eval_data.get(), {}};
+  Evaluator evaluator{cfg, store, eval_data.get(), engine.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
   if (!cfg.log.metrics.empty() && rank0) {
     std::error_code ec;
@@ -312,6 +357,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (run->automatic)
       std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
   }
+  if (engine) std::fprintf(out, "braid: training on %s\n", engine->describe().c_str());
   if (dp)
     std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
@@ -344,13 +390,16 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       auto r = dp->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
       loss = r.loss;
       norm = r.grad_norm;
+    } else if (engine) {
+      // Forward, backward, accumulation, clipping and the update on the device.
+      loss = engine->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0), &norm);
     } else {
       loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
     }
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
-    if (!dp && !pr) {
+    if (!dp && !pr && !engine) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
       norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
       opt.step(lr);
@@ -411,6 +460,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   progress.finish();
   if (dp) dp->check_replicas_identical();
   if (pr) pr->gather(store, &opt);
+  if (engine) engine->to_host(store, &opt);
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
   res.steps = state.step;
   res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;

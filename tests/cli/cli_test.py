@@ -128,5 +128,22 @@ ok = r.returncode == 0 and names[:3] == ["tok", "pos", "h.0.ln1"] and "loss" in 
 ok = ok and all(k in names for k in ("layers", "data", "clip", "step"))
 case("time: per-layer table", ok, r.stderr + r.stdout)
 
+# devices: cuda. Without a GPU (CI, this machine) or in a build without CUDA: a user error naming the devices and the
+# reason, exit status 2, nothing written; with a visible GPU it trains and says where.
+cuda_metrics = os.path.join(work, "cuda_metrics.jsonl")
+r = run(["train", run_file, "--no-progress", "--set", "devices=cuda:0", "--set", "train.steps=2",
+         "--set", f"log.metrics={cuda_metrics}"])
+if r.returncode == 0:
+    case("train on cuda:0 (a GPU is visible)", "training on cuda:0" in r.stdout, r.stdout[-1000:])
+else:
+    case("train on cuda:0 without a GPU or a CUDA build: exit 2 naming the devices, nothing written",
+         r.returncode == 2 and "devices cuda:0" in r.stderr
+         and ("no CUDA device is visible" in r.stderr or "built without the cuda backend" in r.stderr)
+         and not os.path.exists(cuda_metrics), r.stderr + r.stdout[-500:])
+r = run(["train", run_file, "--no-progress", "--set", "devices=cuda:0-3", "--set", "train.steps=2"])
+case("train on cuda:0-3: exit 2 (one GPU per run, or no CUDA here)",
+     r.returncode == 2 and "devices cuda:0-3" in r.stderr
+     and ("one GPU" in r.stderr or "built without the cuda backend" in r.stderr), r.stderr)
+
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

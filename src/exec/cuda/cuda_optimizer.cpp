@@ -3,6 +3,8 @@
 #include "exec/cuda/cuda_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 namespace braid::exec {
 namespace {
@@ -13,9 +15,6 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     : ex_(ex), spec_(spec), micro_batches_(std::max(micro_batches, 1)) {
   if (spec.type != "adamw" && spec.type != "sgd")
     throw UserError(SourceLoc{}, "optimizer '" + spec.type + "' has no device implementation", "use adamw or sgd");
-  if (spec.clip_grad_norm)
-    throw UserError(SourceLoc{}, "clip_grad_norm is not supported by the device optimizer yet",
-                    "drop optimizer.clip_grad_norm for GPU runs, or train on cpu devices");
   const graph::Graph& g = ex.graph();
   const bool adamw = spec.type == "adamw", momentum = !adamw && spec.momentum != 0;
   const int state = (adamw ? 2 : momentum ? 1 : 0) + (micro_batches_ > 1 ? 1 : 0);
@@ -25,9 +24,10 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
       bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4) * static_cast<size_t>(state);
       ++count_;
     }
-  bytes += align256(cuda::multi_tensor_table_bytes(count_));
+  bytes += align256(cuda::multi_tensor_table_bytes(count_)) + 256;
   arena_ = std::make_unique<cuda::DeviceArena>(ex.stream().device(), bytes);
   table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "optimizer table");
+  norm_ = static_cast<double*>(arena_->take(sizeof(double), "gradient norm"));
   std::vector<cuda::ParamSlot> slots;
   for (const auto& p : g.params()) {
     if (!p.grad.valid()) continue;
@@ -60,6 +60,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     }
     max_n_ = std::max(max_n_, s.n);
     slots.push_back(s);
+    states_.push_back(State{p.name, s.m, s.v, s.n});
   }
   cuda::upload_slots(ex.stream().ctx(), slots.data(), count_, table_);  // synchronises
 }
@@ -84,6 +85,50 @@ void CudaOptimizer::step(double lr) {
     cuda::sgd(c, table_, count_, max_n_, lr, spec_.momentum, spec_.dampening, spec_.weight_decay, spec_.nesterov,
               step_ == 0);
   ++step_;
+}
+
+double CudaOptimizer::grad_norm() {
+  cuda::grad_sum_squares(ex_.stream().ctx(), table_, count_, max_n_, norm_);
+  double sum = 0;
+  ex_.stream().download(&sum, norm_, sizeof sum);
+  return std::sqrt(sum);
+}
+
+void CudaOptimizer::scale_grads(double k) { cuda::grad_scale(ex_.stream().ctx(), table_, count_, max_n_, k); }
+
+namespace {
+// The host optimizer's state tensor `key` of parameter `name` (f32, n elements), or an internal error.
+template <typename StateMap>
+auto& host_state(StateMap& state, const std::string& name, const char* key, int64_t n) {
+  auto p = state.find(name);
+  BRAID_ASSERT(p != state.end() && p->second.count(key), "host optimizer has no ", key, " for ", name);
+  auto& t = p->second.at(key);
+  BRAID_ASSERT(t.numel() == n && t.dtype() == DType::f32, "host optimizer's ", key, " of ", name, " is ", t.desc().str());
+  return t;
+}
+}  // namespace
+
+void CudaOptimizer::download(Optimizer& host) const {
+  const bool adamw = spec_.type == "adamw";
+  for (const State& s : states_) {
+    const size_t nb = static_cast<size_t>(s.n) * 4;
+    if (s.m) ex_.stream().download(host_state(host.state(), s.name, adamw ? "exp_avg" : "momentum_buffer", s.n).raw(), s.m, nb);
+    if (s.v) ex_.stream().download(host_state(host.state(), s.name, "exp_avg_sq", s.n).raw(), s.v, nb);
+  }
+  host.set_steps_taken(step_);
+}
+
+void CudaOptimizer::upload(const Optimizer& host) {
+  step_ = host.steps_taken();
+  if (step_ == 0) return;  // the device state is zero, as a fresh optimizer's
+  const bool adamw = spec_.type == "adamw";
+  const auto& state = host.state();
+  for (const State& s : states_) {
+    const size_t nb = static_cast<size_t>(s.n) * 4;
+    if (s.m) ex_.stream().upload(s.m, host_state(state, s.name, adamw ? "exp_avg" : "momentum_buffer", s.n).raw(), nb);
+    if (s.v) ex_.stream().upload(s.v, host_state(state, s.name, "exp_avg_sq", s.n).raw(), nb);
+  }
+  ex_.stream().synchronize();
 }
 
 }  // namespace braid::exec

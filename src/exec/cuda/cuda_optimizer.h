@@ -3,13 +3,15 @@
 // ops/cuda/optim.cu over the executor's fp32 parameters (the master weights, also under bf16 autocast).
 // Optimizer state (exp_avg, exp_avg_sq / momentum_buffer) and accumulators live in one DeviceArena of their
 // own, allocated at construction; a step copies nothing to or from the host.
-// Not here yet: clip_grad_norm (needs a device norm; a spec asking for it is refused), checkpointing the state,
-// the trainer choosing this path (docs/gpu.md).
+// Gradient-norm clipping is the caller's (grad_norm, then scale_grads), as the CPU trainer clips between the
+// backward and the update; download / upload move the state to and from a host exec::Optimizer (checkpoints).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "exec/cuda/cuda_executor.h"
+#include "exec/optimizer.h"
 #include "io/run_config.h"
 
 namespace braid::exec {
@@ -26,6 +28,15 @@ class CudaOptimizer {
   void step(double lr);
   int64_t steps_taken() const { return step_; }
   size_t device_bytes() const;
+  // The L2 norm of the gradients the next step() reads (the accumulated ones), in double; synchronises.
+  double grad_norm();
+  // Those gradients *= k (clipping: k = max_norm / (norm + 1e-6) when below 1).
+  void scale_grads(double k);
+  // The state (exp_avg, exp_avg_sq / momentum_buffer, by parameter name as exec::Optimizer names them) and the
+  // step count, to a host optimizer over the same parameters and back from one. upload() of a host optimizer
+  // that has taken no step leaves the device state zero (its tensors are not initialised until its first step).
+  void download(Optimizer& host) const;
+  void upload(const Optimizer& host);
 
  private:
   CudaExecutor& ex_;
@@ -37,6 +48,14 @@ class CudaOptimizer {
   int64_t max_n_ = 0;
   int64_t step_ = 0;
   std::vector<std::pair<Tensor, float*>> accum_;  // (graph gradient view, accumulator) when micro_batches > 1
+  struct State {
+    std::string name;
+    float* m = nullptr;  // exp_avg / momentum_buffer
+    float* v = nullptr;  // exp_avg_sq
+    int64_t n = 0;
+  };
+  std::vector<State> states_;
+  double* norm_ = nullptr;  // grad_norm's device sum
 };
 
 }  // namespace braid::exec

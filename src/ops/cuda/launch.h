@@ -227,5 +227,9 @@ void adamw(const Ctx& c, const void* table, int count, int64_t max_n, double lr,
            double eps, double weight_decay, int64_t step);
 void sgd(const Ctx& c, const void* table, int count, int64_t max_n, double lr, double momentum, double dampening,
          double weight_decay, bool nesterov, bool first);
+// Gradient-norm clipping over the same table (torch.nn.utils.clip_grad_norm_, exec::clip_grad_norm): *out (device,
+// one double) = the sum of every slot's g^2; then, when the coefficient is below 1, g *= k on every slot.
+void grad_sum_squares(const Ctx& c, const void* table, int count, int64_t max_n, double* out);
+void grad_scale(const Ctx& c, const void* table, int count, int64_t max_n, double k);
 
 }  // namespace braid::cuda

@@ -44,6 +44,35 @@ __global__ void sgd_kernel(const ParamSlot* slots, float lr, float mom, float da
   }
 }
 
+// Sum of g^2 over every slot's gradient in double: a block's partial sums reduced in shared memory, one
+// atomicAdd per block (order-dependent in the last bits of a double; the CPU's sum is in fixed pieces).
+__global__ void grad_sum_squares_kernel(const ParamSlot* slots, double* out) {
+  __shared__ double part[256];
+  ParamSlot s = slots[blockIdx.y];
+  double acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < s.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double g = s.g[i];
+    acc += g * g;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+// g *= k over every slot's gradient, in fp32 as exec::scale_in_place.
+__global__ void grad_scale_kernel(const ParamSlot* slots, float k) {
+  ParamSlot s = slots[blockIdx.y];
+  float* g = const_cast<float*>(s.g);  // the optimizer's own accumulators, or the graph's gradient values
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < s.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    g[i] = __fmul_rn(g[i], k);
+}
+
 dim3 grid_for(int count, int64_t max_n) {
   int64_t x = (max_n + 255) / 256;
   if (x > 1024) x = 1024;
@@ -80,6 +109,20 @@ void sgd(const Ctx& c, const void* table, int count, int64_t max_n, double lr, d
       static_cast<const ParamSlot*>(table), static_cast<float>(lr), static_cast<float>(momentum),
       static_cast<float>(dampening), static_cast<float>(weight_decay), weight_decay != 0, nesterov, first);
   BRAID_LAUNCH_CHECK("sgd_kernel");
+}
+
+void grad_sum_squares(const Ctx& c, const void* table, int count, int64_t max_n, double* out) {
+  BRAID_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream_of(c)));
+  if (count == 0) return;
+  grad_sum_squares_kernel<<<grid_for(count, max_n), 256, 0, stream_of(c)>>>(static_cast<const ParamSlot*>(table), out);
+  BRAID_LAUNCH_CHECK("grad_sum_squares_kernel");
+}
+
+void grad_scale(const Ctx& c, const void* table, int count, int64_t max_n, double k) {
+  if (count == 0) return;
+  grad_scale_kernel<<<grid_for(count, max_n), 256, 0, stream_of(c)>>>(static_cast<const ParamSlot*>(table),
+                                                                     static_cast<float>(k));
+  BRAID_LAUNCH_CHECK("grad_scale_kernel");
 }
 
 }  // namespace braid::cuda

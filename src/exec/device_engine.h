@@ -1,0 +1,55 @@
+// Training on accelerator devices (`devices: cuda`, `cuda:N`): the step engine a backend library plugs into the
+// trainer. The trainer keeps the loop (data order, learning-rate schedule, checkpoints, evaluation schedule,
+// metrics, signals); the engine owns the device copies of the parameters, gradients and optimizer state and
+// runs each step on the device. braid_exec cannot depend on a backend (the CUDA library depends on it), so the
+// backend registers a factory by device kind (the braid binary's main does, in CUDA builds); a kind nobody
+// registered is a user error naming the build.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/optimizer.h"
+#include "exec/param_store.h"
+#include "graph/ir.h"
+#include "io/dataset.h"
+#include "io/run_config.h"
+#include "io/trace.h"
+
+namespace braid::exec {
+
+class DeviceEngine {
+ public:
+  virtual ~DeviceEngine() = default;
+  // One optimizer step: forward and backward over the micro-batches of `micro` samples of batch_idx (gradients
+  // averaged over them as the CPU trainer does), gradient-norm clipping when clip > 0, the update at lr.
+  // Returns the mean loss; *grad_norm is the norm before clipping (-1 without clipping).
+  virtual double step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip,
+                      double* grad_norm) = 0;
+  // Device -> host (whole tensors: parameters, buffers, optimizer state and step count), for checkpoints,
+  // evaluation on the host and the final weights; host -> device after loading weights or a checkpoint.
+  virtual void to_host(ParamStore& store, Optimizer* opt) = 0;
+  virtual void from_host(const ParamStore& store, const Optimizer* opt) = 0;
+  // Loss and metrics (the model's, in graph order) of the samples `idx` of `data`, with the current parameters.
+  virtual std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) = 0;
+  virtual void set_trace(io::TraceLane* lane) = 0;
+  virtual std::string describe() const = 0;  // for the trainer's banner: "cuda:0 (NVIDIA H200), bf16 autocast"
+  virtual size_t device_bytes() const = 0;
+};
+
+struct DeviceEngineArgs {
+  const io::RunConfig& cfg;
+  std::vector<int> devices;     // the run's device ids of this kind
+  const graph::Graph& train;    // the training graph (micro-batch size, with backward)
+  ParamStore& store;            // created and initialised; the engine uploads it
+  int64_t micro = 0;            // samples per micro-batch
+};
+using DeviceEngineFactory = std::unique_ptr<DeviceEngine> (*)(const DeviceEngineArgs&);
+
+void register_device_engine(const std::string& kind, DeviceEngineFactory factory);
+// The registered factory of `kind`, or nullptr.
+DeviceEngineFactory device_engine(const std::string& kind);
+
+}  // namespace braid::exec
