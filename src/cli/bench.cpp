@@ -148,7 +148,9 @@ Row summarise(std::string run, std::string sweep, exec::BenchResult r, int64_t w
   std::sort(st.begin(), st.end());
   w.step_ms_median = 1e3 * quantile(st, 0.5);
   w.flops_per_s = r.train_flops_per_step * w.sps_median / static_cast<double>(r.batch);
-  w.mfu = peak.gflops > 0 ? w.flops_per_s / (peak.gflops * 1e9) : 0;
+  // On a GPU its dense bf16 peak (exec::BenchResult::device_peak_flops), else the CPU's.
+  const double peak_flops = r.device.empty() ? peak.gflops * 1e9 : r.device_peak_flops;
+  w.mfu = peak_flops > 0 ? w.flops_per_s / peak_flops : 0;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   w.peak_rss_bytes = ru.ru_maxrss * 1024L;  // Linux reports KiB
@@ -185,7 +187,7 @@ std::string csv_row(const Row& w, const BenchArgs& a, const CpuPeak& p) {
   add(fmt("%.3f", w.step_ms_median));
   add(fmt("%.6g", r.train_flops_per_step));
   add(fmt("%.3f", w.flops_per_s / 1e9));
-  add(fmt("%.1f", p.gflops));
+  add(fmt("%.1f", r.device.empty() ? p.gflops : r.device_peak_flops / 1e9));
   add(fmt("%.4f", w.mfu));
   add(std::to_string(w.peak_rss_bytes));
   add(std::to_string(r.arena_bytes));
@@ -230,6 +232,7 @@ std::string json_doc(const std::vector<Row>& rows, const BenchArgs& a, const Cpu
     j.field("devices", r.devices).field("data_parallel", r.data_parallel);
     j.field("other_load_cores", w.other_cores);
     if (!r.plan.empty()) j.field("plan", r.plan).field("predicted_step_ms", 1e3 * r.predicted_step_s);
+    if (!r.device.empty()) j.field("device", r.device).field("device_peak_gflops", r.device_peak_flops / 1e9);
     j.key("window_samples_per_s").begin_array();
     for (double v : w.window_sps) j.value(v);
     j.end_array();
@@ -295,6 +298,9 @@ int bench(const BenchArgs& a, FILE* out) {
                  w.sps_median, other > 0.25 ? fmt(" (other processes used %.1f cores meanwhile: figures disturbed)", other).c_str() : "");
     if (!w.r.plan.empty())
       std::fprintf(out, "    plan: %s; measured step %.2f ms (median)\n", w.r.plan.c_str(), w.step_ms_median);
+    if (!w.r.device.empty())
+      std::fprintf(out, "    on %s; MFU against its dense bf16 peak of %.1f TFLOP/s\n", w.r.device.c_str(),
+                   w.r.device_peak_flops / 1e12);
     std::fflush(out);
   }
 
@@ -307,7 +313,7 @@ int bench(const BenchArgs& a, FILE* out) {
                      fmt("%.1f", w.sps_min) + "-" + fmt("%.1f", w.sps_max), fmt("%.1f", w.sps_p75 - w.sps_p25),
                      r.tokens_per_sample ? fmt("%.0f", w.sps_median * static_cast<double>(r.tokens_per_sample)) : "-",
                      fmt("%.2f", w.step_ms_median), fmt("%.2f", w.flops_per_s / 1e9),
-                     peak.gflops > 0 ? fmt("%.1f%%", 100 * w.mfu) : "-", mib(static_cast<double>(w.peak_rss_bytes)),
+                     w.mfu > 0 ? fmt("%.1f%%", 100 * w.mfu) : "-", mib(static_cast<double>(w.peak_rss_bytes)),
                      mib(static_cast<double>(r.arena_bytes))});
   }
   std::vector<size_t> width(cells[0].size(), 0);

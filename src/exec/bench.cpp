@@ -10,6 +10,7 @@
 
 #include "core/parallel.h"
 #include "exec/data_parallel.h"
+#include "exec/device_engine.h"
 #include "exec/optimizer.h"
 #include "exec/pipeline.h"
 #include "exec/run_plan.h"
@@ -99,9 +100,61 @@ BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchO
   return res;
 }
 
+// train()'s accelerator path: DeviceEngine::step (forward, backward, accumulation, clipping, the update on
+// the device), each timed step waited for on the device.
+BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& dev, const BenchOptions& opts) {
+  if (opts.per_node)
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "braid time times cpu devices; this run trains on " + cfg.devices,
+                    "use braid bench (the step), or Nsight Systems for the kernels");
+  BenchResult res;
+  const int64_t batch = cfg.train.batch;
+  const int64_t micro = cfg.train.micro_batch.value_or(batch);
+  graph::Graph g;
+  ParamStore store;
+  std::unique_ptr<DeviceEngine> engine = make_device_engine(cfg, dev, micro, false, &g, store);
+  auto inputs = dataset_inputs(cfg.model, g);
+  auto data = io::open_dataset(cfg.data.train, inputs, cfg.train.seed);
+  if (data->size() < batch)
+    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
+                                            " samples, fewer than one batch of " + std::to_string(batch));
+  io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, cfg.train.seed);
+  const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
+  res.model = cfg.model.name;
+  res.batch = batch;
+  res.micro_batch = micro;
+  res.threads = num_threads();
+  res.devices = cfg.devices;
+  res.device = engine->describe();
+  res.device_peak_flops = engine->peak_flops();
+  res.params = store.num_trainable();
+  res.arena_bytes = engine->device_bytes();
+  for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
+  res.train_flops_per_step *= static_cast<double>(batch / micro);
+  for (const auto& in : inputs)
+    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
+      res.tokens_per_sample = in.sample.shape.numel();
+      break;
+    }
+  for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
+    auto t0 = Clock::now();
+    std::span<const int64_t> batch_idx = sampler.next_view();
+    const double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, i % std::max<int64_t>(total_steps, 1), total_steps);
+    double norm = -1;
+    const double loss = engine->step(*data, batch_idx, i, lr, cfg.optimizer.clip_grad_norm.value_or(0.0), &norm);
+    engine->synchronize();
+    if (!std::isfinite(loss))
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
+                                                    std::to_string(i + 1), "lower the learning rate or enable clip_grad_norm");
+    if (i >= opts.warmup) res.step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return res;
+}
+
 }  // namespace
 
 BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
+  planner::DeviceSpec dev;
+  if (accelerator_devices(cfg, &dev)) return bench_device(cfg, dev, opts);
   if (auto rp = run_plan(cfg)) return bench_plan(cfg, *rp, opts);
   BenchResult res;
   const uint64_t seed = cfg.train.seed;

@@ -42,6 +42,10 @@ struct BenchResult {
   // and the cost model's predicted step time (exec/run_plan.h). Empty / 0 on one device.
   std::string plan;
   double predicted_step_s = 0;
+  // On an accelerator (devices: cuda:N, exec/device_engine.h): the device ("cuda:0 (NVIDIA H200), bf16
+  // autocast") and its dense peak in FLOP/s, which MFU is then reported against instead of the CPU's.
+  std::string device;
+  double device_peak_flops = 0;
 };
 
 BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts);

@@ -17,6 +17,7 @@
 #include "io/dataset.h"
 #include "io/run_config.h"
 #include "io/trace.h"
+#include "planner/plan.h"
 
 namespace braid::exec {
 
@@ -35,6 +36,10 @@ class DeviceEngine {
   // Loss and metrics (the model's, in graph order) of the samples `idx` of `data`, with the current parameters.
   virtual std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) = 0;
   virtual void set_trace(io::TraceLane* lane) = 0;
+  // Waits for the device's queued work (step() returns once the update is queued; timing waits here).
+  virtual void synchronize() = 0;
+  // The device's dense peak in FLOP/s for MFU reports (bf16 tensor cores; 0 when unknown).
+  virtual double peak_flops() const = 0;
   virtual std::string describe() const = 0;  // for the trainer's banner: "cuda:0 (NVIDIA H200), bf16 autocast"
   virtual size_t device_bytes() const = 0;
 };
@@ -51,5 +56,15 @@ using DeviceEngineFactory = std::unique_ptr<DeviceEngine> (*)(const DeviceEngine
 void register_device_engine(const std::string& kind, DeviceEngineFactory factory);
 // The registered factory of `kind`, or nullptr.
 DeviceEngineFactory device_engine(const std::string& kind);
+
+// The run's devices when they are accelerators (`cuda`, `cuda:N`): true and *dev; false for cpu devices and
+// cluster files.
+bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev);
+// train() and bench() on accelerator devices: the training graph of `micro` samples with backward into *g (no CPU
+// executor: its arena would hold every activation of a model sized for a GPU), its parameters created in `store`
+// from the run's seed, and the engine registered for dev.kind. UserError (exit status 2) for a build without the
+// backend, several devices, a plan file or a job of several processes (`multi`).
+std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
+                                                 bool multi, graph::Graph* g, ParamStore& store);
 
 }  // namespace braid::exec

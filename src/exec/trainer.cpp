@@ -28,7 +28,6 @@
 #include "exec/signals.h"
 #include "exec/train_state.h"
 #include "graph/build.h"
-#include "graph/verify.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/metrics.h"
@@ -143,33 +142,6 @@ void write_merged_trace(const io::TraceRecorder& tracer, const std::string& path
   std::filesystem::remove(trace_part_path(path, rank), ec);
 }
 
-// `devices: cuda` / `cuda:N`: the training graph (no CPU executor: its arena would hold every activation of a
-// model sized for a GPU) and the engine registered for the kind (exec/device_engine.h).
-std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
-                                                 bool multi, graph::Graph* g, ParamStore& store, uint64_t seed) {
-  const SourceLoc at{cfg.path, 0, 0};
-  DeviceEngineFactory factory = device_engine(dev.kind);
-  if (!factory)
-    throw UserError(at, "devices " + cfg.devices + ": this braid was built without the " + dev.kind + " backend",
-                    "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed "
-                    "(README, \"GPUs\"), or train on cpu");
-  if (dev.count > 1)
-    throw UserError(at, "devices " + cfg.devices + ": braid train runs on one GPU in this version; plans over several "
-                        "GPUs (data, tensor and pipeline parallel over NCCL) are not wired into the trainer yet",
-                    "use devices: " + dev.kind + ":" + std::to_string(dev.ids.empty() ? 0 : dev.ids[0]) + " (docs/gpu.md)");
-  if (multi)
-    throw UserError(at, "devices " + cfg.devices + ": a job of several processes trains on cpu devices in this version",
-                    "start one process (without braid launch) for a single GPU");
-  if (cfg.parallel.plan != "auto")
-    throw UserError(at, "parallel.plan " + cfg.parallel.plan + ": plan files run on cpu:N devices in this version");
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  *g = graph::build_graph(cfg.model, micro, bo);
-  graph::verify(*g);
-  store.create(*g, seed);
-  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro});
-}
-
 }  // namespace
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
@@ -197,12 +169,11 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<Runner> own_runner;
   std::unique_ptr<PlanRunner> pr;
   planner::DeviceSpec devspec;
-  std::string devices_error;
-  const bool on_accelerator = planner::parse_devices(cfg.devices, &devspec, &devices_error) && devspec.kind != "cpu";
+  const bool on_accelerator = accelerator_devices(cfg, &devspec);
   graph::Graph device_graph;
   std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
   if (on_accelerator) {
-    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, seed);
+    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store);
   } else if (dp_degree > 1 && !plan) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {

@@ -140,6 +140,14 @@ else:
          r.returncode == 2 and "devices cuda:0" in r.stderr
          and ("no CUDA device is visible" in r.stderr or "built without the cuda backend" in r.stderr)
          and not os.path.exists(cuda_metrics), r.stderr + r.stdout[-500:])
+r = run(["bench", run_file, "--set", "devices=cuda:0", "--steps", "2", "--warmup", "1"])
+if r.returncode == 0:
+    case("bench on cuda:0 (a GPU is visible): the device and its MFU peak", "on cuda:0" in r.stdout, r.stdout[-1000:])
+else:
+    case("bench on cuda:0 without a GPU or a CUDA build: exit 2 naming the devices (never CPU figures)",
+         r.returncode == 2 and "devices cuda:0" in r.stderr, r.stderr + r.stdout[-500:])
+r = run(["time", run_file, "--set", "devices=cuda:0", "--steps", "2", "--warmup", "1"])
+case("time on cuda:0: exit 2 (braid time times cpu devices)", r.returncode == 2 and "cuda:0" in r.stderr, r.stderr)
 r = run(["train", run_file, "--no-progress", "--set", "devices=cuda:0-3", "--set", "train.steps=2"])
 case("train on cuda:0-3: exit 2 (one GPU per run, or no CUDA here)",
      r.returncode == 2 and "devices cuda:0-3" in r.stderr

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "exec/bench.h"
 #include "exec/cuda/cuda_engine.h"
 #include "exec/trainer.h"
 #include "gpu_util.h"
@@ -96,4 +97,22 @@ TEST(TrainGpu, Bf16CloseToCpu) {
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
   for (size_t k = 0; k < cpu.losses.size(); ++k)
     EXPECT_NEAR(gpu.losses[k], cpu.losses[k], 1e-2 * std::abs(cpu.losses[k])) << "step " << k;
+}
+
+// braid bench on the GPU times DeviceEngine::step (waited for on the device) and reports the device and its peak.
+TEST(TrainGpu, BenchTimesTheDeviceStep) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("bench");
+  io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0"});
+  exec::BenchOptions o;
+  o.steps = 5;
+  o.warmup = 2;
+  exec::BenchResult r = exec::bench(cfg, o);
+  EXPECT_EQ(r.step_s.size(), 5u);
+  for (double t : r.step_s) EXPECT_GT(t, 0);
+  EXPECT_NE(r.device.find("cuda:0"), std::string::npos) << r.device;
+  EXPECT_GT(r.train_flops_per_step, 0);
+  std::printf("bench on %s: step %.3f ms, peak %.1f TFLOP/s\n", r.device.c_str(), 1e3 * r.step_s[2],
+              r.device_peak_flops / 1e12);
 }

@@ -12,6 +12,7 @@
 #include "graph/build.h"
 #include "graph/verify.h"
 #include "ops/cuda/device_info.h"
+#include "ops/cuda/runtime.h"
 
 namespace braid::exec {
 namespace {
@@ -114,6 +115,10 @@ class CudaEngine final : public DeviceEngine {
     trace_ = lane;
     exec_->set_trace(lane);
   }
+
+  void synchronize() override { exec_->stream().synchronize(); }
+
+  double peak_flops() const override { return cuda::dense_bf16_peak_flops(name_); }
 
   std::string describe() const override {
     return "cuda:" + std::to_string(device_) + " (" + name_ + ")" + (copts_.bf16 ? ", bf16 autocast" : ", fp32");
