@@ -3,7 +3,9 @@
 # the build machine; nothing is built here): the `gpu` tests in one run of test_gpu, then the GPT-2-124M-class
 # training-step benchmark (forward + backward + fused AdamW) of braid and of PyTorch eager, fp32 and bf16
 # autocast, and one table: tokens/s, ratio to PyTorch, MFU = tokens/s * (6 N + 6 L T d) / dense bf16 peak
-# (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Sized for under 9 minutes; every step has a timeout.
+# (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Between the tests and the benchmarks, `braid train` (tiny_gpt,
+# bf16, 30 steps) and `braid bench` (the benchmark model) through the command on cuda:0. Sized for under 10
+# minutes; every step has a timeout.
 # Results (test XML, log) also go to $OUT when set. BATCH (default 4), STEPS (default 5) set the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,28 @@ step "gradient check at the benchmark's size (batch 2; GpuBenchCheck: central di
 BRAID_GPU_BENCH_CHECK=1 BRAID_GPU_BENCH_BATCH=2 braid_run timeout 75 "$C/bin/test_gpu" --gtest_filter=GpuBenchCheck.* 2>&1 |
   tee -a "$LOG" >"${OUTDIR:-/tmp}/gpu_gradcheck.log"
 grep -E 'GRADCHECK loss|Failure|directional|^\[ *(PASSED|FAILED|SKIPPED) *\]' "${OUTDIR:-/tmp}/gpu_gradcheck.log" | head -30
+
+step "braid train and braid bench on cuda:0 through the command (the user's path: the CUDA engine main registers)"
+RUNDIR=$(mktemp -d)
+cat >"$RUNDIR/tiny.yaml" <<EOF
+model: $PWD/models/tiny_gpt.yaml
+data: {train: {format: synthetic, samples: 512}, eval: {format: synthetic, samples: 64}}
+train: {batch: 16, micro_batch: 8, steps: 30, seed: 1, precision: bf16}
+optimizer: {type: adamw, lr: 3.0e-3, clip_grad_norm: 1.0}
+eval: {batches: 2}
+checkpoint: {dir: $RUNDIR/ckpt}
+devices: cuda:0
+EOF
+braid_run timeout 45 "$C/bin/braid" train "$RUNDIR/tiny.yaml" --no-progress 2>&1 | tail -4 | tee -a "$LOG"
+echo "braid train exit status ${PIPESTATUS[0]}" | tee -a "$LOG"
+cat >"$RUNDIR/gpt2.yaml" <<EOF
+model: $PWD/models/bench/gpt2_124m.yaml
+data: {train: {format: synthetic, samples: 64}}
+train: {batch: $BATCH, steps: 100, seed: 1, precision: bf16}
+optimizer: {type: adamw, lr: 6.0e-4, betas: [0.9, 0.95], weight_decay: 0.1}
+devices: cuda:0
+EOF
+braid_run timeout 45 "$C/bin/braid" bench "$RUNDIR/gpt2.yaml" --steps "$STEPS" --warmup 2 --window 1 2>&1 | tail -6 | tee -a "$LOG"
 
 step "benchmarks (batch $BATCH x seq 1024, $STEPS timed training steps each)"
 bench_braid() {
