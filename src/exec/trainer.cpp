@@ -1,7 +1,8 @@
 // Training loop on one CPU device, data parallel on `cpu:N` (exec/data_parallel.h: N replicas, replica 0's
 // parameters, buffers and optimizer state are what checkpoints save and evaluation runs), or under a plan
 // (exec/pipeline.h: the devices' shards are gathered into whole tensors for checkpoints and evaluation and
-// scattered back after loading). Steps:
+// scattered back after loading), or on one GPU (`devices: cuda:N`: exec/device_engine.h; the engine runs each
+// step on the device and copies whole tensors to and from `store` for checkpoints). Steps:
 //   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
 //   2. open the datasets bound to the model inputs;
 //   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
