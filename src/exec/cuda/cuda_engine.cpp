@@ -35,8 +35,15 @@ class CudaEngine final : public DeviceEngine {
                       "use precision: bf16 (same speed on the GPUs braid targets, no loss scaling) or f32");
     copts_.device = device_;
     copts_.bf16 = cfg_.train.precision == "bf16";
-    copts_.mirror_keep = true;  // the loss only: a few bytes after each run
-    exec_ = std::make_unique<CudaExecutor>(train_, store_, std::vector<ValueId>{train_.loss()}, ExecutorOptions{}, copts_);
+    // Kept to the end of a run: the loss and every gradient (the optimizer reads them in place, or accumulates
+    // them, after the run; a value not kept may share its bytes with a later one). Not mirrored to the host: the
+    // loss alone is fetched, a few bytes.
+    std::vector<ValueId> keep{train_.loss()};
+    for (const auto& p : train_.params())
+      if (p.grad.valid()) keep.push_back(p.grad);
+    copts_.mirror_keep = false;
+    exec_ = std::make_unique<CudaExecutor>(train_, store_, keep, ExecutorOptions{}, copts_);
+    loss_ = Tensor::empty(train_.value(train_.loss()).desc);
     const int64_t micro_batches = cfg_.train.batch / micro_;
     opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg_.optimizer, static_cast<int>(micro_batches));
     for (const auto& in : cfg_.model.inputs) inputs_.push_back(exec_->input(in.name));
@@ -53,7 +60,8 @@ class CudaEngine final : public DeviceEngine {
       data.read(scratch_, inputs_);
       exec_->set_trace_micro_batch(static_cast<int>(m));
       exec_->run(true, cfg_.train.seed, static_cast<uint64_t>(step * m_count + m), 0);
-      loss += scalar(exec_->value(train_.loss())) / static_cast<double>(m_count);
+      exec_->fetch(train_.loss(), loss_);
+      loss += scalar(loss_) / static_cast<double>(m_count);
       opt_->accumulate(static_cast<int>(m));
     }
     io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
@@ -94,6 +102,7 @@ class CudaEngine final : public DeviceEngine {
       std::vector<ValueId> keep{e->g.loss()};
       for (const auto& [n, v] : e->g.metrics) keep.push_back(v);
       CudaExecutorOptions co = copts_;
+      co.mirror_keep = true;  // the loss and metrics: scalars
       e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
       for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
       e->fresh_at = -1;
@@ -142,6 +151,7 @@ class CudaEngine final : public DeviceEngine {
   std::unique_ptr<CudaExecutor> exec_;
   std::unique_ptr<CudaOptimizer> opt_;
   std::vector<Tensor> inputs_;
+  Tensor loss_;  // host copy of the loss of the last run
   std::vector<int64_t> scratch_;
   std::map<int64_t, std::unique_ptr<Eval>> evals_;  // by batch size (the last batch may be smaller)
   io::TraceLane* trace_ = nullptr;
