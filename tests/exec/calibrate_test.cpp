@@ -52,8 +52,13 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   EXPECT_GE(p.runner.step_overhead, 0);
   EXPECT_GE(p.runner.micro_batch_overhead, 0);
   EXPECT_GE(p.runner.pipeline_micro_batch_overhead, 0);
-  EXPECT_GT(p.runner.step_overhead + p.runner.micro_batch_overhead + p.runner.pipeline_micro_batch_overhead, 0)
-      << "a PlanRunner step costs something beyond its ops";
+  // Residuals of measured against predicted steps: each clamped at 0, and 0 is a legitimate answer where the
+  // op figures came out slow (under ctest -j2 beside other tests, or with two busy loops beside it, all three
+  // were 0 in three of six runs); finite and below a step of the tiny workload.
+  for (double x : {p.runner.step_overhead, p.runner.micro_batch_overhead, p.runner.pipeline_micro_batch_overhead}) {
+    EXPECT_TRUE(std::isfinite(x));
+    EXPECT_LT(x, 0.1);
+  }
   Diagnostics d;
   planner::Profile back = planner::parse_profile(planner::to_yaml(p), "p.yaml", d);
   ASSERT_TRUE(d.empty()) << d.all()[0].format();
