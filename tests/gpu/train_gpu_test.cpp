@@ -116,3 +116,20 @@ TEST(TrainGpu, BenchTimesTheDeviceStep) {
   std::printf("bench on %s: step %.3f ms, peak %.1f TFLOP/s\n", r.device.c_str(), 1e3 * r.step_s[2],
               r.device_peak_flops / 1e12);
 }
+
+// A batch whose activations the GPU cannot hold: a user error naming the device memory and what to lower (exit
+// status 2), not an internal error.
+TEST(TrainGpu, BatchTooLargeForTheGpuIsAUserError) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("oom");
+  try {
+    train_on(c, "cuda:0", {"vars.d=1024", "vars.n_layer=8", "vars.seq=1024", "train.batch=4096",
+                           "train.micro_batch=4096", "data.train.samples=4096"});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    const std::string text = e.format();
+    EXPECT_NE(text.find("cannot allocate"), std::string::npos) << text;
+    EXPECT_NE(text.find("micro_batch"), std::string::npos) << text;
+  }
+}

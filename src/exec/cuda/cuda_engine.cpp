@@ -42,10 +42,17 @@ class CudaEngine final : public DeviceEngine {
     for (const auto& p : train_.params())
       if (p.grad.valid()) keep.push_back(p.grad);
     copts_.mirror_keep = false;
-    exec_ = std::make_unique<CudaExecutor>(train_, store_, keep, ExecutorOptions{}, copts_);
-    loss_ = Tensor::empty(train_.value(train_.loss()).desc);
     const int64_t micro_batches = cfg_.train.batch / micro_;
-    opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg_.optimizer, static_cast<int>(micro_batches));
+    try {
+      exec_ = std::make_unique<CudaExecutor>(train_, store_, keep, ExecutorOptions{}, copts_);
+      opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg_.optimizer, static_cast<int>(micro_batches));
+    } catch (const cuda::DeviceOutOfMemory& e) {
+      throw UserError(at, std::string(e.what()) + ": the training graph at a micro-batch of " + std::to_string(micro_) +
+                              " samples, its parameters, gradients and optimizer state do not fit",
+                      "lower train.micro_batch (the step accumulates gradients over micro-batches; " +
+                          std::to_string(cfg_.train.batch) + " samples a step either way) or train.batch");
+    }
+    loss_ = Tensor::empty(train_.value(train_.loss()).desc);
     for (const auto& in : cfg_.model.inputs) inputs_.push_back(exec_->input(in.name));
     name_ = cuda::device_name(device_);
   }
@@ -103,7 +110,14 @@ class CudaEngine final : public DeviceEngine {
       for (const auto& [n, v] : e->g.metrics) keep.push_back(v);
       CudaExecutorOptions co = copts_;
       co.mirror_keep = true;  // the loss and metrics: scalars
-      e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
+      try {
+        e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
+      } catch (const cuda::DeviceOutOfMemory& oom) {
+        throw UserError(SourceLoc{cfg_.path, 0, 0},
+                        std::string(oom.what()) + ": evaluation batches of " + std::to_string(b) +
+                            " samples do not fit beside the training step",
+                        "lower train.batch (evaluation runs batches of train.batch samples)");
+      }
       for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
       e->fresh_at = -1;
     }

@@ -2,6 +2,9 @@
 #include "ops/cuda/check.h"
 #include "ops/cuda/runtime.h"
 
+#include <cstdio>
+#include <string>
+
 namespace braid::cuda {
 
 void set_device(int device) { BRAID_CUDA_CHECK(cudaSetDevice(device)); }
@@ -17,9 +20,34 @@ double dense_bf16_peak_flops(const std::string& name) {
   return 0;
 }
 
+namespace {
+std::string gib(size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
+  return buf;
+}
+}  // namespace
+
+DeviceOutOfMemory::DeviceOutOfMemory(int d, size_t w, size_t f, size_t t)
+    : std::runtime_error("CUDA device " + std::to_string(d) + ": cannot allocate " + gib(w) + " (" + gib(f) +
+                         " free of " + gib(t) + ")"),
+      device(d),
+      wanted(w),
+      free_bytes(f),
+      total_bytes(t) {}
+
 DeviceArena::DeviceArena(int device, size_t bytes) : device_(device), bytes_(bytes) {
   BRAID_CUDA_CHECK(cudaSetDevice(device));
-  if (bytes_) BRAID_CUDA_CHECK(cudaMalloc(&base_, bytes_));
+  if (!bytes_) return;
+  const cudaError_t e = cudaMalloc(&base_, bytes_);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: the context stays usable
+    base_ = nullptr;
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw DeviceOutOfMemory(device, bytes_, free_bytes, total_bytes);
+  }
+  BRAID_CUDA_CHECK(e);
 }
 
 DeviceArena::~DeviceArena() {

@@ -7,14 +7,24 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "ops/cuda/launch.h"
 
 namespace braid::cuda {
 
+// A device allocation the GPU's free memory cannot hold (cudaErrorMemoryAllocation): the sizes, so that the
+// caller can say what asked for it (a batch too large for the GPU is the user's to change, not a bug).
+struct DeviceOutOfMemory : std::runtime_error {
+  DeviceOutOfMemory(int device, size_t wanted, size_t free_bytes, size_t total_bytes);
+  int device;
+  size_t wanted, free_bytes, total_bytes;
+};
+
 class DeviceArena {
  public:
+  // Throws DeviceOutOfMemory when the device cannot hold `bytes`.
   DeviceArena(int device, size_t bytes);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
