@@ -64,11 +64,8 @@ BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchO
   bo.with_backward = true;
   const graph::Graph g = graph::build_graph(cfg.model, s.micro_batch, bo);
   auto inputs = dataset_inputs(cfg.model, g);
-  auto data = io::open_dataset(cfg.data.train, inputs, seed);
+  auto data = open_train_data(cfg, inputs);
   const int64_t batch = cfg.train.batch;
-  if (data->size() < batch)
-    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
-                                            " samples, fewer than one batch of " + std::to_string(batch));
   io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
   res.model = cfg.model.name;
@@ -80,11 +77,7 @@ BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchO
   for (const auto& b : pr.arena_bytes()) res.arena_bytes = std::max(res.arena_bytes, b);
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
   res.train_flops_per_step *= static_cast<double>(s.micro_batches * s.data_parallel);
-  for (const auto& in : inputs)
-    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
-      res.tokens_per_sample = in.sample.shape.numel();
-      break;
-    }
+  res.tokens_per_sample = tokens_per_sample(inputs);
   res.plan = rp.summary;
   res.predicted_step_s = rp.prediction.step_time_s;
   for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
@@ -113,10 +106,7 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   ParamStore store;
   std::unique_ptr<DeviceEngine> engine = make_device_engine(cfg, dev, micro, false, &g, store);
   auto inputs = dataset_inputs(cfg.model, g);
-  auto data = io::open_dataset(cfg.data.train, inputs, cfg.train.seed);
-  if (data->size() < batch)
-    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
-                                            " samples, fewer than one batch of " + std::to_string(batch));
+  auto data = open_train_data(cfg, inputs);
   io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, cfg.train.seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
   res.model = cfg.model.name;
@@ -130,11 +120,7 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   res.arena_bytes = engine->device_bytes();
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
   res.train_flops_per_step *= static_cast<double>(batch / micro);
-  for (const auto& in : inputs)
-    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
-      res.tokens_per_sample = in.sample.shape.numel();
-      break;
-    }
+  res.tokens_per_sample = tokens_per_sample(inputs);
   for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
     auto t0 = Clock::now();
     std::span<const int64_t> batch_idx = sampler.next_view();
@@ -176,10 +162,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   Runner* runner = dp ? &dp->runner(0) : own_runner.get();
   const graph::Graph& g = runner->g;
   auto inputs = dataset_inputs(cfg.model, g);
-  auto data = io::open_dataset(cfg.data.train, inputs, seed);
-  if (data->size() < batch)
-    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
-                                            " samples, fewer than one batch of " + std::to_string(batch));
+  auto data = open_train_data(cfg, inputs);
   io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
   std::unique_ptr<Optimizer> own_opt;
@@ -196,11 +179,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   res.workspace_bytes = runner->exec->plan().workspace_bytes;
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
   res.train_flops_per_step *= static_cast<double>(num_micro * dp_degree);  // each replica runs micro / N
-  for (const auto& in : inputs)
-    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) {
-      res.tokens_per_sample = in.sample.shape.numel();
-      break;
-    }
+  res.tokens_per_sample = tokens_per_sample(inputs);
 
   std::vector<double> node_s(g.nodes().size(), 0.0);
   PhaseTimes phases;

@@ -433,8 +433,8 @@ std::map<int, double> measure_optimizer(int n, bool warm) {
   int h1 = 1024, h2 = 256;
   if (warm) {
     const double target = cache_bytes() / 2 / n / (4.0 * sizeof(float));  // parameters per worker
-    for (h1 = 16; 785.0 * (h1 + 16) + (h1 + 16) * (h1 + 16) / 2.0 <= target; h1 += 16) {
-    }
+    h1 = 16;  // the widest multiple of 16 whose mlp(784, h1, h1 / 2) stays within the target
+    while (785.0 * (h1 + 16) + (h1 + 16) * (h1 + 16) / 2.0 <= target) h1 += 16;
     h2 = h1 / 2;
   }
   Diagnostics diags;

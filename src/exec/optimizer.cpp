@@ -172,7 +172,7 @@ double grad_norm(const ParamStore& store) {
 
 double clip_grad_norm(ParamStore& store, double max_norm) {
   double norm = grad_norm(store);
-  double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  const double coef = clip_coefficient(norm, max_norm);
   if (coef < 1.0)
     for (auto& e : store.entries()) {
       if (e.spec.buffer || !e.has_grad) continue;

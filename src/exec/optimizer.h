@@ -2,6 +2,7 @@
 // path), gradient-norm clipping as torch.nn.utils.clip_grad_norm_, and the learning-rate schedules of
 // MODEL_FORMAT.md. State tensors (momentum_buffer, exp_avg, exp_avg_sq) are named as PyTorch's.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ class Optimizer {
   std::map<std::string, std::map<std::string, Tensor>> state_;
 };
 
+// torch.nn.utils.clip_grad_norm_'s factor for gradients of global L2 norm `norm`: max_norm / (norm + 1e-6), at
+// most 1 (every trainer that clips: on one device, PlanRunner, the CUDA engine).
+inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(ParamStore& store, double max_norm);
 double grad_norm(const ParamStore& store);

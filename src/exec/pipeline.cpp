@@ -573,7 +573,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   d.result.grad_norm = -1;
   if (job.clip > 0) {
     const double norm = std::sqrt(sums.data<double>()[1]);
-    const double coef = std::min(1.0, job.clip / (norm + 1e-6));
+    const double coef = clip_coefficient(norm, job.clip);
     if (coef < 1.0)
       for (auto& e : d.store.entries()) {
         if (e.spec.buffer || !e.has_grad) continue;

@@ -18,6 +18,20 @@ std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph
   return out;
 }
 
+std::unique_ptr<io::Dataset> open_train_data(const io::RunConfig& cfg, const std::vector<io::DatasetInput>& inputs) {
+  auto data = io::open_dataset(cfg.data.train, inputs, cfg.train.seed);
+  if (data->size() < cfg.train.batch)
+    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
+                                            " samples, fewer than one batch of " + std::to_string(cfg.train.batch));
+  return data;
+}
+
+int64_t tokens_per_sample(const std::vector<io::DatasetInput>& inputs) {
+  for (const auto& in : inputs)
+    if (is_int(in.sample.dtype) && in.sample.shape.rank() >= 1) return in.sample.shape.numel();
+  return 0;
+}
+
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
                                     uint64_t seed, const RunnerOptions& options) {
   auto r = std::make_unique<Runner>();

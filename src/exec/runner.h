@@ -11,6 +11,7 @@
 #include "graph/ir.h"
 #include "io/dataset.h"
 #include "io/model_spec.h"
+#include "io/run_config.h"
 
 namespace braid::exec {
 
@@ -36,6 +37,11 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
                                     uint64_t seed, const RunnerOptions& options = {});
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
+// The run's training set over `inputs` (shuffled from the run's seed); a user error at data.train when it holds
+// fewer samples than one batch. Shared by train() and bench().
+std::unique_ptr<io::Dataset> open_train_data(const io::RunConfig& cfg, const std::vector<io::DatasetInput>& inputs);
+// Per-sample length of the first integer sequence input (tokens per sample), 0 when there is none.
+int64_t tokens_per_sample(const std::vector<io::DatasetInput>& inputs);
 // Where forward_backward's time went (seconds, added to): reading data, running the graph, accumulating
 // gradients into the store. For `braid time`; pass nullptr (the default) to read no clock.
 struct PhaseTimes {

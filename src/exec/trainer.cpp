@@ -261,12 +261,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
 
   // 2. Data.
   auto inputs = dataset_inputs(cfg.model, g);
-  auto train_data = io::open_dataset(cfg.data.train, inputs, seed);
+  auto train_data = open_train_data(cfg, inputs);
   std::unique_ptr<io::Dataset> eval_data;
   if (cfg.data.eval) eval_data = io::open_dataset(*cfg.data.eval, inputs, seed + 1);
-  if (train_data->size() < batch)
-    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(train_data->size()) +
-                                            " samples, fewer than one batch of " + std::to_string(batch));
   io::BatchSampler sampler(train_data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
 

@@ -75,7 +75,7 @@ class CudaEngine final : public DeviceEngine {
     *grad_norm = -1;
     if (clip > 0) {  // exec::clip_grad_norm's rule on the device's gradients
       const double norm = opt_->grad_norm();
-      const double coef = std::min(1.0, clip / (norm + 1e-6));
+      const double coef = clip_coefficient(norm, clip);
       if (coef < 1.0) opt_->scale_grads(coef);
       *grad_norm = norm;
     }
@@ -85,8 +85,7 @@ class CudaEngine final : public DeviceEngine {
 
   void to_host(ParamStore& store, Optimizer* opt) override {
     BRAID_ASSERT(&store == &store_, "the CUDA engine's host store is the one it was built with");
-    exec_->stream().synchronize();
-    exec_->download_params();
+    exec_->download_params();  // after the queued steps: same stream, and each copy synchronises
     if (opt) opt_->download(*opt);
   }
 
@@ -122,7 +121,6 @@ class CudaEngine final : public DeviceEngine {
       e->fresh_at = -1;
     }
     if (e->fresh_at != opt_->steps_taken()) {  // this executor's copy of the parameters: through the host store
-      exec_->stream().synchronize();
       exec_->download_params();
       e->exec->upload_params();
       e->fresh_at = opt_->steps_taken();

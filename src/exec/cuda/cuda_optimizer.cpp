@@ -108,26 +108,25 @@ auto& host_state(StateMap& state, const std::string& name, const char* key, int6
 }
 }  // namespace
 
-void CudaOptimizer::download(Optimizer& host) const {
+template <typename StateMap, typename Copy>
+void CudaOptimizer::each_state(StateMap& state, const Copy& copy) const {
   const bool adamw = spec_.type == "adamw";
   for (const State& s : states_) {
     const size_t nb = static_cast<size_t>(s.n) * 4;
-    if (s.m) ex_.stream().download(host_state(host.state(), s.name, adamw ? "exp_avg" : "momentum_buffer", s.n).raw(), s.m, nb);
-    if (s.v) ex_.stream().download(host_state(host.state(), s.name, "exp_avg_sq", s.n).raw(), s.v, nb);
+    if (s.m) copy(host_state(state, s.name, adamw ? "exp_avg" : "momentum_buffer", s.n).raw(), s.m, nb);
+    if (s.v) copy(host_state(state, s.name, "exp_avg_sq", s.n).raw(), s.v, nb);
   }
+}
+
+void CudaOptimizer::download(Optimizer& host) const {
+  each_state(host.state(), [&](void* h, const float* d, size_t nb) { ex_.stream().download(h, d, nb); });
   host.set_steps_taken(step_);
 }
 
 void CudaOptimizer::upload(const Optimizer& host) {
   step_ = host.steps_taken();
   if (step_ == 0) return;  // the device state is zero, as a fresh optimizer's
-  const bool adamw = spec_.type == "adamw";
-  const auto& state = host.state();
-  for (const State& s : states_) {
-    const size_t nb = static_cast<size_t>(s.n) * 4;
-    if (s.m) ex_.stream().upload(s.m, host_state(state, s.name, adamw ? "exp_avg" : "momentum_buffer", s.n).raw(), nb);
-    if (s.v) ex_.stream().upload(s.v, host_state(state, s.name, "exp_avg_sq", s.n).raw(), nb);
-  }
+  each_state(host.state(), [&](const void* h, float* d, size_t nb) { ex_.stream().upload(d, h, nb); });
   ex_.stream().synchronize();
 }
 

@@ -55,6 +55,9 @@ class CudaOptimizer {
     int64_t n = 0;
   };
   std::vector<State> states_;
+  // copy(host bytes, device state, bytes) for every state tensor, the host's by exec::Optimizer's names.
+  template <typename StateMap, typename Copy>
+  void each_state(StateMap& state, const Copy& copy) const;
   double* norm_ = nullptr;  // grad_norm's device sum
 };
 
