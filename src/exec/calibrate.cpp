@@ -155,6 +155,7 @@ std::vector<Workload> workloads() {
 struct LayerSample {
   std::string op;
   double flops = 0, bytes = 0;
+  double param_bytes = 0;                // trainable parameters the layer reads (CostModel::weight_read_time)
   double forward_s = 0, backward_s = 0;  // per run, averaged over workers and runs
   bool input_grad = true;  // false: planner::weight_gradients_only (not counted in the op's backward ratio)
 };
@@ -217,7 +218,11 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
       for (ValueId v : node.outputs) o.push_back(g.value(v).desc);
       ops::Cost c = ops::op_cost(*node.op, node.attrs, in, o);
       row.emplace(node.layer, out.size());
-      out.push_back(LayerSample{node.op->name, c.flops, c.bytes, 0, 0});
+      out.push_back(LayerSample{node.op->name, c.flops, c.bytes});
+      for (ValueId v : node.inputs)
+        if (const graph::ParamInfo* pi = g.value(v).kind == graph::ValueKind::Param ? g.find_param(g.value(v).name) : nullptr;
+            pi && !pi->spec.buffer)
+          out.back().param_bytes += static_cast<double>(g.value(v).desc.bytes());
       out.back().input_grad = !planner::weight_gradients_only(g, node);
     }
     for (const auto& node : g.nodes()) {
@@ -692,6 +697,17 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   std::map<std::string, std::pair<double, double>> ratio;                     // op -> (backward, forward)
   double overhead = 5e-6;
   const double peak = p.cpu.peak_flops_f32, bw = p.cpu.memory_bandwidth;
+  // A layer's forward packs its weights (the GEMM reads them and writes the packed copy); where the step before
+  // left them in memory, not in cache, that is their bytes read and written at the bandwidth measured above
+  // (which counts both): fc2 of the MLP 784-1024-1024-10 alone on one core forwards M rows in
+  // 0.60 ms + M x 0.020 ms for M = 32..256, and 0.60 ms is its 4 MiB read and written at the 13.6 GB/s of one
+  // core (cpu:4's 6.8 GB/s per device, two per core). The model charges it once per step and stage, for the
+  // part of the weights the cache did not keep (CostModel::weight_read_time); the fit below takes it out of
+  // the workloads' forward samples the same way. Without it plans of 32 rows per replica on the MLP
+  // 784-1024-1024-10 were predicted 33-42% fast, of 128 rows 5% (docs/planner.md).
+  const double weight_s_per_byte = bw > 0 ? 2 / bw : 0;
+  p.weight_s_per_byte = weight_s_per_byte;
+  p.cache_bytes = cache_bytes();
   // Every workload in kPasses passes of 0.2 s, each layer's times the median of the passes' means, the passes
   // taken in turn over all workloads: a time slice of several milliseconds that a worker waits lands on one node
   // of one pass, and a slow spell of the host (this VM's neighbours slow everything by 20-60% for seconds at a
@@ -729,13 +745,23 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     const Workload& w = all[i];
     if (passes[i].empty()) continue;  // the overhead
     const std::vector<LayerSample> rows = median_of_passes(passes[i], w);
+    // The workload's runs follow one another: its weights come from memory for the part of the N workers'
+    // weights and gradients that does not fit in half the cache (as CostModel::weight_read_time, no states).
+    double workload_params = 0;
+    for (const auto& r : rows) workload_params += r.param_bytes;
+    const double cold =
+        workload_params > 0 ? 1 - std::min(1.0, 0.5 * p.cache_bytes / (2 * workload_params * n)) : 0;
     for (const auto& r : rows) {
       if (r.forward_s <= 0) continue;
       double roof = std::max(r.flops / peak, r.bytes / bw);
+      // The model's forward: overhead + roof / efficiency, plus weight_read_time once per step; its backward:
+      // the ratio x that forward. The fit inverts both.
+      const double weights = cold * r.param_bytes * weight_s_per_byte;
+      const double forward = std::max(r.forward_s - weights, 0.05 * r.forward_s);
       auto& e = eff[r.op][planner::shape_class(r.flops)];
       e.first += roof;
-      e.second += std::max(r.forward_s - overhead, 0.05 * r.forward_s);
-      if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += r.forward_s;
+      e.second += std::max(forward - overhead, 0.05 * r.forward_s);
+      if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += forward;
     }
     if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), spent[i]);
   }
@@ -758,7 +784,6 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
   p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n, false); });
   p.optimizer_warm_s_per_byte = quietly(quiet, "optimizer (warm)", [&]() { return measure_optimizer(n, true); });
-  p.cache_bytes = cache_bytes();
   if (o.log)
     for (const auto& [k, v] : p.optimizer_s_per_byte)
       std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte from memory, %.3f from cache\n", k,

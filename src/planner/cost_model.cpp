@@ -150,9 +150,13 @@ class Calibrated : public Analytic {
     auto warm = p_.optimizer_warm_s_per_byte.find(states);
     if (warm == p_.optimizer_warm_s_per_byte.end() || p_.cache_bytes <= 0 || param_bytes <= 0)
       return param_bytes * it->second;
-    const double working_set = param_bytes * (2.0 + states) * std::max(1, p_.devices);
-    const double fits = std::min(1.0, 0.5 * p_.cache_bytes / working_set);
+    const double fits = cache_fraction(param_bytes, states);
     return param_bytes * (fits * warm->second + (1 - fits) * it->second);
+  }
+  // Only the part of the weights the cache did not keep: packing from cache is within the ops' fitted figures.
+  double weight_read_time(double param_bytes, int states) const override {
+    if (p_.weight_s_per_byte <= 0 || p_.cache_bytes <= 0 || param_bytes <= 0) return 0;
+    return param_bytes * p_.weight_s_per_byte * (1 - cache_fraction(param_bytes, states));
   }
   double clip_time(double param_bytes) const override { return param_bytes * p_.clip_s_per_byte; }
   double step_overhead() const override { return p_.runner.step_overhead; }
@@ -212,6 +216,12 @@ class Calibrated : public Analytic {
   double backward_ratio(const std::string& op) const override {
     auto it = p_.backward_ratio.find(op);
     return it == p_.backward_ratio.end() ? f_.backward_factor : it->second;
+  }
+  // The share of the N devices' working set (parameters, gradients and `states` optimizer states of
+  // `param_bytes` each, every device alike) that fits in half the shared cache.
+  double cache_fraction(double param_bytes, int states) const {
+    const double working_set = param_bytes * (2.0 + states) * std::max(1, p_.devices);
+    return std::min(1.0, 0.5 * p_.cache_bytes / working_set);
   }
   Profile p_;
 };
@@ -307,6 +317,7 @@ std::string to_yaml(const Profile& p) {
   if (p.cache_bytes > 0) out += "cache_bytes: " + num(p.cache_bytes) + "\n";
   if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
   if (p.accumulate_s_per_byte > 0) out += "accumulate_s_per_byte: " + num(p.accumulate_s_per_byte) + "\n";
+  if (p.weight_s_per_byte > 0) out += "weight_s_per_byte: " + num(p.weight_s_per_byte) + "\n";
   if (!p.busy_speed.empty()) {
     out += "busy_speed: [";
     for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
@@ -327,7 +338,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -395,6 +406,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
   if (auto* c = root.get("cache_bytes")) number(*c, "cache_bytes", &p.cache_bytes);
   if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
   if (auto* c = root.get("accumulate_s_per_byte")) number(*c, "accumulate_s_per_byte", &p.accumulate_s_per_byte);
+  if (auto* c = root.get("weight_s_per_byte")) number(*c, "weight_s_per_byte", &p.weight_s_per_byte);
   if (auto* b = root.get("busy_speed")) {
     if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
     else

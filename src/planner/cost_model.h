@@ -67,6 +67,11 @@ class CostModel {
   virtual double grad_accumulate_time(double /*param_bytes*/) const { return 0; }
   // Gradient-norm clipping of a device's `param_bytes` of gradients: the squared norm and the scaling.
   virtual double clip_time(double /*param_bytes*/) const { return 0; }
+  // A device's first forward of a step packing its `param_bytes` of weights (holding `states` optimizer states
+  // each) back from memory, where the step's working set left them (docs/planner.md, "Weights from memory"):
+  // once per step and stage, with the optimizer's tail. 0 in the analytic and fake models, whose roofline counts
+  // those bytes within each op's max(compute, memory).
+  virtual double weight_read_time(double /*param_bytes*/, int /*states*/) const { return 0; }
 };
 
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
@@ -90,6 +95,10 @@ struct Profile {
   std::map<int, double> optimizer_s_per_byte;
   std::map<int, double> optimizer_warm_s_per_byte;
   double cache_bytes = 0;  // the last-level cache the N devices share (0: unknown, the cold figure throughout)
+  // The first forward of a step, seconds per parameter byte it packs from memory, on top of the ops' fitted
+  // figures (CostModel::weight_read_time, mixed by the cache like the optimizer). 0: not measured (profiles
+  // written before 2026-12-01: the term is left out).
+  double weight_s_per_byte = 0;
   double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
   // Adding a micro-batch's gradients into the accumulated ones (exec::accumulate), seconds per gradient byte on
   // N devices at once. 0: not measured (the analytic memory-bound figure).

@@ -357,7 +357,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     device_memory[static_cast<size_t>(s % p)] += sp.memory_bytes;
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);
     sum_t += sp.time();
-    max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s);
+    sp.weight_read_s = model.weight_read_time(sp.param_bytes, ts.optimizer_states);
+    max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s);
     r.stages.push_back(sp);
   }
   r.step_time_s = r.formula_step_time_s =

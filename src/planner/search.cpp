@@ -353,7 +353,8 @@ class Searcher {
             double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + p2p_f + p2p_b;
             double tb = e.tb + hand_off / 2 + accumulate + p2p_b, total = 0, exposed = 0;
             dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
-            double tail = exposed + (m_.optimizer_time(e.p, ts_.optimizer_states) + (ts_.clip ? m_.clip_time(e.p) : 0));
+            double tail = exposed + (m_.optimizer_time(e.p, ts_.optimizer_states) + (ts_.clip ? m_.clip_time(e.p) : 0)) +
+                          m_.weight_read_time(e.p, ts_.optimizer_states);
             bool dom = false;
             for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
             if (dom) continue;

@@ -44,6 +44,8 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
     EXPECT_GT(p.optimizer_warm_s_per_byte.at(states), 0) << states;
   }
   EXPECT_GT(p.cache_bytes, 0);
+  // Packing weights from memory: both bytes (read and written) at the measured bandwidth.
+  EXPECT_DOUBLE_EQ(p.weight_s_per_byte, 2 / p.cpu.memory_bandwidth);
   EXPECT_GT(p.clip_s_per_byte, 0);
   EXPECT_GT(p.accumulate_s_per_byte, 0);
   ASSERT_EQ(p.busy_speed.size(), 2u);

@@ -226,6 +226,56 @@ TEST(RunnerCosts, OptimizerMixesWarmAndColdByTheWorkingSet) {
   EXPECT_EQ(back.cache_bytes, 32e6);
 }
 
+// The first forward of a step packs the weights back from memory for the part of the N devices' working set
+// that half the cache does not hold: once per step and stage, with the optimizer's tail, in the search as in
+// predict(); nothing without the profile's figure, without a cache size, or in the analytic model.
+TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.cache_bytes = 32e6;
+  EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), p)->weight_read_time(4e6, 2), 0);  // no figure
+  EXPECT_EQ(analytic_cost_model(cluster_preset("cpu:4", f))->weight_read_time(4e6, 2), 0);
+  p.weight_s_per_byte = 2e-10;
+  auto m = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  // 1 MB with momentum on 4 devices: 12 MB, inside half of 32 MB: nothing from memory.
+  EXPECT_EQ(m->weight_read_time(1e6, 1), 0);
+  // 4 MB with AdamW on 4 devices: 64 MB, a quarter of it in the 16 MB: three quarters from memory.
+  EXPECT_NEAR(m->weight_read_time(4e6, 2), 0.75 * 4e6 * 2e-10, 1e-15);
+  Profile no_cache = p;
+  no_cache.cache_bytes = 0;
+  EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), no_cache)->weight_read_time(4e6, 2), 0);
+
+  // In a plan: a cache of 1 kB keeps nothing of tiny_gpt, so each stage's tail grows by its parameters'
+  // figure, and the step (one stage, several micro-batches) by it once.
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  Profile small = p, none = p;
+  small.cache_bytes = 1e3;
+  none.weight_s_per_byte = 0;
+  auto cold = calibrated_cost_model(cluster_preset("cpu:4", f), small);
+  auto bare = calibrated_cost_model(cluster_preset("cpu:4", f), none);
+  SearchResult r = search_shape(g, *cold, ts, 4, 1, 2);
+  ASSERT_TRUE(r.found) << r.why_none;
+  StepPrediction with = predict(r.plan, g, *cold, ts), without = predict(r.plan, g, *bare, ts);
+  ASSERT_EQ(with.stages.size(), 1u);
+  const double bytes = with.stages[0].param_bytes;
+  EXPECT_GT(bytes, 0);
+  EXPECT_NEAR(with.stages[0].weight_read_s, cold->weight_read_time(bytes, 2), 1e-15);
+  EXPECT_NEAR(with.stages[0].weight_read_s, bytes * 2e-10, bytes * 2e-10 * 1e-3);
+  EXPECT_NEAR(with.step_time_s - without.step_time_s, with.stages[0].weight_read_s, 1e-12);
+  EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // A pipeline: the search's tail is predict()'s.
+  SearchResult pr = search_shape(g, *cold, ts, 1, 4, 8);
+  ASSERT_TRUE(pr.found) << pr.why_none;
+  EXPECT_NEAR(pr.searched_step_time_s, pr.prediction.formula_step_time_s, 1e-9 * pr.searched_step_time_s);
+  Diagnostics d;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
+  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  EXPECT_EQ(back.weight_s_per_byte, 2e-10);
+}
+
 TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
   // cpu:4 on 2 cores: the search ranks shapes by its formula, keeps the best 8 and returns the one predict()
   // (which simulates the sharing) finds fastest; with one kept, the formula's best. The re-ranked choice is
