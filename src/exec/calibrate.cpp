@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -578,6 +579,84 @@ std::vector<double> measure_busy_speed(int n) {
   return speed;
 }
 
+// ---- devices taking turns on a core -------------------------------------------------------------------------------
+// With more devices than cores, the devices pinned to one core take turns in a pipeline: a device woken by its
+// neighbour's send waits until the one running on its core blocks, then starts its forward or backward with
+// the other's weights and activations in the core's caches. Calibration's op figures come from workers
+// that alternate only every scheduler slice (many runs each), so they hold none of that refill.
+// Measured here: N workers pinned as PlanRunner pins N devices, each running a training step (forward and
+// backward) of its own MLP 784-512-512-10 at batch 16; the workers of one core pass a token between them
+// (blocking, as a pipeline's receive does). Alternating, each run starts after the partner's; in turns of 6,
+// the last 5 runs of a turn find their own data in cache. The median worker's mean run alternating less its
+// mean warm run, per byte the run touches (its parameters read by the forward and the backward, its
+// gradients written: 3 x parameter bytes), in all-busy seconds (x the core share). 0 when no two devices share
+// a core.
+double measure_switch(int n, double* bytes_out = nullptr) {
+  const int cores = machine_cores();
+  if (n <= cores) return 0;
+  Diagnostics diags;
+  io::ModelSpec spec = io::parse_model(mlp(784, 512, 512), "<calibrate turns>", {}, diags);
+  diags.throw_if_any();
+  constexpr int kRuns = 96, kTurn = 6;
+  // Workers r and r + cores share a core (pin_thread_to_share(r, n) with n > cores puts r on CPU r % cores).
+  std::vector<std::atomic<int>> token(static_cast<size_t>(cores));
+  std::vector<double> extra(static_cast<size_t>(n));
+  double bytes = 0;
+  std::barrier sync(n);
+  auto pass_once = [&]() {
+  on_workers(
+      n,
+      [&](int r) {
+        ParamStore store;
+        auto runner = make_runner(spec, 16, true, store, 1, RunnerOptions{.fuse = false});
+        const int core = r % cores, me = r / cores, members = (n - core + cores - 1) / cores;
+        std::atomic<int>& tok = token[static_cast<size_t>(core)];
+        auto run_once = [&](uint64_t i) {
+          for (Tensor& in : runner->inputs) in.zero();
+          auto t0 = Clock::now();
+          runner->exec->run(true, 1, i);
+          return seconds_since(t0);
+        };
+        auto wait_turn = [&]() {
+          for (int t = tok.load(); t != me; t = tok.load()) tok.wait(t);
+        };
+        auto pass = [&]() {
+          tok.store((me + 1) % members);
+          tok.notify_all();
+        };
+        run_once(0);
+        if (r == 0) {
+          bytes = 3.0 * static_cast<double>(store.num_trainable()) * sizeof(float);
+        }
+        double alternating = 0, warm = 0;
+        int warm_runs = 0;
+        for (int mode = 0; mode < 2; ++mode) {
+          if (r < cores) tok.store(0);
+          sync.arrive_and_wait();
+          const int turn = mode == 0 ? 1 : kTurn;
+          for (int i = 0; i < kRuns; i += turn) {
+            wait_turn();
+            for (int k = 0; k < turn; ++k) {
+              const double t = run_once(static_cast<uint64_t>(i + k + 1));
+              if (mode == 0) alternating += t;
+              else if (k > 0) warm += t, ++warm_runs;
+            }
+            pass();
+          }
+          sync.arrive_and_wait();
+        }
+        extra[static_cast<size_t>(r)] = alternating / kRuns - warm / std::max(1, warm_runs);
+      },
+      n);
+    return median(extra);
+  };
+  // Three passes, the median: one pass of 36 runs gave 0.03 and 0.15 ms in two calibrations a minute apart.
+  std::vector<double> passes;
+  for (int k = 0; k < 3; ++k) passes.push_back(pass_once());
+  if (bytes_out) *bytes_out = bytes;
+  return bytes > 0 ? std::max(0.0, median(passes)) / bytes * core_share(n) : 0;
+}
+
 // ---- the plan runner's own costs ----------------------------------------------------------------------------------
 // PlanRunner's median step time over `steps` steps (after 5 untimed) of `plan`.
 double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, const planner::Plan& plan,
@@ -794,6 +873,11 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.log)
     std::fprintf(o.log, "  gradient accumulation: %.3f ns per gradient byte\n", p.accumulate_s_per_byte * 1e9);
   p.busy_speed = quietly(quiet, "busy speed", [&]() { return measure_busy_speed(n); });
+  double turn_bytes = 0;
+  p.switch_s_per_byte = quietly(quiet, "turns on a core", [&]() { return measure_switch(n, &turn_bytes); });
+  if (o.log && p.switch_s_per_byte > 0)
+    std::fprintf(o.log, "  devices taking turns on a core: %.3f ns per byte (%.3f ms per micro-batch of the %.1f MB MLP)\n",
+                 p.switch_s_per_byte * 1e9, p.switch_s_per_byte * turn_bytes * 1e3, turn_bytes / 1e6);
   if (o.log) {
     std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);
     for (double x : p.busy_speed) std::fprintf(o.log, " %.2f", x);

@@ -153,6 +153,10 @@ class Calibrated : public Analytic {
     const double fits = cache_fraction(param_bytes, states);
     return param_bytes * (fits * warm->second + (1 - fits) * it->second);
   }
+  double switch_time(double param_bytes) const override {
+    if (c_.host_cores <= 0 || c_.devices() <= c_.host_cores) return 0;
+    return 3 * param_bytes * p_.switch_s_per_byte;
+  }
   // Only the part of the weights the cache did not keep: packing from cache is within the ops' fitted figures.
   double weight_read_time(double param_bytes, int states) const override {
     if (p_.weight_s_per_byte <= 0 || p_.cache_bytes <= 0 || param_bytes <= 0) return 0;
@@ -318,6 +322,7 @@ std::string to_yaml(const Profile& p) {
   if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
   if (p.accumulate_s_per_byte > 0) out += "accumulate_s_per_byte: " + num(p.accumulate_s_per_byte) + "\n";
   if (p.weight_s_per_byte > 0) out += "weight_s_per_byte: " + num(p.weight_s_per_byte) + "\n";
+  if (p.switch_s_per_byte > 0) out += "switch_s_per_byte: " + num(p.switch_s_per_byte) + "\n";
   if (!p.busy_speed.empty()) {
     out += "busy_speed: [";
     for (size_t i = 0; i < p.busy_speed.size(); ++i) out += (i ? ", " : "") + num(p.busy_speed[i]);
@@ -338,7 +343,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "switch_s_per_byte", "runner", "busy_speed"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -407,6 +412,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
   if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
   if (auto* c = root.get("accumulate_s_per_byte")) number(*c, "accumulate_s_per_byte", &p.accumulate_s_per_byte);
   if (auto* c = root.get("weight_s_per_byte")) number(*c, "weight_s_per_byte", &p.weight_s_per_byte);
+  if (auto* c = root.get("switch_s_per_byte")) number(*c, "switch_s_per_byte", &p.switch_s_per_byte);
   if (auto* b = root.get("busy_speed")) {
     if (!b->is_seq()) diags.error(b->loc, "busy_speed must be a list of speeds, one per number of busy devices");
     else

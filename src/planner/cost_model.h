@@ -72,6 +72,11 @@ class CostModel {
   // once per step and stage, with the optimizer's tail. 0 in the analytic and fake models, whose roofline counts
   // those bytes within each op's max(compute, memory).
   virtual double weight_read_time(double /*param_bytes*/, int /*states*/) const { return 0; }
+  // In a pipeline whose devices share cores (more devices than the host's cores), a device holding
+  // `param_bytes` refilling the core's caches after the device it shares the core with ran: per micro-batch,
+  // half with the forward and half with the backward, as computation (docs/planner.md, "Turns on a core").
+  // 0 in the analytic and fake models and wherever no core is shared.
+  virtual double switch_time(double /*param_bytes*/) const { return 0; }
 };
 
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
@@ -99,6 +104,9 @@ struct Profile {
   // figures (CostModel::weight_read_time, mixed by the cache like the optimizer). 0: not measured (profiles
   // written before 2026-12-01: the term is left out).
   double weight_s_per_byte = 0;
+  // Devices sharing a core taking turns every pipeline chunk: the refill, all-busy seconds per byte a
+  // micro-batch's forward and backward touch (CostModel::switch_time). 0: not measured, or no core shared.
+  double switch_s_per_byte = 0;
   double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
   // Adding a micro-batch's gradients into the accumulated ones (exec::accumulate), seconds per gradient byte on
   // N devices at once. 0: not measured (the analytic memory-bound figure).

@@ -313,10 +313,13 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     // accumulated ones (computing: shared cores slow it like the ops).
     const double hand_off = model.micro_batch_overhead(nst > 1);
     const double accumulate = model.grad_accumulate_time(sp.param_bytes);
-    sp.forward_s += hand_off / 2;
-    sp.backward_s += hand_off / 2 + accumulate;
-    sp.compute_s += accumulate;
-    work.backward_compute_s += accumulate;
+    // In a pipeline on shared cores, each forward and backward first refills the core's caches (computing).
+    const double turn = nst > 1 ? model.switch_time(sp.param_bytes) : 0;
+    sp.forward_s += hand_off / 2 + turn / 2;
+    sp.backward_s += hand_off / 2 + accumulate + turn / 2;
+    sp.compute_s += accumulate + turn;
+    work.forward_compute_s += turn / 2;
+    work.backward_compute_s += accumulate + turn / 2;
     // Values leaving the stage are sent whole (B); the stage reshards them first.
     for (int i = a; i < b; ++i)
       for (ValueId out : fwd[static_cast<size_t>(i)]->outputs) {

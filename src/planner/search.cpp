@@ -350,8 +350,9 @@ class Searcher {
             if (mem > limit) continue;
             // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
             const double accumulate = m_.grad_accumulate_time(e.p);
-            double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + p2p_f + p2p_b;
-            double tb = e.tb + hand_off / 2 + accumulate + p2p_b, total = 0, exposed = 0;
+            const double turn = S > 1 ? m_.switch_time(e.p) : 0;
+            double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + turn + p2p_f + p2p_b;
+            double tb = e.tb + hand_off / 2 + accumulate + turn / 2 + p2p_b, total = 0, exposed = 0;
             dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
             double tail = exposed + (m_.optimizer_time(e.p, ts_.optimizer_states) + (ts_.clip ? m_.clip_time(e.p) : 0)) +
                           m_.weight_read_time(e.p, ts_.optimizer_states);

@@ -276,6 +276,53 @@ TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
   EXPECT_EQ(back.weight_s_per_byte, 2e-10);
 }
 
+// In a pipeline whose devices share cores, each micro-batch's forward and backward on a stage first refill
+// the core's caches: 3 x the stage's parameter bytes at the profile's figure, half with each, as computation;
+// nothing without a shared core, outside pipelines, or in the analytic model; the search adds it as predict().
+TEST(RunnerCosts, TurnsOnASharedCoreCostPerMicroBatchInPipelines) {
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  p.switch_s_per_byte = 1e-11;
+  f.cores = 2;
+  auto shared = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  EXPECT_DOUBLE_EQ(shared->switch_time(1e6), 3e-5);
+  f.cores = 4;
+  EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), p)->switch_time(1e6), 0);  // a core each
+  f.cores = 0;
+  EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), p)->switch_time(1e6), 0);  // not modelled
+  EXPECT_EQ(analytic_cost_model(cluster_preset("cpu:4", fallback_cpu_figures(4, 2)))->switch_time(1e6), 0);
+  Profile none = p;
+  none.switch_s_per_byte = 0;
+  f.cores = 2;
+  auto bare = calibrated_cost_model(cluster_preset("cpu:4", f), none);
+
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  SearchResult r = search_shape(g, *shared, ts, 1, 4, 8);
+  ASSERT_TRUE(r.found) << r.why_none;
+  StepPrediction with = predict(r.plan, g, *shared, ts), without = predict(r.plan, g, *bare, ts);
+  ASSERT_EQ(with.stages.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    const double turn = shared->switch_time(with.stages[s].param_bytes);
+    EXPECT_GT(turn, 0);
+    EXPECT_NEAR(with.stages[s].compute_s - without.stages[s].compute_s, turn, 1e-15) << s;
+    EXPECT_NEAR(with.stages[s].forward_s - without.stages[s].forward_s, turn / 2, 1e-15) << s;
+    EXPECT_NEAR(with.stages[s].backward_s - without.stages[s].backward_s, turn / 2, 1e-15) << s;
+  }
+  EXPECT_GT(with.step_time_s, without.step_time_s);
+  EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // One stage (data parallel): no turns between stages.
+  SearchResult d = search_shape(g, *shared, ts, 4, 1, 2);
+  ASSERT_TRUE(d.found) << d.why_none;
+  EXPECT_DOUBLE_EQ(predict(d.plan, g, *shared, ts).step_time_s, predict(d.plan, g, *bare, ts).step_time_s);
+  Diagnostics diag;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", diag);
+  ASSERT_TRUE(diag.empty()) << diag.all()[0].format();
+  EXPECT_EQ(back.switch_s_per_byte, 1e-11);
+}
+
 TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
   // cpu:4 on 2 cores: the search ranks shapes by its formula, keeps the best 8 and returns the one predict()
   // (which simulates the sharing) finds fastest; with one kept, the formula's best. The re-ranked choice is
