@@ -604,50 +604,50 @@ double measure_switch(int n, double* bytes_out = nullptr) {
   double bytes = 0;
   std::barrier sync(n);
   auto pass_once = [&]() {
-  on_workers(
-      n,
-      [&](int r) {
-        ParamStore store;
-        auto runner = make_runner(spec, 16, true, store, 1, RunnerOptions{.fuse = false});
-        const int core = r % cores, me = r / cores, members = (n - core + cores - 1) / cores;
-        std::atomic<int>& tok = token[static_cast<size_t>(core)];
-        auto run_once = [&](uint64_t i) {
-          for (Tensor& in : runner->inputs) in.zero();
-          auto t0 = Clock::now();
-          runner->exec->run(true, 1, i);
-          return seconds_since(t0);
-        };
-        auto wait_turn = [&]() {
-          for (int t = tok.load(); t != me; t = tok.load()) tok.wait(t);
-        };
-        auto pass = [&]() {
-          tok.store((me + 1) % members);
-          tok.notify_all();
-        };
-        run_once(0);
-        if (r == 0) {
-          bytes = 3.0 * static_cast<double>(store.num_trainable()) * sizeof(float);
-        }
-        double alternating = 0, warm = 0;
-        int warm_runs = 0;
-        for (int mode = 0; mode < 2; ++mode) {
-          if (r < cores) tok.store(0);
-          sync.arrive_and_wait();
-          const int turn = mode == 0 ? 1 : kTurn;
-          for (int i = 0; i < kRuns; i += turn) {
-            wait_turn();
-            for (int k = 0; k < turn; ++k) {
-              const double t = run_once(static_cast<uint64_t>(i + k + 1));
-              if (mode == 0) alternating += t;
-              else if (k > 0) warm += t, ++warm_runs;
-            }
-            pass();
+    on_workers(
+        n,
+        [&](int r) {
+          ParamStore store;
+          auto runner = make_runner(spec, 16, true, store, 1, RunnerOptions{.fuse = false});
+          const int core = r % cores, me = r / cores, members = (n - core + cores - 1) / cores;
+          std::atomic<int>& tok = token[static_cast<size_t>(core)];
+          auto run_once = [&](uint64_t i) {
+            for (Tensor& in : runner->inputs) in.zero();
+            auto t0 = Clock::now();
+            runner->exec->run(true, 1, i);
+            return seconds_since(t0);
+          };
+          auto wait_turn = [&]() {
+            for (int t = tok.load(); t != me; t = tok.load()) tok.wait(t);
+          };
+          auto pass = [&]() {
+            tok.store((me + 1) % members);
+            tok.notify_all();
+          };
+          run_once(0);
+          if (r == 0) {
+            bytes = 3.0 * static_cast<double>(store.num_trainable()) * sizeof(float);
           }
-          sync.arrive_and_wait();
-        }
-        extra[static_cast<size_t>(r)] = alternating / kRuns - warm / std::max(1, warm_runs);
-      },
-      n);
+          double alternating = 0, warm = 0;
+          int warm_runs = 0;
+          for (int mode = 0; mode < 2; ++mode) {
+            if (r < cores) tok.store(0);
+            sync.arrive_and_wait();
+            const int turn = mode == 0 ? 1 : kTurn;
+            for (int i = 0; i < kRuns; i += turn) {
+              wait_turn();
+              for (int k = 0; k < turn; ++k) {
+                const double t = run_once(static_cast<uint64_t>(i + k + 1));
+                if (mode == 0) alternating += t;
+                else if (k > 0) warm += t, ++warm_runs;
+              }
+              pass();
+            }
+            sync.arrive_and_wait();
+          }
+          extra[static_cast<size_t>(r)] = alternating / kRuns - warm / std::max(1, warm_runs);
+        },
+        n);
     return median(extra);
   };
   // Three passes, the median: one pass of 36 runs gave 0.03 and 0.15 ms in two calibrations a minute apart.
