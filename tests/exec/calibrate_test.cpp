@@ -47,7 +47,9 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   // Packing weights from memory: both bytes (read and written) at the measured bandwidth.
   EXPECT_DOUBLE_EQ(p.weight_s_per_byte, 2 / p.cpu.memory_bandwidth);
   // Turns on a core: measured only where two devices share one (cpu:2 on this machine's cores or more: 0).
-  if (p.devices <= exec::machine_cores()) EXPECT_EQ(p.switch_s_per_byte, 0);
+  if (p.devices <= exec::machine_cores()) {
+    EXPECT_EQ(p.switch_s_per_byte, 0);
+  }
   EXPECT_GE(p.switch_s_per_byte, 0);
   EXPECT_GT(p.clip_s_per_byte, 0);
   EXPECT_GT(p.accumulate_s_per_byte, 0);
