@@ -591,7 +591,7 @@ std::vector<double> measure_busy_speed(int n) {
 // mean warm run, per byte the run touches (its parameters read by the forward and the backward, its
 // gradients written: 3 x parameter bytes), in all-busy seconds (x the core share). 0 when no two devices share
 // a core.
-double measure_switch(int n, double* bytes_out = nullptr) {
+double measure_switch(int n, double* bytes_out) {
   const int cores = machine_cores();
   if (n <= cores) return 0;
   Diagnostics diags;
@@ -754,6 +754,8 @@ std::vector<LayerSample> median_of_passes(const std::vector<std::vector<LayerSam
 }
 
 }  // namespace
+
+double measure_turns(int devices, double* bytes_out) { return measure_switch(devices, bytes_out); }
 
 planner::Profile calibrate(const CalibrateOptions& o) {
   if (o.devices < 1) throw UserError(SourceLoc{"<command line>", 0, 0}, "--devices must be cpu:N with N >= 1");

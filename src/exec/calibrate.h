@@ -48,6 +48,12 @@ struct CpuModel {
 };
 CpuModel cpu_cost_model(int n);
 
+// Devices taking turns on a core (docs/planner.md, "Turns on a core"): N workers pinned as PlanRunner pins
+// cpu:N's devices, those of a core passing a token after every training step of their MLP and after every 6;
+// all-busy seconds per byte a step touches (Profile::switch_s_per_byte). 0 when every device has a core of its
+// own. *bytes_out: the bytes one step of that MLP touches (3 x its parameter bytes).
+double measure_turns(int devices, double* bytes_out = nullptr);
+
 // The machine's cores (sched_getaffinity) and theoretical f32 peak of one core (cores x GHz x FLOP/cycle
 // from /proc/cpuinfo, as `braid bench` reports it; 64e9 when unknown).
 int machine_cores();

@@ -80,6 +80,20 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
   unsetenv("XDG_CACHE_HOME");
 }
 
+// Devices taking turns on a core: nothing to measure while each has a core; with two devices a core, the
+// workers of a core pass their token to the end (no deadlock) and the figure is finite and not negative.
+TEST(Calibrate, TurnsOnACoreAreMeasuredOnlyWhereDevicesShareOne) {
+  const int cores = exec::machine_cores();
+  double bytes = -1;
+  EXPECT_EQ(exec::measure_turns(cores, &bytes), 0);
+  const double s = exec::measure_turns(2 * cores, &bytes);
+  EXPECT_TRUE(std::isfinite(s));
+  EXPECT_GE(s, 0);
+  EXPECT_NEAR(bytes, 3.0 * 4 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10), 1);  // the MLP 784-512-512-10
+  // One device more than cores: one core holds two, the others one each, which pass the token to themselves.
+  EXPECT_GE(exec::measure_turns(cores + 1), 0);
+}
+
 TEST(Calibrate, MalformedProfileIsALocatedError) {
   auto dir = std::filesystem::temp_directory_path() / "braid_calibrate_bad";
   std::filesystem::remove_all(dir);
