@@ -136,13 +136,27 @@ TEST(SharedCores, OnlyPipelinesOnSharedCoresChange) {
   EXPECT_EQ(again.step_time_s, ps.pipeline.prediction.step_time_s);
 }
 
+// A profile measured on cpu:4 with these device figures and nothing else.
+Profile cpu4_profile(const CpuFigures& f) {
+  Profile p;
+  p.devices = 4;
+  p.cpu = f;
+  return p;
+}
+
+// `p` written as YAML and read back; a diagnostic fails the test.
+Profile round_trip(const Profile& p) {
+  Diagnostics d;
+  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
+  EXPECT_TRUE(d.empty()) << (d.empty() ? std::string() : d.all()[0].format());
+  return back;
+}
+
 // A calibrated model of cpu:4 whose profile has only the runner figures given (the rest analytic).
 std::unique_ptr<CostModel> runner_model(int cores, double step, double micro, double pipeline_micro) {
   CpuFigures f = fallback_cpu_figures(4, 2);
   f.cores = cores;
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.runner.step_overhead = step;
   p.runner.micro_batch_overhead = micro;
   p.runner.pipeline_micro_batch_overhead = pipeline_micro;
@@ -172,9 +186,7 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   // Clipping: its measured cost per gradient byte over the device's parameters joins the optimizer's, in the
   // search as in predict().
   CpuFigures f = fallback_cpu_figures(4, 2);
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.clip_s_per_byte = 1e-9;
   auto clipping = calibrated_cost_model(cluster_preset("cpu:4", f), p);
   TrainSettings clip = ts;
@@ -191,9 +203,7 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
   p.accumulate_s_per_byte = 2e-11;
   auto accumulating = calibrated_cost_model(cluster_preset("cpu:4", f), p);
   EXPECT_DOUBLE_EQ(accumulating->grad_accumulate_time(1e6), 2e-5);
-  Diagnostics d;
-  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
-  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  Profile back = round_trip(p);
   EXPECT_EQ(back.accumulate_s_per_byte, 2e-11);
 }
 
@@ -202,9 +212,7 @@ TEST(RunnerCosts, StepAndMicroBatchCostsAddToTheFormula) {
 // where the profile has no warm one or no cache size.
 TEST(RunnerCosts, OptimizerMixesWarmAndColdByTheWorkingSet) {
   CpuFigures f = fallback_cpu_figures(4, 2);
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.optimizer_s_per_byte = {{0, 4e-10}, {1, 5e-10}, {2, 6e-10}};
   auto cold_only = calibrated_cost_model(cluster_preset("cpu:4", f), p);
   EXPECT_DOUBLE_EQ(cold_only->optimizer_time(1e6, 1), 5e-4);
@@ -218,9 +226,7 @@ TEST(RunnerCosts, OptimizerMixesWarmAndColdByTheWorkingSet) {
   EXPECT_NEAR(mixed->optimizer_time(4e6, 2), 4e6 * (0.25 * 3e-10 + 0.75 * 6e-10), 1e-15);
   // Far beyond the cache: nearly the cold figure.
   EXPECT_NEAR(mixed->optimizer_time(1e9, 0), 1e9 * 4e-10, 1e9 * 4e-10 * 1e-2);
-  Diagnostics d;
-  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
-  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  Profile back = round_trip(p);
   EXPECT_EQ(back.optimizer_warm_s_per_byte, p.optimizer_warm_s_per_byte);
   EXPECT_EQ(back.optimizer_s_per_byte, p.optimizer_s_per_byte);
   EXPECT_EQ(back.cache_bytes, 32e6);
@@ -231,9 +237,7 @@ TEST(RunnerCosts, OptimizerMixesWarmAndColdByTheWorkingSet) {
 // predict(); nothing without the profile's figure, without a cache size, or in the analytic model.
 TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
   CpuFigures f = fallback_cpu_figures(4, 2);
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.cache_bytes = 32e6;
   EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), p)->weight_read_time(4e6, 2), 0);  // no figure
   EXPECT_EQ(analytic_cost_model(cluster_preset("cpu:4", f))->weight_read_time(4e6, 2), 0);
@@ -270,9 +274,7 @@ TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
   SearchResult pr = search_shape(g, *cold, ts, 1, 4, 8);
   ASSERT_TRUE(pr.found) << pr.why_none;
   EXPECT_NEAR(pr.searched_step_time_s, pr.prediction.formula_step_time_s, 1e-9 * pr.searched_step_time_s);
-  Diagnostics d;
-  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
-  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  Profile back = round_trip(p);
   EXPECT_EQ(back.weight_s_per_byte, 2e-10);
 }
 
@@ -281,9 +283,7 @@ TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
 // nothing without a shared core, outside pipelines, or in the analytic model; the search adds it as predict().
 TEST(RunnerCosts, TurnsOnASharedCoreCostPerMicroBatchInPipelines) {
   CpuFigures f = fallback_cpu_figures(4, 2);
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.switch_s_per_byte = 1e-11;
   f.cores = 2;
   auto shared = calibrated_cost_model(cluster_preset("cpu:4", f), p);
@@ -317,9 +317,7 @@ TEST(RunnerCosts, TurnsOnASharedCoreCostPerMicroBatchInPipelines) {
   SearchResult d = search_shape(g, *shared, ts, 4, 1, 2);
   ASSERT_TRUE(d.found) << d.why_none;
   EXPECT_DOUBLE_EQ(predict(d.plan, g, *shared, ts).step_time_s, predict(d.plan, g, *bare, ts).step_time_s);
-  Diagnostics diag;
-  Profile back = parse_profile(to_yaml(p), "p.yaml", diag);
-  ASSERT_TRUE(diag.empty()) << diag.all()[0].format();
+  Profile back = round_trip(p);
   EXPECT_EQ(back.switch_s_per_byte, 1e-11);
 }
 
@@ -353,9 +351,7 @@ TEST(RunnerCosts, SharedCoresChooseByThePrediction) {
 // without the cold figure both are the all-reduce's.
 TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
   CpuFigures f = fallback_cpu_figures(4, 2);
-  Profile p;
-  p.devices = 4;
-  p.cpu = f;
+  Profile p = cpu4_profile(f);
   p.collectives["all_reduce"] = {1e-5, 1e-10};
   p.collectives["all_reduce@2"] = {4e-5, 5e-10};
   auto hot = calibrated_cost_model(cluster_preset("cpu:4", f), p);
@@ -376,8 +372,6 @@ TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
   EXPECT_GT(c.stages[0].dp_sync_s, h.stages[0].dp_sync_s);
   EXPECT_DOUBLE_EQ(c.stages[0].comm_s, h.stages[0].comm_s);
   EXPECT_NEAR(r.searched_step_time_s, c.formula_step_time_s, 1e-9 * c.formula_step_time_s);
-  Diagnostics d;
-  Profile back = parse_profile(to_yaml(p), "p.yaml", d);
-  ASSERT_TRUE(d.empty()) << d.all()[0].format();
+  Profile back = round_trip(p);
   EXPECT_EQ(back.collectives.at("grad_all_reduce"), (std::pair<double, double>{2e-5, 3e-10}));
 }
