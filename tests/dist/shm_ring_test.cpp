@@ -61,11 +61,13 @@ TEST(TcpShmRing, AFullRingWaitsUntilTheConsumerTakes) {
   std::vector<std::byte> a(4096, std::byte{7}), b(4096);
   p.producer->put(a.data(), 4096);
   EXPECT_EQ(p.producer->space(), 0u);
+  // t0 before the consumer starts: taken after it, a producer thread descheduled for 10 ms on a loaded machine
+  // measured 39.6 ms of waiting (CI, 2026-12-01) where the consumer's sleep guarantees 50.
+  const auto t0 = std::chrono::steady_clock::now();
   std::thread consumer([&] {
     std::this_thread::sleep_for(50ms);
     p.consumer->take(b.data(), 1000);
   });
-  const auto t0 = std::chrono::steady_clock::now();
   ShmRing* r = p.producer.get();
   while (r->space() == 0) ShmRing::wait({r}, [&] { return r->space() > 0; }, 10'000us);
   const auto waited = std::chrono::steady_clock::now() - t0;
