@@ -171,6 +171,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<PlanRunner> pr;
   planner::DeviceSpec devspec;
   const bool on_accelerator = accelerator_devices(cfg, &devspec);
+  if (!on_accelerator && cfg.train.precision != "f32")  // said, not refused: a GPU run file may be tried on a CPU
+    std::fprintf(stderr, "braid: warning: %s: train.precision %s is mixed precision on cuda devices; devices %s train in f32\n",
+                 cfg.path.c_str(), cfg.train.precision.c_str(), cfg.devices.c_str());
   graph::Graph device_graph;
   std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
   if (on_accelerator) {

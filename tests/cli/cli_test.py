@@ -140,6 +140,11 @@ else:
          r.returncode == 2 and "devices cuda:0" in r.stderr
          and ("no CUDA device is visible" in r.stderr or "built without the cuda backend" in r.stderr)
          and not os.path.exists(cuda_metrics), r.stderr + r.stdout[-500:])
+# precision on a CPU run: trained in f32, and said so (a run file written for a GPU may be tried on a CPU).
+r = run(["train", run_file, "--no-progress", "--set", "devices=cpu", "--set", "train.precision=bf16",
+         "--set", "train.steps=2"])
+case("train.precision bf16 on cpu: trains in f32 with a warning naming the setting",
+     r.returncode == 0 and "train.precision bf16" in r.stderr and "train in f32" in r.stderr, r.stderr[-1000:])
 r = run(["bench", run_file, "--set", "devices=cuda:0", "--steps", "2", "--warmup", "1"])
 if r.returncode == 0:
     case("bench on cuda:0 (a GPU is visible): the device and its MFU peak", "on cuda:0" in r.stdout, r.stdout[-1000:])
