@@ -263,6 +263,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   };
 
   double max_t = 0, sum_t = 0, max_tail = 0, model_flops = 0;
+  double tail_comm = 0;  // of max_tail: the exposed gradient sync (the rest, optimizer and weights, computes)
   size_t busiest = 0;
   std::vector<double> device_memory(static_cast<size_t>(p), 0);
   std::vector<StageWork> works;
@@ -361,7 +362,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);
     sum_t += sp.time();
     sp.weight_read_s = model.weight_read_time(sp.param_bytes, ts.optimizer_states);
-    max_tail = std::max(max_tail, sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s);
+    if (sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s > max_tail)
+      max_tail = sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s, tail_comm = sp.dp_exposed_s;
     r.stages.push_back(sp);
   }
   r.step_time_s = r.formula_step_time_s =
@@ -373,8 +375,9 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];
     double mv = static_cast<double>(sum.micro_batches) * v;
-    r.compute_s = mv * b.compute_s;
-    r.comm_s = mv * b.comm_s + max_tail;
+    // The tail's optimizer update and weight reads compute; its exposed gradient sync communicates.
+    r.compute_s = mv * b.compute_s + (max_tail - tail_comm);
+    r.comm_s = mv * b.comm_s + tail_comm;
     r.bubble_s = std::max(0.0, r.step_time_s - r.compute_s - r.comm_s);
     r.bound_by = !r.fits ? "memory"
                  : r.compute_s >= r.comm_s && r.compute_s >= r.bubble_s ? "compute"

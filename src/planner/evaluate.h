@@ -48,7 +48,9 @@ struct StepPrediction {
   double memory_limit_bytes = 0;        // per model chunk: the device's memory / virtual_stages
   bool fits = true;                     // every stage within memory_limit_bytes
   double peak_memory_bytes = 0;         // the most any device holds (its chunks together)
-  double bubble_s = 0, compute_s = 0, comm_s = 0;  // shares of the step on its busiest stage
+  // Shares of the step on its busiest stage: compute (its micro-batches' and the tail's optimizer update and
+  // weight reads), communication (its collectives and sends, the tail's exposed gradient sync), bubble (the rest).
+  double bubble_s = 0, compute_s = 0, comm_s = 0;
   std::string bound_by;                 // compute | communication | bubble | memory
   double tflops_per_device = 0;         // model FLOPs (forward + backward = 3x forward) per second per device
 };

@@ -270,6 +270,10 @@ TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
   EXPECT_NEAR(with.stages[0].weight_read_s, bytes * 2e-10, bytes * 2e-10 * 1e-3);
   EXPECT_NEAR(with.step_time_s - without.step_time_s, with.stages[0].weight_read_s, 1e-12);
   EXPECT_NEAR(r.searched_step_time_s, with.formula_step_time_s, 1e-9 * with.formula_step_time_s);
+  // Explained as compute (with the optimizer's update), not as communication.
+  EXPECT_NEAR(with.compute_s - without.compute_s, with.stages[0].weight_read_s, 1e-12);
+  EXPECT_NEAR(with.comm_s, without.comm_s, 1e-15);
+  EXPECT_GE(with.compute_s, 2 * with.stages[0].compute_s + with.stages[0].optimizer_s - 1e-12);
   // A pipeline: the search's tail is predict()'s.
   SearchResult pr = search_shape(g, *cold, ts, 1, 4, 8);
   ASSERT_TRUE(pr.found) << pr.why_none;
