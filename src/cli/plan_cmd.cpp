@@ -143,6 +143,23 @@ int plan(const PlanArgs& a, FILE* out) {
                gib(cluster.device.memory_bytes).c_str(), p.bound_by.c_str());
   std::fprintf(out, "  busiest stage: compute %s, communication %s, bubble %s per step\n", secs(p.compute_s).c_str(),
                secs(p.comm_s).c_str(), secs(p.bubble_s).c_str());
+  {
+    // The step's tail (after the last backward) on the stage that sets it, and what shared cores add per micro-batch.
+    const StagePrediction* tail = nullptr;
+    double turns = 0;
+    for (const auto& st : p.stages) {
+      if (!tail || st.dp_exposed_s + st.optimizer_s + st.weight_read_s >
+                       tail->dp_exposed_s + tail->optimizer_s + tail->weight_read_s)
+        tail = &st;
+      turns = std::max(turns, st.turn_s);
+    }
+    if (tail)
+      std::fprintf(out, "  after the last backward: gradient sync %s exposed, optimizer %s, weights from memory %s\n",
+                   secs(tail->dp_exposed_s).c_str(), secs(tail->optimizer_s).c_str(), secs(tail->weight_read_s).c_str());
+    if (turns > 0)
+      std::fprintf(out, "  devices sharing a core take turns: up to %s per micro-batch and stage refilling its caches\n",
+                   secs(turns).c_str());
+  }
   std::fprintf(out, "  cost model %s on %s (%d devices); searched %d of %d shapes in %.2f s%s%s\n", model_note.c_str(),
                cluster.name.c_str(), cluster.devices(), r.stats.configs_searched, r.stats.configs, r.stats.seconds,
                r.stats.reranked > 1 ? ("; chose among the best " + std::to_string(r.stats.reranked) +

@@ -316,6 +316,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     const double accumulate = model.grad_accumulate_time(sp.param_bytes);
     // In a pipeline on shared cores, each forward and backward first refills the core's caches (computing).
     const double turn = nst > 1 ? model.switch_time(sp.param_bytes) : 0;
+    sp.turn_s = turn;
     sp.forward_s += hand_off / 2 + turn / 2;
     sp.backward_s += hand_off / 2 + accumulate + turn / 2;
     sp.compute_s += accumulate + turn;

@@ -33,6 +33,7 @@ struct StagePrediction {
   double dp_exposed_s = 0;   // its part not hidden behind the last micro-batch's backward
   double optimizer_s = 0;
   double weight_read_s = 0;  // the step's first forward packing the weights from memory (CostModel::weight_read_time)
+  double turn_s = 0;         // of compute_s: refilling a shared core's caches (CostModel::switch_time), per micro-batch
   double param_bytes = 0;    // trainable parameters per device
   double act_bytes = 0;      // activations kept per micro-batch per device
   double memory_bytes = 0;   // peak per device: params, grads, optimizer state, activations x in flight, buffers

@@ -140,6 +140,28 @@ else:
          r.returncode == 2 and "devices cuda:0" in r.stderr
          and ("no CUDA device is visible" in r.stderr or "built without the cuda backend" in r.stderr)
          and not os.path.exists(cuda_metrics), r.stderr + r.stdout[-500:])
+# braid plan --explain: the chosen shape, what bound it, the busiest stage's shares and tail, the pure strategies
+# beside the chosen one, and for every layer not replicated its runner-up and the step time it would give.
+tiny_gpt_run = os.path.join(src, "configs", "tiny_gpt.yaml")
+plan_out = os.path.join(work, "explained_plan.yaml")
+r = run(["plan", tiny_gpt_run, "--devices", "cpu:4", "--explain", "--out", plan_out])
+pure = [l for l in r.stdout.splitlines() if l.strip().startswith(("all data parallel", "all tensor parallel", "all pipeline"))]
+case("plan --explain: chosen, bound, shares, tail, three pure strategies with their times, the plan file written",
+     r.returncode == 0 and "chosen: dp" in r.stdout and "bound by" in r.stdout and "busiest stage: compute" in r.stdout
+     and "after the last backward: gradient sync" in r.stdout and len(pure) == 3 and all(" ms" in l for l in pure)
+     and os.path.exists(plan_out), r.stdout[-2000:] + r.stderr)
+pins = os.path.join(work, "tp2_pins.yaml")
+with open(pins, "w") as f:
+    f.write("summary: {devices: 2, data_parallel: 1, tensor_parallel: 2, pipeline_stages: 1, virtual_stages: 1, "
+            "micro_batch: 32, micro_batches: 1, schedule: 1f1b}\nstages: []\nlayers: []\n")
+r = run(["plan", tiny_gpt_run, "--devices", "cpu:2", "--set", f"parallel.plan={pins}", "--explain",
+         "--out", os.path.join(work, "tp2_plan.yaml")])
+rows = r.stdout.split("layers not replicated")[-1].strip().splitlines()[1:] if "layers not replicated" in r.stdout else []
+case("plan --explain with tensor_parallel 2 pinned: every split layer with its runner-up and step-time difference",
+     r.returncode == 0 and len(rows) >= 10 and all(len(l.split()) >= 4 and l.split()[-1] in ("ms", "memory")
+                                                    or l.split()[-1].endswith("ms") for l in rows),
+     r.stdout[-2000:] + r.stderr)
+
 # precision on a CPU run: trained in f32, and said so (a run file written for a GPU may be tried on a CPU).
 r = run(["train", run_file, "--no-progress", "--set", "devices=cpu", "--set", "train.precision=bf16",
          "--set", "train.steps=2"])
