@@ -221,10 +221,11 @@ class Calibrated : public Analytic {
     auto it = p_.backward_ratio.find(op);
     return it == p_.backward_ratio.end() ? f_.backward_factor : it->second;
   }
-  // The share of the N devices' working set (parameters, gradients and `states` optimizer states of
-  // `param_bytes` each, every device alike) that fits in half the shared cache.
+  // The share of the planned devices' working set (parameters, gradients and `states` optimizer states of
+  // `param_bytes` each, every device alike) that fits in half the shared cache. The cluster's devices, not the
+  // profile's: a profile of cpu:4 planning cpu:2 has two devices' data in the cache.
   double cache_fraction(double param_bytes, int states) const {
-    const double working_set = param_bytes * (2.0 + states) * std::max(1, p_.devices);
+    const double working_set = param_bytes * (2.0 + states) * std::max(1, c_.devices());
     return std::min(1.0, 0.5 * p_.cache_bytes / working_set);
   }
   Profile p_;

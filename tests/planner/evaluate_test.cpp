@@ -247,6 +247,9 @@ TEST(RunnerCosts, WeightsFromMemoryOncePerStepBeyondTheCache) {
   EXPECT_EQ(m->weight_read_time(1e6, 1), 0);
   // 4 MB with AdamW on 4 devices: 64 MB, a quarter of it in the 16 MB: three quarters from memory.
   EXPECT_NEAR(m->weight_read_time(4e6, 2), 0.75 * 4e6 * 2e-10, 1e-15);
+  // The same profile planning cpu:2: the planned devices' data, 32 MB, half of it in the cache.
+  EXPECT_NEAR(calibrated_cost_model(cluster_preset("cpu:2", fallback_cpu_figures(2, 2)), p)->weight_read_time(4e6, 2),
+              0.5 * 4e6 * 2e-10, 1e-15);
   Profile no_cache = p;
   no_cache.cache_bytes = 0;
   EXPECT_EQ(calibrated_cost_model(cluster_preset("cpu:4", f), no_cache)->weight_read_time(4e6, 2), 0);
