@@ -148,9 +148,7 @@ int plan(const PlanArgs& a, FILE* out) {
     const StagePrediction* tail = nullptr;
     double turns = 0;
     for (const auto& st : p.stages) {
-      if (!tail || st.dp_exposed_s + st.optimizer_s + st.weight_read_s >
-                       tail->dp_exposed_s + tail->optimizer_s + tail->weight_read_s)
-        tail = &st;
+      if (!tail || st.tail_s() > tail->tail_s()) tail = &st;
       turns = std::max(turns, st.turn_s);
     }
     if (tail)

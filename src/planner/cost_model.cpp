@@ -12,6 +12,11 @@
 
 namespace braid::planner {
 
+double cache_fraction(double cache_bytes, double per_device_bytes, int devices) {
+  const double total = per_device_bytes * std::max(1, devices);
+  return total > 0 ? std::min(1.0, 0.5 * cache_bytes / total) : 1.0;
+}
+
 std::string to_string(Collective c) {
   switch (c) {
     case Collective::AllReduce: return "all_reduce";
@@ -189,7 +194,7 @@ class Calibrated : public Analytic {
   double collective_time(Collective c, double bytes, const Group& g) const override {
     return measured(to_string(c), c, bytes, g);
   }
-  // The cold figure (calibrate.cpp, "grad_all_reduce") where measured, else the all-reduce's.
+  // The cold figure (calibrate_machine.cpp, "grad_all_reduce") where measured, else the all-reduce's.
   double grad_sync_time(double bytes, const Group& g) const override {
     return measured("grad_all_reduce", Collective::AllReduce, bytes, g);
   }
@@ -221,12 +226,11 @@ class Calibrated : public Analytic {
     auto it = p_.backward_ratio.find(op);
     return it == p_.backward_ratio.end() ? f_.backward_factor : it->second;
   }
-  // The share of the planned devices' working set (parameters, gradients and `states` optimizer states of
-  // `param_bytes` each, every device alike) that fits in half the shared cache. The cluster's devices, not the
-  // profile's: a profile of cpu:4 planning cpu:2 has two devices' data in the cache.
+  // Of the planned devices' working sets (parameters, gradients and `states` optimizer states of `param_bytes`
+  // each). The cluster's devices, not the profile's: a profile of cpu:4 planning cpu:2 has two devices' data in
+  // the cache.
   double cache_fraction(double param_bytes, int states) const {
-    const double working_set = param_bytes * (2.0 + states) * std::max(1, c_.devices());
-    return std::min(1.0, 0.5 * p_.cache_bytes / working_set);
+    return planner::cache_fraction(p_.cache_bytes, param_bytes * (2.0 + states), c_.devices());
   }
   Profile p_;
 };

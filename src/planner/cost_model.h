@@ -79,6 +79,11 @@ class CostModel {
   virtual double switch_time(double /*param_bytes*/) const { return 0; }
 };
 
+// The share of `devices` devices' working sets of `per_device_bytes` each that half of a shared cache of
+// `cache_bytes` holds (the step's activations and the rest take the other half): min(1, cache / 2 / total).
+// The calibrated model's warm/cold optimizer and weight reads, and calibration's inverse of the latter, use it.
+double cache_fraction(double cache_bytes, double per_device_bytes, int devices);
+
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
 struct Profile {
   std::string machine;        // "<cpu model> x <cores> cores"

@@ -363,8 +363,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);
     sum_t += sp.time();
     sp.weight_read_s = model.weight_read_time(sp.param_bytes, ts.optimizer_states);
-    if (sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s > max_tail)
-      max_tail = sp.dp_exposed_s + sp.optimizer_s + sp.weight_read_s, tail_comm = sp.dp_exposed_s;
+    if (sp.tail_s() > max_tail) max_tail = sp.tail_s(), tail_comm = sp.dp_exposed_s;
     r.stages.push_back(sp);
   }
   r.step_time_s = r.formula_step_time_s =

@@ -40,6 +40,8 @@ struct StagePrediction {
   int in_flight = 0;         // micro-batches whose activations are held at once
   double flops = 0;          // forward FLOPs of one micro-batch on one device
   double time() const { return forward_s + backward_s; }
+  // After the last backward, once per step: the exposed sync, the optimizer, the weights from memory.
+  double tail_s() const { return dp_exposed_s + optimizer_s + weight_read_s; }
 };
 
 struct StepPrediction {
