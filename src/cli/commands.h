@@ -75,6 +75,9 @@ struct CalibrateArgs {
   std::string devices = "cpu:2";
   double budget_s = 40;   // seconds for op measurements (collectives take a few more)
   bool print = false;     // also print the profile
+  // Metrics files of runs on this machine: measure nothing, fit the cached profile's feedback for cpu:N from
+  // their closed-loop records instead (exec/closed_loop.h, fit_feedback).
+  std::vector<std::string> from_run;
 };
 int calibrate(const CalibrateArgs& a, FILE* out);
 

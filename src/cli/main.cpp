@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
   cal->add_option("--devices", calib.devices, "the cpu:N to measure for")->capture_default_str();
   cal->add_option("--budget", calib.budget_s, "seconds for op measurements")->capture_default_str();
   cal->add_flag("--print", calib.print, "print the profile");
+  cal->add_option("--from-run", calib.from_run,
+                  "a run's metrics file (log.metrics): fit the cached profile to its closed-loop measurements instead of measuring")
+      ->take_all();
 
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 

@@ -1,9 +1,15 @@
-// ClosedLoop (closed_loop.h): predicted vs measured step time and per-position busy time.
+// ClosedLoop (closed_loop.h): predicted vs measured step time and per-position busy time; fitting the profile's
+// feedback from those records.
 #include "exec/closed_loop.h"
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <string>
+
+#include "io/expr.h"
+#include "io/yaml_source.h"
 
 namespace braid::exec {
 
@@ -16,8 +22,9 @@ void ClosedLoop::record(int64_t i, double seconds, const PlanRunner& pr) {
   }
 }
 
-std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, const planner::StepPrediction& p,
-                                                    const PlanRunner& pr, FILE* out) {
+std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, const RunPlan& run, const PlanRunner& pr,
+                                                    FILE* out, const std::string& metrics_path) {
+  const planner::StepPrediction& p = run.prediction;
   if (done_ || times_.empty() || (i != kEnd - 1 && i != steps - 1)) return std::nullopt;
   done_ = true;
   std::vector<double> t = times_;
@@ -29,6 +36,10 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   io::MetricsRecord rec;
   rec.extra.emplace_back("predicted_step_s", predicted);
   rec.extra.emplace_back("measured_step_s", measured);
+  rec.extra.emplace_back("predicted_tail_s", p.tail_s);
+  rec.extra.emplace_back("devices", static_cast<double>(pr.devices()));
+  rec.extra.emplace_back("busy_scale", run.busy_scale);
+  rec.extra.emplace_back("tail_scale", run.tail_scale);
   std::fprintf(out, "braid: step time predicted %.2f ms, measured %.2f ms (median of steps %lld-%lld): %+.1f%%\n",
                predicted * 1e3, measured * 1e3, static_cast<long long>(kFirst + 1),
                static_cast<long long>(kFirst + static_cast<int64_t>(times_.size())), 100 * err);
@@ -55,11 +66,96 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   }
   if (!line.empty())
     std::fprintf(out, "braid: forward+backward per step by pipeline position, predicted / measured: %s\n", line.c_str());
-  if (std::fabs(err) > kWarnAbove)
+  if (std::fabs(err) > kWarnAbove) {
+    std::string feed = metrics_path.empty() ? std::string()
+                                            : ", or feed this run back: `braid calibrate --devices cpu:" +
+                                                  std::to_string(pr.devices()) + " --from-run " + metrics_path + "`";
     std::fprintf(out, "braid: warning: the measured step time differs from the prediction by %+.0f%% (more than %.0f%%); "
-                 "run `braid calibrate --devices cpu:%d` on an idle machine, or see docs/planner.md\n",
-                 100 * err, 100 * kWarnAbove, pr.devices());
+                 "run `braid calibrate --devices cpu:%d` on an idle machine%s; see docs/planner.md\n",
+                 100 * err, 100 * kWarnAbove, pr.devices(), feed.c_str());
+  }
   return rec;
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t k = v.size() / 2;
+  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
+}
+
+}  // namespace
+
+planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_files, int devices,
+                                        const planner::Profile::Feedback& current, int* other_devices,
+                                        int* tail_records) {
+  std::vector<double> busy, tail;
+  int other = 0, records = 0;
+  for (const std::string& path : metrics_files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UserError(SourceLoc{path, 0, 0}, "cannot read the metrics file", "give the log.metrics file of a run");
+    std::string line;
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      const SourceLoc at{path, lineno, 1};
+      if (line.find("\"predicted_step_s\"") == std::string::npos) continue;  // not a closed-loop record
+      Diagnostics d;
+      io::YNode rec = io::parse_yaml(line, path, d);
+      if (!d.empty() || !rec.is_map())
+        throw UserError(at, "not a JSON object: " + (d.empty() ? rec.kind_name() : d.all()[0].message),
+                        "the file must be braid's metrics file (log.metrics), one JSON object per line");
+      std::map<std::string, double> f;
+      for (const auto& [k, v] : rec.map) {
+        if (!v.is_scalar()) continue;  // null: a figure that was not finite
+        if (auto x = io::eval_float(v, {}, k.scalar, d)) f[k.scalar] = *x;
+      }
+      if (!d.empty()) throw UserError(at, d.all()[0].message, "the file must be braid's metrics file (log.metrics)");
+      for (const char* k : {"predicted_step_s", "measured_step_s"})
+        if (!f.count(k) || !(f[k] > 0))
+          throw UserError(at, std::string("a closed-loop record needs a positive '") + k + "'");
+      if (!f.count("devices") || !f.count("predicted_tail_s"))
+        throw UserError(at, "this closed-loop record has no 'devices' or 'predicted_tail_s' (written by an older braid)",
+                        "train again with this braid to measure the run");
+      if (static_cast<int>(f["devices"]) != devices) {
+        ++other;
+        continue;
+      }
+      double pb = 0, mb = 0;
+      for (int k = 0; f.count("predicted_busy_s_" + std::to_string(k)); ++k) {
+        pb += f["predicted_busy_s_" + std::to_string(k)];
+        mb += f["measured_busy_s_" + std::to_string(k)];
+      }
+      if (!(pb > 0) || !(mb > 0)) throw UserError(at, "a closed-loop record without busy times");
+      const double b0 = f.count("busy_scale") ? f["busy_scale"] : 1, t0 = f.count("tail_scale") ? f["tail_scale"] : 1;
+      const double ratio = mb / pb;
+      const double step = f["predicted_step_s"], measured = f["measured_step_s"], t = f["predicted_tail_s"];
+      ++records;
+      busy.push_back(b0 * ratio);
+      if (t >= 0.05 * step) {
+        const double o = (measured - ratio * (step - t)) / t;
+        if (o >= 0.1 && o <= 10) tail.push_back(t0 * o);
+      }
+    }
+  }
+  if (other_devices) *other_devices = other;
+  if (tail_records) *tail_records = static_cast<int>(tail.size());
+  if (busy.empty()) {
+    std::string files;
+    for (const std::string& p : metrics_files) files += (files.empty() ? "" : ", ") + p;
+    throw UserError(SourceLoc{"<command line>", 0, 0},
+                    "no closed-loop record of a cpu:" + std::to_string(devices) + " run in " + files +
+                        (other ? " (" + std::to_string(other) + " of other device counts)" : ""),
+                    "the trainer writes one per run under a plan (parallel.plan: auto or a plan file) that trains at "
+                    "least 3 steps with log.metrics set");
+  }
+  planner::Profile::Feedback fb;
+  fb.devices = devices;
+  fb.records = records;
+  fb.busy_scale = median_of(busy);
+  fb.tail_scale = tail.empty() ? current.tail_scale : median_of(tail);
+  return fb;
 }
 
 }  // namespace braid::exec

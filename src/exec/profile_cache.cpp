@@ -99,7 +99,15 @@ CpuModel cpu_cost_model(int n) {
     if (p.devices != n)  // sub-group collectives were measured beside the other groups of those N devices
       std::erase_if(p.collectives, [](const auto& kv) { return kv.first.find('@') != std::string::npos; });
     m.model = planner::calibrated_cost_model(planner::cluster_preset(name, p.cpu), p);
-    m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices) + ")";
+    m.description = "calibrated (" + profile_path() + ", measured on cpu:" + std::to_string(p.devices);
+    if (const planner::Profile::Feedback* fb = p.feedback_for(n)) {
+      m.model = planner::fed_back_cost_model(std::move(m.model), fb->busy_scale, fb->tail_scale);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "; %d run record(s) fed back: busy x%.3g, tail x%.3g", fb->records, fb->busy_scale,
+                    fb->tail_scale);
+      m.description += buf;
+    }
+    m.description += ")";
     return m;
   }
   planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);

@@ -47,6 +47,8 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     r.plan = std::move(s.plan);
     r.prediction = s.prediction;
     r.cost_model = cm.description;
+    r.busy_scale = cm.model->busy_scale();
+    r.tail_scale = cm.model->tail_scale();
     r.search_s = s.stats.seconds;
   } else {
     Diagnostics diags;
@@ -59,6 +61,8 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     CpuModel cm = cpu_cost_model(r.plan.summary.devices);
     r.prediction = planner::predict(r.plan, fwd, *cm.model, ts);
     r.cost_model = cm.description;
+    r.busy_scale = cm.model->busy_scale();
+    r.tail_scale = cm.model->tail_scale();
   }
   const planner::Summary& s = r.plan.summary;
   char buf[512];

@@ -18,6 +18,7 @@ struct RunPlan {
   bool automatic = false;              // chosen by the planner (plan: auto)
   planner::StepPrediction prediction;  // of `plan` by the cost model below
   std::string cost_model;              // its description
+  double busy_scale = 1, tail_scale = 1;  // the runs' measurements it had fed back (CostModel::busy_scale)
   double search_s = 0;                 // planning time (automatic only)
   std::string summary;                 // one line: the shape, schedule, prediction and cost model
 };

@@ -353,7 +353,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       loss = r.loss;
       norm = r.grad_norm;
       loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *pr);
-      if (auto rec = loop.report(step - first_step, total_steps - first_step, run->prediction, *pr, out); rec && metrics) {
+      if (auto rec = loop.report(step - first_step, total_steps - first_step, *run, *pr, out, metrics ? metrics->path() : std::string()); rec && metrics) {
         rec->step = step + 1;
         metrics->write(*rec);
       }

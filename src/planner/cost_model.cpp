@@ -261,8 +261,49 @@ class Fake : public CostModel {
   FakeFigures f_;
 };
 
+// A model with a run's measurements fed back: the base's figures scaled (cost_model.h).
+class FedBack : public CostModel {
+ public:
+  FedBack(std::unique_ptr<CostModel> base, double busy, double tail) : b_(std::move(base)), busy_(busy), tail_(tail) {}
+  std::string name() const override { return b_->name() + " (fed back)"; }
+  const Cluster& cluster() const override { return b_->cluster(); }
+  double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                      std::span<const TensorDesc> out) const override {
+    return busy_ * b_->forward_time(op, attrs, in, out);
+  }
+  double backward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,
+                       std::span<const TensorDesc> out) const override {
+    return busy_ * b_->backward_time(op, attrs, in, out);
+  }
+  double collective_time(Collective c, double bytes, const Group& g) const override {
+    return busy_ * b_->collective_time(c, bytes, g);
+  }
+  double grad_sync_time(double bytes, const Group& g) const override { return tail_ * b_->grad_sync_time(bytes, g); }
+  double p2p_time(double bytes, bool cross_node) const override { return busy_ * b_->p2p_time(bytes, cross_node); }
+  double optimizer_time(double param_bytes, int states) const override {
+    return tail_ * b_->optimizer_time(param_bytes, states);
+  }
+  double step_overhead() const override { return tail_ * b_->step_overhead(); }
+  double micro_batch_overhead(bool pipelined) const override { return busy_ * b_->micro_batch_overhead(pipelined); }
+  double grad_accumulate_time(double param_bytes) const override { return busy_ * b_->grad_accumulate_time(param_bytes); }
+  double clip_time(double param_bytes) const override { return tail_ * b_->clip_time(param_bytes); }
+  double weight_read_time(double param_bytes, int states) const override {
+    return tail_ * b_->weight_read_time(param_bytes, states);
+  }
+  double switch_time(double param_bytes) const override { return busy_ * b_->switch_time(param_bytes); }
+  double busy_scale() const override { return busy_ * b_->busy_scale(); }
+  double tail_scale() const override { return tail_ * b_->tail_scale(); }
+
+ private:
+  std::unique_ptr<CostModel> b_;
+  double busy_, tail_;
+};
+
 }  // namespace
 
+std::unique_ptr<CostModel> fed_back_cost_model(std::unique_ptr<CostModel> base, double busy_scale, double tail_scale) {
+  return std::make_unique<FedBack>(std::move(base), busy_scale, tail_scale);
+}
 std::unique_ptr<CostModel> analytic_cost_model(const Cluster& c, const AnalyticFigures& f) {
   return std::make_unique<Analytic>(c, f);
 }
@@ -337,6 +378,12 @@ std::string to_yaml(const Profile& p) {
   if (r.step_overhead > 0 || r.micro_batch_overhead > 0 || r.pipeline_micro_batch_overhead > 0)
     out += "runner: {step_overhead: " + num(r.step_overhead) + ", micro_batch_overhead: " + num(r.micro_batch_overhead) +
            ", pipeline_micro_batch_overhead: " + num(r.pipeline_micro_batch_overhead) + "}\n";
+  if (!p.feedback.empty()) {
+    out += "feedback:\n";
+    for (const Profile::Feedback& f : p.feedback)
+      out += "  - {devices: " + std::to_string(f.devices) + ", records: " + std::to_string(f.records) +
+             ", busy_scale: " + num(f.busy_scale) + ", tail_scale: " + num(f.tail_scale) + "}\n";
+  }
   return out;
 }
 
@@ -348,7 +395,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "switch_s_per_byte", "runner", "busy_speed"},
+                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "switch_s_per_byte", "runner", "busy_speed", "feedback"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -434,6 +481,41 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
                                                 {"pipeline_micro_batch_overhead", &p.runner.pipeline_micro_batch_overhead}};
     for (auto [k, dst] : fields)
       if (auto* n = r->get(k)) number(*n, std::string("runner.") + k, dst);
+  }
+  if (auto* fb = root.get("feedback")) {
+    if (!fb->is_seq()) diags.error(fb->loc, "feedback must be a list of {devices, records, busy_scale, tail_scale}");
+    else
+      for (const io::YNode& e : fb->seq) {
+        if (!e.is_map()) {
+          diags.error(e.loc, "a feedback entry is a mapping {devices, records, busy_scale, tail_scale}");
+          continue;
+        }
+        io::check_keys(e, {"devices", "records", "busy_scale", "tail_scale"}, "feedback", diags);
+        Profile::Feedback f;
+        for (const char* k : {"devices", "records"}) {
+          const io::YNode* n = e.get(k);
+          if (!n) {
+            diags.error(e.loc, std::string("a feedback entry needs '") + k + "'");
+            continue;
+          }
+          if (auto v = io::eval_int(*n, {}, std::string("feedback.") + k, diags)) {
+            if (*v < 1 || *v > 1000000) diags.error(n->loc, std::string("feedback.") + k + " must be between 1 and 1000000");
+            else (std::string(k) == "devices" ? f.devices : f.records) = static_cast<int>(*v);
+          }
+        }
+        for (auto [k, dst] : {std::pair<const char*, double*>{"busy_scale", &f.busy_scale}, {"tail_scale", &f.tail_scale}}) {
+          const io::YNode* n = e.get(k);
+          if (!n) {
+            diags.error(e.loc, std::string("a feedback entry needs '") + k + "'");
+            continue;
+          }
+          number(*n, std::string("feedback.") + k, dst);
+          if (*dst <= 0) diags.error(n->loc, std::string("feedback.") + k + " must be > 0");
+        }
+        if (f.devices > 0 && p.feedback_for(f.devices))
+          diags.error(e.loc, "a second feedback entry for devices " + std::to_string(f.devices));
+        p.feedback.push_back(f);
+      }
   }
   return p;
 }

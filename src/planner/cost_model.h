@@ -77,6 +77,10 @@ class CostModel {
   // half with the forward and half with the backward, as computation (docs/planner.md, "Turns on a core").
   // 0 in the analytic and fake models and wherever no core is shared.
   virtual double switch_time(double /*param_bytes*/) const { return 0; }
+  // The scales a run's measurements put on this model's figures (Profile::Feedback; 1 and 1: none), so that a
+  // run predicted with them and fed to `braid calibrate --from-run` again corrects the corrected figures.
+  virtual double busy_scale() const { return 1; }
+  virtual double tail_scale() const { return 1; }
 };
 
 // The share of `devices` devices' working sets of `per_device_bytes` each that half of a shared cache of
@@ -126,6 +130,23 @@ struct Profile {
     double micro_batch_overhead = 0;      // seconds per micro-batch per stage, one stage
     double pipeline_micro_batch_overhead = 0;  // the same in a pipeline (sends, receives)
   } runner;
+  // Runs' measurements fed back (`braid calibrate --devices cpu:N --from-run METRICS`; docs/planner.md,
+  // "Feeding a run's measurements back"): per cpu:N planned, what the closed loop measured against what this
+  // profile predicted. busy_scale multiplies what the devices' forward and backward of the micro-batches take
+  // (compute, tensor-group collectives, sends, accumulation, turns: the closed loop's busy time), tail_scale
+  // what follows the last backward once per step (exposed gradient sync, optimizer, clipping, weights from
+  // memory, the runner's per-step cost). A fresh calibration starts without any.
+  struct Feedback {
+    int devices = 0;         // the N of the cpu:N runs measured; applied when planning that N only
+    int records = 0;         // closed-loop records fitted
+    double busy_scale = 1, tail_scale = 1;
+  };
+  std::vector<Feedback> feedback;
+  const Feedback* feedback_for(int devices) const {
+    for (const Feedback& f : feedback)
+      if (f.devices == devices) return &f;
+    return nullptr;
+  }
 };
 // An op's size class by its forward FLOPs: the decade, "1eK" for 10^K <= flops < 10^(K+1) (K from 0 to 15).
 std::string shape_class(double flops);
@@ -149,6 +170,11 @@ std::unique_ptr<CostModel> analytic_cost_model(const Cluster& c, const AnalyticF
 // for (op, shape class) (the nearest measured class when its own is missing); backward = the op's measured
 // ratio x forward; alpha/beta per collective (ring formula); what the profile lacks falls back to analytic.
 std::unique_ptr<CostModel> calibrated_cost_model(const Cluster& c, const Profile& p, const AnalyticFigures& f = {});
+// `base` with a run's measurements fed back (Profile::Feedback): every busy figure (forward_time, backward_time,
+// collective_time, p2p_time, micro_batch_overhead, grad_accumulate_time, switch_time) x busy_scale, every tail
+// figure (grad_sync_time, optimizer_time, clip_time, weight_read_time, step_overhead) x tail_scale. Its
+// busy_scale()/tail_scale() are base's times these.
+std::unique_ptr<CostModel> fed_back_cost_model(std::unique_ptr<CostModel> base, double busy_scale, double tail_scale);
 
 // For tests: compute = flops / flops_per_s (backward 2x), no memory term; every collective on group n:
 // (n-1)/n x bytes / link_bandwidth (all-reduce twice that) + latency; p2p = latency + bytes / p2p_bandwidth;

@@ -371,6 +371,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   if (simulates(cl) && nst > 1)
     r.step_time_s = simulate_pipeline(sum.schedule, p, v, sum.micro_batches, works, busy_speeds(cl)) + max_tail +
                     model.step_overhead();
+  r.tail_s = max_tail + model.step_overhead();
   for (double m : device_memory) r.peak_memory_bytes = std::max(r.peak_memory_bytes, m);
   if (!r.stages.empty()) {
     const StagePrediction& b = r.stages[busiest];

@@ -47,6 +47,7 @@ struct StagePrediction {
 struct StepPrediction {
   double step_time_s = 0;                // with host_cores > 0 and a pipeline: simulate_pipeline + max tail
   double formula_step_time_s = 0;        // pipeline_step's figure, what the search minimises
+  double tail_s = 0;                     // of step_time_s: the longest stage tail plus the runner's per-step cost
   std::vector<StagePrediction> stages;  // in plan order (virtual stages included)
   double memory_limit_bytes = 0;        // per model chunk: the device's memory / virtual_stages
   bool fits = true;                     // every stage within memory_limit_bytes

@@ -5,6 +5,7 @@ Usage: cli_test.py BRAID_BINARY SOURCE_DIR WORK_DIR"""
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -161,6 +162,39 @@ case("plan --explain with tensor_parallel 2 pinned: every split layer with its r
      r.returncode == 0 and len(rows) >= 10 and all(len(l.split()) >= 4 and l.split()[-1] in ("ms", "memory")
                                                     or l.split()[-1].endswith("ms") for l in rows),
      r.stdout[-2000:] + r.stderr)
+
+# Feeding a run back: calibrate (short), train under plan auto on cpu:2 with a metrics file, fit the profile's
+# feedback from its closed-loop record, and plan with it; in a cache of its own (the other cases expect none).
+fb_env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "feedback_cache"))
+shutil.rmtree(fb_env["XDG_CACHE_HOME"], ignore_errors=True)
+fb_metrics = os.path.join(work, "feedback_metrics.jsonl")
+if os.path.exists(fb_metrics):
+    os.remove(fb_metrics)
+r = run(["calibrate", "--devices", "cpu:2", "--from-run", fb_metrics], env=fb_env)
+case("calibrate --from-run without a profile: exit 2, says to calibrate first",
+     r.returncode == 2 and "no calibration profile" in r.stderr and "braid calibrate --devices cpu:2" in r.stderr, r.stderr)
+r = run(["calibrate", "--devices", "cpu:2", "--budget", "0.5"], env=fb_env)
+ok = r.returncode == 0
+mlp_sets = ["--set", "vars.hidden1=128", "--set", "vars.hidden2=128", "--set", "train.batch=64", "--set", "devices=cpu:2",
+            "--set", "parallel.plan=auto"]
+mlp_run = os.path.join(src, "configs", "bench", "mlp.yaml")
+r = run(["train", mlp_run, "--no-progress", "--set", "train.steps=14", "--set", f"log.metrics={fb_metrics}"] + mlp_sets,
+        env=fb_env) if ok else r
+recs = [json.loads(l) for l in open(fb_metrics)] if ok and os.path.exists(fb_metrics) else []
+loop = [x for x in recs if "predicted_step_s" in x]
+case("train under plan auto: the closed-loop record with devices, tail and the model's scales",
+     r.returncode == 0 and len(loop) == 1 and loop[0]["devices"] == 2 and loop[0]["busy_scale"] == 1
+     and loop[0]["predicted_tail_s"] > 0 and loop[0]["measured_busy_s_0"] > 0, r.stderr[-1000:] + r.stdout[-1000:])
+r = run(["calibrate", "--devices", "cpu:2", "--from-run", fb_metrics, "--print"], env=fb_env)
+case("calibrate --from-run: fits the feedback for cpu:2 and writes it into the profile",
+     r.returncode == 0 and "1 closed-loop record(s) of cpu:2 runs fitted: busy x" in r.stdout
+     and "- {devices: 2, records: 1, busy_scale: " in r.stdout, r.stdout[-1500:] + r.stderr)
+r = run(["plan", mlp_run, "--explain", "--out", os.path.join(work, "fed_back_plan.yaml")] + mlp_sets, env=fb_env)
+case("plan after feeding a run back: the cost model says so", r.returncode == 0 and "1 run record(s) fed back" in r.stdout,
+     r.stdout[-1500:] + r.stderr)
+r = run(["calibrate", "--devices", "cpu:4", "--from-run", fb_metrics], env=fb_env)
+case("calibrate --from-run with no record of that device count: exit 2",
+     r.returncode == 2 and "no closed-loop record of a cpu:4 run" in r.stderr, r.stderr)
 
 # precision on a CPU run: trained in f32, and said so (a run file written for a GPU may be tried on a CPU).
 r = run(["train", run_file, "--no-progress", "--set", "devices=cpu", "--set", "train.precision=bf16",

@@ -4,6 +4,8 @@
 // per micro-batch and stage) as predict() and the search add them; the final choice by predict() on shared cores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "planner/cluster.h"
 #include "planner/evaluate.h"
 #include "planner/search.h"
@@ -381,4 +383,78 @@ TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
   EXPECT_NEAR(r.searched_step_time_s, c.formula_step_time_s, 1e-9 * c.formula_step_time_s);
   Profile back = round_trip(p);
   EXPECT_EQ(back.collectives.at("grad_all_reduce"), (std::pair<double, double>{2e-5, 3e-10}));
+}
+
+// A run's measurements fed back (Profile::Feedback): every busy figure scaled by busy_scale, every tail figure by
+// tail_scale, so a prediction becomes busy_scale x (step - tail) + tail_scale x tail, in the formula and in the
+// shared-core simulation alike; the scales compound over a model already fed back; the profile keeps them.
+TEST(Feedback, ScalesTheBusyAndTheTailFiguresOfAPrediction) {
+  graph::Graph g = model_graph("tiny_gpt.yaml", 16);
+  TrainSettings ts{16, 2};
+  ts.clip = true;
+  for (int cores : {0, 2}) {
+    CpuFigures f = fallback_cpu_figures(4, 2);
+    f.cores = cores;
+    Profile p = cpu4_profile(f);
+    p.runner = {1e-3, 2e-4, 5e-4};
+    p.clip_s_per_byte = 1e-10;
+    p.switch_s_per_byte = 1e-11;
+    auto base = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+    auto fed = fed_back_cost_model(calibrated_cost_model(cluster_preset("cpu:4", f), p), 1.5, 3);
+    EXPECT_EQ(fed->busy_scale(), 1.5);
+    EXPECT_EQ(fed->tail_scale(), 3);
+    EXPECT_EQ(base->busy_scale(), 1);
+    EXPECT_DOUBLE_EQ(fed->optimizer_time(1e6, 2), 3 * base->optimizer_time(1e6, 2));
+    EXPECT_DOUBLE_EQ(fed->p2p_time(1e6, false), 1.5 * base->p2p_time(1e6, false));
+    EXPECT_DOUBLE_EQ(fed->step_overhead(), 3e-3);
+    // A pipeline without data parallelism (no exposed sync): exactly linear in the two scales.
+    SearchResult r = search_shape(g, *base, ts, 1, 4, 8);
+    ASSERT_TRUE(r.found) << r.why_none;
+    StepPrediction b = predict(r.plan, g, *base, ts), x = predict(r.plan, g, *fed, ts);
+    ASSERT_GT(b.tail_s, 0);
+    EXPECT_NEAR(x.tail_s, 3 * b.tail_s, 1e-12) << cores;
+    EXPECT_NEAR(x.step_time_s, 1.5 * (b.step_time_s - b.tail_s) + 3 * b.tail_s, 1e-9 * b.step_time_s) << cores;
+    // Compounded: a model fed back twice reports the product of the scales.
+    auto twice = fed_back_cost_model(std::move(fed), 2, 0.5);
+    EXPECT_EQ(twice->busy_scale(), 3);
+    EXPECT_EQ(twice->tail_scale(), 1.5);
+    EXPECT_NEAR(predict(r.plan, g, *twice, ts).step_time_s, 3 * (b.step_time_s - b.tail_s) + 1.5 * b.tail_s,
+                1e-9 * b.step_time_s);
+  }
+  Profile p = cpu4_profile(fallback_cpu_figures(4, 2));
+  p.feedback.push_back({2, 3, 1.25, 0.8});
+  p.feedback.push_back({4, 1, 0.9, 2.5});
+  Profile back = round_trip(p);
+  ASSERT_EQ(back.feedback.size(), 2u);
+  ASSERT_NE(back.feedback_for(4), nullptr);
+  EXPECT_EQ(back.feedback_for(4)->records, 1);
+  EXPECT_EQ(back.feedback_for(4)->busy_scale, 0.9);
+  EXPECT_EQ(back.feedback_for(2)->tail_scale, 0.8);
+  EXPECT_EQ(back.feedback_for(8), nullptr);
+}
+
+// A malformed feedback section is an error at its place, the profile otherwise read.
+TEST(Feedback, MalformedEntriesAreLocated) {
+  const std::string head = to_yaml(cpu4_profile(fallback_cpu_figures(4, 2)));
+  const int line = static_cast<int>(std::count(head.begin(), head.end(), '\n')) + 2;
+  struct Case {
+    std::string text, says;
+  } cases[] = {
+      {"feedback: {devices: 2}\n", "must be a list"},
+      {"feedback:\n  - {devices: 2, records: 1, busy_scale: 0, tail_scale: 1}\n", "busy_scale must be > 0"},
+      {"feedback:\n  - {devices: 2, records: 1, busy_scale: 1}\n", "needs 'tail_scale'"},
+      {"feedback:\n  - {devices: 0, records: 1, busy_scale: 1, tail_scale: 1}\n", "devices must be between"},
+      {"feedback:\n  - {devices: 2, records: 1, busy_scale: 1, tail_scale: 1, bias: 3}\n", "bias"},
+      {"feedback:\n  - {devices: 2, records: 1, busy_scale: 1, tail_scale: 1}\n"
+       "  - {devices: 2, records: 4, busy_scale: 1, tail_scale: 1}\n",
+       "second feedback entry for devices 2"},
+  };
+  for (const Case& c : cases) {
+    Diagnostics d;
+    parse_profile(head + c.text, "p.yaml", d);
+    ASSERT_FALSE(d.empty()) << c.text;
+    const std::string all = dump(d);
+    EXPECT_NE(all.find(c.says), std::string::npos) << all;
+    EXPECT_GE(d.all()[0].loc.line, line - 1) << all;
+  }
 }
