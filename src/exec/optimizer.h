@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/loss_scale.h"
 #include "exec/param_store.h"
 #include "io/run_config.h"
 
@@ -22,6 +23,9 @@ class Optimizer {
   std::map<std::string, std::map<std::string, Tensor>>& state() { return state_; }
   const std::map<std::string, std::map<std::string, Tensor>>& state() const { return state_; }
   void set_steps_taken(int64_t s) { step_ = s; }
+  // fp16 training's dynamic loss scale (exec/loss_scale.h), kept with the state for checkpoints; scale 0 in every
+  // other run. The engine that scales keeps it current (DeviceEngine::to_host).
+  LossScaleState loss_scale;
 
  private:
   io::OptimizerSpec spec_;

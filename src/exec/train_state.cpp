@@ -44,6 +44,8 @@ io::Checkpoint capture(const io::RunConfig& cfg, const ParamStore& store, Optimi
     for (auto& [name, t] : states) c.optimizer.push_back({param, name, t});
   c.optimizer_steps = opt.steps_taken();
   c.optimizer_type = cfg.optimizer.type;
+  c.loss_scale = opt.loss_scale.scale;
+  c.loss_scale_growth_tracker = opt.loss_scale.growth_tracker;
   const uint64_t seed = cfg.train.seed;
   // Dropout masks of a run draw from hash(seed, run index); the run index is step * micro_batches + m.
   c.rng.push_back({"dropout", hash_key(seed, 0), static_cast<uint64_t>(s.step * s.micro_batches)});
@@ -85,6 +87,7 @@ StepState restore(const io::Checkpoint& c, const std::string& path, const io::Ru
       t.copy_from(*it->second);
     }
   opt.set_steps_taken(c.optimizer_steps);
+  opt.loss_scale = LossScaleState{c.loss_scale, c.loss_scale_growth_tracker};
   sampler.restore(c.data.epoch, c.data.position);
   StepState s;
   s.step = c.meta.step;

@@ -360,6 +360,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
       h5::Handle opt = make_group(file, path, "/optimizer");
       write_attr(opt.get(), path, "type", c.optimizer_type);
       write_attr(opt.get(), path, "step", c.optimizer_steps);
+      if (c.loss_scale > 0) {
+        write_attr(opt.get(), path, "loss_scale", c.loss_scale);
+        write_attr(opt.get(), path, "loss_scale_growth_tracker", c.loss_scale_growth_tracker);
+      }
     }
     // The disk starts writing each tensor while the next one is checksummed and copied (sync_file_range
     // only starts writeback; the fsync at the end waits for it). With the sec2 driver the handle is the fd.

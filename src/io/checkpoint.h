@@ -50,6 +50,10 @@ struct Checkpoint {
   std::vector<OptimizerEntry> optimizer;
   int64_t optimizer_steps = 0;  // attribute `step` of /optimizer: optimizer steps taken
   std::string optimizer_type;   // attribute `type` of /optimizer: "sgd", "adamw" ("" when none)
+  // Attributes `loss_scale` and `loss_scale_growth_tracker` of /optimizer, only in fp16 runs (dynamic loss
+  // scaling, exec/loss_scale.h); 0 and 0 (and absent from the file) otherwise.
+  double loss_scale = 0;
+  int64_t loss_scale_growth_tracker = 0;
   std::vector<RngStream> rng;
   DataCursor data;
   std::string plan_text;  // /plan: the plan in force (informational)

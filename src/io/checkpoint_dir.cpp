@@ -204,6 +204,9 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& c) {
        c.optimizer_type.empty() ? "(none)" : c.optimizer_type.c_str(), static_cast<long long>(c.optimizer_steps),
        static_cast<long long>(c.data.epoch), static_cast<long long>(c.data.position),
        static_cast<unsigned long long>(c.data.seed));
+  if (c.loss_scale > 0)
+    line("loss scale %g (fp16), %lld steps without an overflow\n", c.loss_scale,
+         static_cast<long long>(c.loss_scale_growth_tracker));
   std::string streams;
   for (const auto& r : c.rng) streams += (streams.empty() ? "" : ", ") + r.name;
   line("random streams: %s\n", streams.empty() ? "(none)" : streams.c_str());

@@ -4,6 +4,7 @@
 // serial and copy twice). Datasets laid out otherwise than braid writes them (another tool's file, filters,
 // another byte order) are read through HDF5 instead. Every tensor's CRC-32 is checked before anything is
 // returned; the first corrupt one, in file-group order, is named in the error.
+#include <cmath>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -121,6 +122,15 @@ void read_small_state(hid_t file, const std::string& path, Checkpoint& c) {
     h5::Handle g = open_group(file, path, "/optimizer");
     c.optimizer_type = read_str_attr(g.get(), path, "/optimizer", "type");
     c.optimizer_steps = read_i64_attr(g.get(), path, "/optimizer", "step");
+    const htri_t scaled = H5Aexists(g.get(), "loss_scale");  // fp16 runs only
+    if (scaled < 0) h5::fail(path, "cannot read attribute 'loss_scale' of '/optimizer'");
+    if (scaled > 0) {
+      read_number_attr(g.get(), path, "/optimizer", "loss_scale", H5T_NATIVE_DOUBLE, &c.loss_scale);
+      c.loss_scale_growth_tracker = read_i64_attr(g.get(), path, "/optimizer", "loss_scale_growth_tracker");
+      if (!(c.loss_scale > 0) || !std::isfinite(c.loss_scale) || c.loss_scale_growth_tracker < 0)
+        bad_file(path, "'/optimizer' has a loss scale of " + std::to_string(c.loss_scale) + " (growth tracker " +
+                           std::to_string(c.loss_scale_growth_tracker) + "): not a positive finite number");
+    }
   }
   {
     h5::Handle d = open_group(file, path, "/data");

@@ -75,3 +75,28 @@ TEST(Optimizer, Schedules) {
   st.gamma = 0.5;
   EXPECT_DOUBLE_EQ(lr_at(st, 1.0, 25, 100), 0.25);
 }
+
+// Dynamic loss scaling (exec/loss_scale.h), torch.cuda.amp.GradScaler's rule: starts at 2^16, an overflow skips
+// the step and halves the scale, 2000 finite steps in a row double it; a saved state continues as it was.
+TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
+  exec::LossScaler s;
+  EXPECT_EQ(s.scale(), 65536.0);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 16384.0);
+  for (int i = 0; i < 1999; ++i) ASSERT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 16384.0);
+  EXPECT_EQ(s.state().growth_tracker, 1999);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 32768.0);
+  EXPECT_EQ(s.state().growth_tracker, 0);
+  for (int i = 0; i < 500; ++i) s.update(true);
+  EXPECT_FALSE(s.update(false));  // an overflow resets the count
+  EXPECT_EQ(s.scale(), 16384.0);
+  EXPECT_EQ(s.state().growth_tracker, 0);
+  exec::LossScaler resumed(exec::LossScaleState{256.0, 1999});
+  EXPECT_TRUE(resumed.update(true));
+  EXPECT_EQ(resumed.scale(), 512.0);
+  EXPECT_EQ(exec::LossScaler(exec::LossScaleState{}).scale(), 65536.0);  // never scaled: a fresh start
+}

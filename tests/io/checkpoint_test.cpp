@@ -51,6 +51,32 @@ TEST(Checkpoint, RoundTripIsExact) {
   EXPECT_EQ(m.run_text, c.meta.run_text);
 }
 
+// fp16 runs' dynamic loss scale: two /optimizer attributes, read back exactly, shown by `braid inspect`; absent
+// from every other run's file (read as 0).
+TEST(Checkpoint, LossScaleRoundTripsAndIsAbsentOtherwise) {
+  TempDir dir;
+  Checkpoint c = sample_checkpoint();
+  c.loss_scale = 1024.0;
+  c.loss_scale_growth_tracker = 17;
+  write_checkpoint(dir.file("scaled.h5"), c);
+  Checkpoint r = read_checkpoint(dir.file("scaled.h5"));
+  EXPECT_EQ(r.loss_scale, 1024.0);
+  EXPECT_EQ(r.loss_scale_growth_tracker, 17);
+  Checkpoint plain = sample_checkpoint();
+  write_checkpoint(dir.file("plain.h5"), plain);
+  r = read_checkpoint(dir.file("plain.h5"));
+  EXPECT_EQ(r.loss_scale, 0);
+  EXPECT_EQ(r.loss_scale_growth_tracker, 0);
+  {
+    hid_t f = H5Fopen(dir.file("plain.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t g = H5Gopen2(f, "/optimizer", H5P_DEFAULT);
+    EXPECT_EQ(H5Aexists(g, "loss_scale"), 0);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+}
+
 TEST(Checkpoint, GivenCreatedAndHashesAreKept) {
   TempDir dir;
   Checkpoint c = sample_checkpoint();

@@ -98,6 +98,8 @@ inline void expect_same_checkpoint(const Checkpoint& a, const Checkpoint& b) {
     EXPECT_TRUE(found) << e.param << "/" << e.state;
   }
   EXPECT_EQ(a.optimizer_steps, b.optimizer_steps);
+  EXPECT_EQ(a.loss_scale, b.loss_scale);
+  EXPECT_EQ(a.loss_scale_growth_tracker, b.loss_scale_growth_tracker);
   EXPECT_EQ(a.optimizer_type, b.optimizer_type);
   ASSERT_EQ(a.rng.size(), b.rng.size());
   for (const auto& r : a.rng) {
