@@ -42,7 +42,7 @@ XML=()
 [ -n "$OUTDIR" ] && XML=(--gtest_output=xml:"$OUTDIR/gpu_tests.xml")
 braid_run timeout 240 "$C/bin/test_gpu" --gtest_filter=-GpuBench.* "${XML[@]}" >"${OUTDIR:-/tmp}/gpu_tests.log" 2>&1
 rc=$?
-grep -E '^\[ *(PASSED|FAILED|SKIPPED) *\]|^bf16 step|Failure|error' "${OUTDIR:-/tmp}/gpu_tests.log" | head -40 | tee -a "$LOG"
+grep -E '^\[ *(PASSED|FAILED|SKIPPED) *\]|^bf16 step|^f16 step|Failure|error' "${OUTDIR:-/tmp}/gpu_tests.log" | head -40 | tee -a "$LOG"
 tail -3 "${OUTDIR:-/tmp}/gpu_tests.log" | tee -a "$LOG"
 echo "test_gpu exit status $rc (124: timeout)" | tee -a "$LOG"
 
@@ -64,6 +64,10 @@ devices: cuda:0
 EOF
 braid_run timeout 45 "$C/bin/braid" train "$RUNDIR/tiny.yaml" --no-progress 2>&1 | tail -4 | tee -a "$LOG"
 echo "braid train exit status ${PIPESTATUS[0]}" | tee -a "$LOG"
+# fp16 with dynamic loss scaling, the same run (its metrics carry loss_scale and skipped_steps)
+braid_run timeout 30 "$C/bin/braid" train "$RUNDIR/tiny.yaml" --no-progress --set train.precision=f16 \
+  --set checkpoint.dir="$RUNDIR/ckpt16" --set log.metrics="$RUNDIR/f16.jsonl" 2>&1 | tail -2 | tee -a "$LOG"
+echo "braid train f16 exit status ${PIPESTATUS[0]}; last record: $(grep '"loss"' "$RUNDIR/f16.jsonl" 2>/dev/null | tail -1)" | tee -a "$LOG"
 cat >"$RUNDIR/gpt2.yaml" <<EOF
 model: $PWD/models/bench/gpt2_124m.yaml
 data: {train: {format: synthetic, samples: 64}}

@@ -41,6 +41,8 @@ class DeviceEngine {
   // The device's dense peak in FLOP/s for MFU reports (bf16 tensor cores; 0 when unknown).
   virtual double peak_flops() const = 0;
   virtual std::string describe() const = 0;  // for the trainer's banner: "cuda:0 (NVIDIA H200), bf16 autocast"
+  // Figures of the training so far for the metrics file's step records (fp16: loss_scale, skipped_steps).
+  virtual std::vector<std::pair<std::string, double>> step_metrics() const { return {}; }
   virtual size_t device_bytes() const = 0;
 };
 

@@ -402,6 +402,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       rec.samples_per_s = sps;
       rec.extra.emplace_back("epoch", static_cast<double>(sampler.epoch()));
       if (norm >= 0) rec.extra.emplace_back("grad_norm", norm);
+      if (engine)
+        for (const auto& kv : engine->step_metrics()) rec.extra.push_back(kv);
       for (const auto& [k, v] : ev) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }

@@ -2,7 +2,7 @@
 // the forward of each sample, and its backward as the gradient rule emits it (every emitted op run eagerly
 // on the GPU, the CPU run eagerly by tests/ops/op_harness). f32 within 1e-5 relative (|gpu - cpu| <=
 // 1e-5 (|cpu| + 1)); integer outputs and mutated buffers compared too. No per-op code here. The *Bf16Autocast
-// variants run the same with bf16 autocast on (every GEMM on bf16 operands, fp32 accumulation and results;
+// variants (and *F16Autocast, fp16 operands) run the same with bf16 autocast on (every GEMM on bf16 operands, fp32 accumulation and results;
 // cuda::Ctx::autocast) against the CPU in f32 within 1e-2 relative in L2 norm per tensor (see expect_close).
 #include <cmath>
 
@@ -21,7 +21,8 @@ constexpr double kRtol = 1e-5, kRtolBf16 = 1e-2;
 // GradBuilder that runs every emitted op's CUDA kernel at once on device tensors.
 class GpuEager : public GradBuilder {
  public:
-  GpuEager(Device& dev, bool bf16) : dev_(dev), bf16_(bf16) {}
+  // autocast: f32 (none), bf16 or f16 (cuda::Ctx::autocast_type).
+  GpuEager(Device& dev, DType autocast) : dev_(dev), autocast_(autocast) {}
   ValueId add(Tensor t) {
     vals_.push_back(std::move(t));
     return ValueId(static_cast<int32_t>(vals_.size() - 1));
@@ -50,9 +51,10 @@ class GpuEager : public GradBuilder {
     c.batch_offset = ctx.batch_offset;
     c.workspace_bytes = cuda_workspace_bytes(op, attrs, descs, out_descs);
     if (c.workspace_bytes) c.workspace = dev_.arena.take(c.workspace_bytes, "workspace");
-    if (bf16_) {
+    if (autocast_ != DType::f32) {
       c.autocast_bytes = cuda_autocast_bytes(descs, out_descs, c.workspace_bytes);
       c.autocast = dev_.arena.take(c.autocast_bytes, "autocast");
+      c.autocast_type = autocast_;
     }
     (*k)(c, attrs, in, out);
     std::vector<ValueId> ids;
@@ -65,7 +67,7 @@ class GpuEager : public GradBuilder {
 
  private:
   Device& dev_;
-  bool bf16_;
+  DType autocast_;
   std::vector<Tensor> vals_;
 };
 
@@ -122,7 +124,8 @@ TEST(CudaKernels, EveryRegistryOpHasOne) {
   for (const auto& name : cuda_kernel_names()) EXPECT_NE(Registry::get().find(name), nullptr) << name;
 }
 
-static void check_forward(bool bf16) {
+static void check_forward(DType autocast) {
+  const bool bf16 = autocast != DType::f32;  // autocast's tolerances (fp16's 10-bit mantissa is within bf16's)
   const double rtol = bf16 ? kRtolBf16 : kRtol;
   Device dev;
   Rng rng(11, 3);
@@ -134,7 +137,7 @@ static void check_forward(bool bf16) {
       std::vector<Tensor> cpu_in;
       for (const auto& t : inst.inputs) cpu_in.push_back(t.clone());
       auto cpu_out = run_forward(Instance{inst});  // run_forward clones the inputs it mutates
-      GpuEager g(dev, bf16);
+      GpuEager g(dev, autocast);
       g.ctx.training = true;
       g.ctx.rng_key = 7;
       g.ctx.batch_offset = inst.batch_offset;
@@ -162,7 +165,8 @@ static void check_forward(bool bf16) {
   }
 }
 
-static void check_backward(bool bf16) {
+static void check_backward(DType autocast) {
+  const bool bf16 = autocast != DType::f32;
   const double rtol = bf16 ? kRtolBf16 : kRtol;
   Device dev;
   Rng rng(12, 4);
@@ -177,7 +181,7 @@ static void check_backward(bool bf16) {
       for (int64_t i = 0; i < dy.numel(); ++i) set_from_double(dy, i, rng.uniform(-1, 1));
       auto cpu_grads = run_backward(inst, dy);
       // The same on the GPU: forward, then the gradient rule with every emitted op on the device.
-      GpuEager g(dev, bf16);
+      GpuEager g(dev, autocast);
       g.ctx.training = true;
       g.ctx.rng_key = 7;
       g.ctx.batch_offset = inst.batch_offset;
@@ -200,20 +204,31 @@ static void check_backward(bool bf16) {
 
 TEST(CudaOps, ForwardMatchesCpu) {
   BRAID_REQUIRE_GPU();
-  check_forward(false);
+  check_forward(DType::f32);
 }
 
 TEST(CudaOps, BackwardMatchesCpu) {
   BRAID_REQUIRE_GPU();
-  check_backward(false);
+  check_backward(DType::f32);
 }
 
 TEST(CudaOps, ForwardMatchesCpuBf16Autocast) {
   BRAID_REQUIRE_GPU();
-  check_forward(true);
+  check_forward(DType::bf16);
 }
 
 TEST(CudaOps, BackwardMatchesCpuBf16Autocast) {
   BRAID_REQUIRE_GPU();
-  check_backward(true);
+  check_backward(DType::bf16);
+}
+
+// fp16 autocast (precision f16): the same walk, GEMM operands in fp16.
+TEST(CudaOps, ForwardMatchesCpuF16Autocast) {
+  BRAID_REQUIRE_GPU();
+  check_forward(DType::f16);
+}
+
+TEST(CudaOps, BackwardMatchesCpuF16Autocast) {
+  BRAID_REQUIRE_GPU();
+  check_backward(DType::f16);
 }

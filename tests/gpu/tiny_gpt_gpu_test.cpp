@@ -125,8 +125,10 @@ TEST(TinyGptGpu, TenStepsMatchCpu) {
 namespace {
 
 // 10 AdamW steps on the CPU (micro-batches of 2, gradients averaged as the trainer does) and on the GPU with the
-// device optimizer; returns the per-step losses (mean over micro-batches) of each.
-void device_steps(bool bf16, std::vector<double>* cpu_losses, std::vector<double>* gpu_losses) {
+// device optimizer; returns the per-step losses (mean over micro-batches) of each. f16: fp16 autocast with the
+// loss scaled by `loss_scale` (the gradients divided by it in the accumulation, as the CUDA engine does).
+void device_steps(bool bf16, std::vector<double>* cpu_losses, std::vector<double>* gpu_losses, bool f16 = false,
+                  double loss_scale = 1) {
   GptCase s = load(2);
   io::OptimizerSpec spec;
   spec.type = "adamw";
@@ -139,7 +141,9 @@ void device_steps(bool bf16, std::vector<double>* cpu_losses, std::vector<double
   exec::CudaExecutorOptions co;
   co.mirror_keep = false;
   co.bf16 = bf16;
+  co.f16 = f16;
   exec::CudaExecutor gpu(s.g, gpu_store, s.keep, {}, co);
+  gpu.set_loss_scale(loss_scale);
   exec::Optimizer cpu_opt(spec, cpu_store);
   exec::CudaOptimizer gpu_opt(gpu, spec, 2);
   std::vector<Tensor> ci, gi;
@@ -163,11 +167,12 @@ void device_steps(bool bf16, std::vector<double>* cpu_losses, std::vector<double
       lc += get_as_double(cpu.value(s.g.loss()), 0) / 2;
       fill_inputs(s, gi, 2 * k + mb);
       gpu.run(true, 1, static_cast<uint64_t>(2 * k + mb));
-      gpu_opt.accumulate(mb);
+      gpu_opt.accumulate(mb, loss_scale);
       gpu.fetch(s.g.loss(), loss);
       lg += get_as_double(loss, 0) / 2;
     }
     cpu_opt.step(spec.lr);
+    if (loss_scale != 1) EXPECT_TRUE(std::isfinite(gpu_opt.grad_norm())) << "step " << k << ": an fp16 overflow";
     gpu_opt.step(spec.lr);
     cpu_losses->push_back(lc);
     gpu_losses->push_back(lg);
@@ -194,4 +199,50 @@ TEST(TinyGptGpu, TenStepsBf16CloseToCpu) {
   }
   // No "the loss falls" check: over these 10 small steps the fp32 run itself does not fall (H200, 2026-11-30:
   // 5.5566 -> 5.5889), and the bf16 run follows it within 5.2e-5 relative at every step.
+}
+
+// fp16 autocast with a loss scale of 1024 (the gradients divided by it while accumulating): every step's loss
+// within 1e-2 relative of the CPU's f32 run, no overflow.
+TEST(TinyGptGpu, TenStepsF16WithLossScalingCloseToCpu) {
+  BRAID_REQUIRE_GPU();
+  std::vector<double> lc, lg;
+  device_steps(false, &lc, &lg, /*f16=*/true, /*loss_scale=*/1024);
+  for (size_t k = 0; k < lc.size(); ++k) {
+    std::printf("f16 step %zu: loss %.6f, cpu f32 %.6f, relative difference %.2e\n", k, lg[k], lc[k],
+                std::abs(lg[k] - lc[k]) / std::abs(lc[k]));
+    EXPECT_NEAR(lg[k], lc[k], 1e-2 * std::abs(lc[k])) << "step " << k;
+  }
+}
+
+// Loss scaling on the device: the seed S makes every gradient S times the unscaled one (f32: exactly up to
+// rounding, the seed being a power of two), and under fp16 autocast a scale that pushes a GEMM operand past
+// 65504 shows as a non-finite gradient norm, which is what the CUDA engine's loss scaler skips a step on.
+TEST(LossScaleGpu, SeedScalesGradientsAndFp16OverflowIsSeen) {
+  BRAID_REQUIRE_GPU();
+  GptCase s = load(2);
+  io::OptimizerSpec spec;
+  spec.type = "sgd";
+  spec.lr = 0;
+  auto norm_at = [&](bool f16, double scale) {
+    exec::ParamStore store;
+    store.create(s.g, 1);
+    exec::CudaExecutorOptions co;
+    co.mirror_keep = false;
+    co.f16 = f16;
+    exec::CudaExecutor gpu(s.g, store, s.keep, {}, co);
+    gpu.set_loss_scale(scale);
+    exec::CudaOptimizer opt(gpu, spec, 1);
+    std::vector<Tensor> in;
+    for (const auto& i : s.m.inputs) in.push_back(gpu.input(i.name));
+    fill_inputs(s, in, 0);
+    gpu.run(true, 1, 0);
+    return opt.grad_norm();
+  };
+  const double plain = norm_at(false, 1), scaled = norm_at(false, 1024);
+  ASSERT_GT(plain, 0);
+  EXPECT_NEAR(scaled / 1024, plain, 1e-5 * plain);
+  const double half = norm_at(true, 1024);
+  EXPECT_TRUE(std::isfinite(half));
+  EXPECT_NEAR(half / 1024, plain, 1e-2 * plain);
+  EXPECT_FALSE(std::isfinite(norm_at(true, 1e12)));  // 1e12 x gradients: past fp16's 65504 in the GEMMs
 }

@@ -1,15 +1,18 @@
 // `braid train` on one GPU (exec::train with devices cuda:0, the CUDA DeviceEngine) against the same run on the
 // CPU: tiny_gpt (dropout on, two micro-batches a step, AdamW with clip_grad_norm, a cosine schedule) for 10 steps,
 // every step's loss and the final evaluation within 1e-4; a run stopped after step 3 and resumed from its
-// checkpoint gives the straight run's later losses; bf16 autocast trains within 1e-2 of the fp32 CPU run.
+// checkpoint gives the straight run's later losses; bf16 autocast trains within 1e-2 of the fp32 CPU run, and so
+// does fp16 with dynamic loss scaling, whose scale travels in checkpoints and whose overflows skip steps.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "exec/bench.h"
 #include "exec/cuda/cuda_engine.h"
 #include "exec/trainer.h"
+#include "io/checkpoint.h"
 #include "gpu_util.h"
 #include "io/run_config.h"
 
@@ -97,6 +100,61 @@ TEST(TrainGpu, Bf16CloseToCpu) {
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
   for (size_t k = 0; k < cpu.losses.size(); ++k)
     EXPECT_NEAR(gpu.losses[k], cpu.losses[k], 1e-2 * std::abs(cpu.losses[k])) << "step " << k;
+}
+
+// fp16 autocast with dynamic loss scaling: within 1e-2 of the CPU's f32 run; the metrics file carries the loss
+// scale (2^16 at the start, no overflow in these steps) and the skipped steps.
+TEST(TrainGpu, F16WithLossScalingCloseToCpu) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("f16");
+  const std::string metrics = (c.dir / "metrics.jsonl").string();
+  exec::TrainResult cpu = train_on(c, "cpu"),
+                    gpu = train_on(c, "cuda:0", {"train.precision=f16", "log.metrics=" + metrics});
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t k = 0; k < cpu.losses.size(); ++k) {
+    std::printf("f16 step %zu: %.6f, cpu f32 %.6f\n", k, gpu.losses[k], cpu.losses[k]);
+    EXPECT_NEAR(gpu.losses[k], cpu.losses[k], 1e-2 * std::abs(cpu.losses[k])) << "step " << k;
+  }
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find("\"loss\"") != std::string::npos) last = line;
+  EXPECT_NE(last.find("\"loss_scale\":65536"), std::string::npos) << last;
+  EXPECT_NE(last.find("\"skipped_steps\":0"), std::string::npos) << last;
+}
+
+// A loss scale far past fp16's range (a checkpoint's, here written so): every step overflows, is skipped (the
+// weights stay the checkpoint's) and halves the scale; the next checkpoint holds the halved scale.
+TEST(TrainGpu, F16OverflowSkipsStepsAndHalvesTheScale) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("f16_overflow");
+  exec::TrainOptions stop;
+  stop.stop_after = 3;
+  exec::TrainResult first = train_on(c, "cuda:0", {"train.precision=f16"}, stop);
+  ASSERT_FALSE(first.last_checkpoint.empty());
+  io::Checkpoint ck = io::read_checkpoint(first.last_checkpoint);
+  EXPECT_EQ(ck.loss_scale, 65536.0);
+  EXPECT_EQ(ck.loss_scale_growth_tracker, 3);
+  ck.loss_scale = std::ldexp(1.0, 60);
+  ck.loss_scale_growth_tracker = 0;
+  const std::string huge = (c.dir / "huge_scale.h5").string();
+  io::write_checkpoint(huge, ck);
+  exec::TrainOptions resume;
+  resume.resume = huge;
+  exec::TrainResult rest = train_on(c, "cuda:0", {"train.precision=f16"}, resume, "_rest");
+  ASSERT_EQ(rest.losses.size(), 7u);
+  io::Checkpoint after = io::read_checkpoint(rest.last_checkpoint);
+  EXPECT_EQ(after.loss_scale, std::ldexp(1.0, 53));  // seven overflows
+  EXPECT_EQ(after.optimizer_steps, ck.optimizer_steps);  // no update taken
+  ASSERT_EQ(after.params.size(), ck.params.size());
+  for (size_t i = 0; i < ck.params.size(); ++i) {
+    const Tensor& a = ck.params[i].second;
+    const Tensor& b = after.params[i].second;
+    ASSERT_EQ(a.bytes(), b.bytes());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0) << ck.params[i].first << " changed in a skipped step";
+  }
 }
 
 // braid bench on the GPU times DeviceEngine::step (waited for on the device) and reports the device and its peak.

@@ -2,12 +2,14 @@
 #include "exec/cuda/cuda_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/cuda_optimizer.h"
 #include "exec/device_engine.h"
+#include "exec/loss_scale.h"
 #include "exec/runner.h"
 #include "graph/build.h"
 #include "graph/verify.h"
@@ -30,11 +32,9 @@ class CudaEngine final : public DeviceEngine {
     if (device_ < 0 || device_ >= visible)
       throw UserError(at, "devices " + cfg_.devices + ": there is no CUDA device " + std::to_string(device_) + "; " +
                               std::to_string(visible) + " visible (0-" + std::to_string(visible - 1) + ")");
-    if (cfg_.train.precision == "f16")
-      throw UserError(at, "precision f16 on cuda is not supported yet (fp16 with dynamic loss scaling)",
-                      "use precision: bf16 (same speed on the GPUs braid targets, no loss scaling) or f32");
     copts_.device = device_;
     copts_.bf16 = cfg_.train.precision == "bf16";
+    copts_.f16 = cfg_.train.precision == "f16";  // with dynamic loss scaling (step)
     // Kept to the end of a run: the loss and every gradient (the optimizer reads them in place, or accumulates
     // them, after the run; a value not kept may share its bytes with a later one). Not mirrored to the host: the
     // loss alone is fetched, a few bytes.
@@ -61,6 +61,9 @@ class CudaEngine final : public DeviceEngine {
               double* grad_norm) override {
     const int64_t m_count = static_cast<int64_t>(batch_idx.size()) / micro_;
     scratch_.resize(static_cast<size_t>(micro_));
+    // fp16: the loss's gradient scaled by S (exec/loss_scale.h), the gradients divided by S before anything reads them.
+    const double scale = copts_.f16 ? scaler_.scale() : 1.0;
+    exec_->set_loss_scale(scale);
     double loss = 0;
     for (int64_t m = 0; m < m_count; ++m) {
       std::copy(batch_idx.begin() + m * micro_, batch_idx.begin() + (m + 1) * micro_, scratch_.begin());
@@ -69,12 +72,19 @@ class CudaEngine final : public DeviceEngine {
       exec_->run(true, cfg_.train.seed, static_cast<uint64_t>(step * m_count + m), 0);
       exec_->fetch(train_.loss(), loss_);
       loss += scalar(loss_) / static_cast<double>(m_count);
-      opt_->accumulate(static_cast<int>(m));
+      opt_->accumulate(static_cast<int>(m), scale);
     }
     io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
+    if (scale != 1 && opt_->micro_batches() == 1) opt_->scale_grads(1.0 / scale);
     *grad_norm = -1;
+    double norm = -1;
+    if (clip > 0 || copts_.f16) norm = opt_->grad_norm();
+    if (copts_.f16 && !scaler_.update(std::isfinite(norm))) {  // an fp16 overflow: no update, S halved
+      ++skipped_;
+      if (clip > 0) *grad_norm = norm;
+      return loss;
+    }
     if (clip > 0) {  // exec::clip_grad_norm's rule on the device's gradients
-      const double norm = opt_->grad_norm();
       const double coef = clip_coefficient(norm, clip);
       if (coef < 1.0) opt_->scale_grads(coef);
       *grad_norm = norm;
@@ -86,13 +96,19 @@ class CudaEngine final : public DeviceEngine {
   void to_host(ParamStore& store, Optimizer* opt) override {
     BRAID_ASSERT(&store == &store_, "the CUDA engine's host store is the one it was built with");
     exec_->download_params();  // after the queued steps: same stream, and each copy synchronises
-    if (opt) opt_->download(*opt);
+    if (opt) {
+      opt_->download(*opt);
+      opt->loss_scale = copts_.f16 ? scaler_.state() : LossScaleState{};
+    }
   }
 
   void from_host(const ParamStore& store, const Optimizer* opt) override {
     BRAID_ASSERT(&store == &store_, "the CUDA engine's host store is the one it was built with");
     exec_->upload_params();
-    if (opt) opt_->upload(*opt);
+    if (opt) {
+      opt_->upload(*opt);
+      scaler_ = LossScaler(opt->loss_scale);  // a checkpoint without one (not fp16): the initial scale
+    }
     for (auto& [b, e] : evals_) e->fresh_at = -1;
   }
 
@@ -142,7 +158,15 @@ class CudaEngine final : public DeviceEngine {
   double peak_flops() const override { return cuda::dense_bf16_peak_flops(name_); }
 
   std::string describe() const override {
-    return "cuda:" + std::to_string(device_) + " (" + name_ + ")" + (copts_.bf16 ? ", bf16 autocast" : ", fp32");
+    return "cuda:" + std::to_string(device_) + " (" + name_ + ")" +
+           (copts_.bf16  ? ", bf16 autocast"
+            : copts_.f16 ? ", fp16 autocast with dynamic loss scaling"
+                         : ", fp32");
+  }
+
+  std::vector<std::pair<std::string, double>> step_metrics() const override {
+    if (!copts_.f16) return {};
+    return {{"loss_scale", scaler_.scale()}, {"skipped_steps", static_cast<double>(skipped_)}};
   }
 
   size_t device_bytes() const override { return exec_->device_bytes() + opt_->device_bytes(); }
@@ -168,6 +192,8 @@ class CudaEngine final : public DeviceEngine {
   std::map<int64_t, std::unique_ptr<Eval>> evals_;  // by batch size (the last batch may be smaller)
   io::TraceLane* trace_ = nullptr;
   std::string name_;
+  LossScaler scaler_;     // fp16 only
+  int64_t skipped_ = 0;   // steps skipped for an fp16 overflow in this run
 };
 
 std::unique_ptr<DeviceEngine> make_cuda_engine(const DeviceEngineArgs& a) { return std::make_unique<CudaEngine>(a); }

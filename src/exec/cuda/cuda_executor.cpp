@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 
 #include "core/rng.h"
@@ -41,6 +42,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       cuda_(cuda_options),
       keep_(keep) {
   BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+  BRAID_ASSERT(!(cuda_.bf16 && cuda_.f16), "CudaExecutorOptions: bf16 or f16 autocast, not both");
   // 1. Every node has a CUDA kernel (or is a collective); the largest workspace any node asks for.
   for (const auto& n : g.nodes()) {
     if (n.op->collective) {
@@ -57,7 +59,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
     const size_t ws = ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out);
     workspace_bytes_ = std::max(workspace_bytes_, ws);
-    if (cuda_.bf16) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
+    if (cuda_.autocast()) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
   }
   // 2. One arena: shared activations, slots, parameters and buffers, workspace.
   const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
@@ -65,7 +67,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   for (const auto& v : g.values())
     if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
       param_bytes += align256(v.desc.bytes());
-      if (cuda_.bf16 && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+      if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
         param_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
     }
   const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
@@ -87,8 +89,8 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
                    v.desc.str(), " in the graph");
       Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
       param_views_.emplace_back(params.index_of(v.name), d);
-      if (cuda_.bf16 && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
-        shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "bf16 copy"), v.desc.numel()});
+      if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+        shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "16-bit copy"), v.desc.numel()});
       for (auto& views : views_) views[v.id.idx()] = d;
       continue;
     }
@@ -117,7 +119,11 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       node_in_[s].push_back(std::move(in));
       node_out_[s].push_back(std::move(out));
     }
-  for (const auto& n : g.nodes()) node_keys_.push_back(name_hash(n.name));
+  for (const auto& n : g.nodes()) {
+    node_keys_.push_back(name_hash(n.name));
+    if (n.op->name == "ones_like" && g.loss().valid() && n.inputs.size() == 1 && n.inputs[0] == g.loss())
+      loss_seed_ = n.id.idx();
+  }
   first_backward_ = g.nodes().size();
   for (const auto& n : g.nodes()) {
     if (n.backward) {
@@ -139,7 +145,13 @@ void CudaExecutor::upload_params() {
   shadows_fresh_ = false;
 }
 
-void* CudaExecutor::bf16_shadow(const void* p) const {
+void CudaExecutor::set_loss_scale(double s) {
+  BRAID_ASSERT(s == 1 || loss_seed_ != SIZE_MAX, "loss scaling needs a graph whose backward seeds the loss's gradient");
+  BRAID_ASSERT(s > 0 && std::isfinite(s), "loss scale ", s, " is not a positive finite number");
+  loss_scale_ = s;
+}
+
+void* CudaExecutor::autocast_shadow(const void* p) const {
   for (const auto& s : shadows_)
     if (s.src == p) return s.dst;
   return nullptr;
@@ -147,7 +159,7 @@ void* CudaExecutor::bf16_shadow(const void* p) const {
 
 void CudaExecutor::refresh_shadows() {
   cuda::Ctx c = stream_->ctx();
-  for (const auto& s : shadows_) cuda::cast(c, DType::f32, s.src, DType::bf16, s.dst, s.n);
+  for (const auto& s : shadows_) cuda::cast(c, DType::f32, s.src, autocast_type(), s.dst, s.n);
   shadows_fresh_ = true;
 }
 
@@ -283,6 +295,7 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
   ctx.workspace_bytes = workspace_bytes_;
   ctx.autocast = autocast_;
   ctx.autocast_bytes = autocast_bytes_;
+  ctx.autocast_type = autocast_type();
   if (!shadows_.empty()) {
     if (!shadows_fresh_) refresh_shadows();
     ctx.shadows = shadows_.data();
@@ -302,6 +315,10 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
       ctx.rng_key = hash_key(run_key, node_keys_[i]);
       ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
       (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
+      if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
+        const Tensor& seed = outs[i][0];
+        cuda::fill(ctx, seed.dtype(), seed.raw(), seed.numel(), loss_scale_);
+      }
     }
     if (after_node_) {
       stream_->synchronize();  // the hook may read this node's outputs

@@ -9,6 +9,7 @@
 // `keep` value is its host mirror, copied back at the end of run() (options.mirror_keep); device_value() is
 // the device view. An op without a CUDA kernel is an error at construction naming it, never a CPU fallback.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,11 @@ struct CudaExecutorOptions {
   // tensor cores with fp32 accumulation and fp32 results; values, parameters (master weights), gradients,
   // norms, softmax, losses and reductions stay fp32. See cuda::Ctx::autocast.
   bool bf16 = false;
+  // fp16 autocast (run file `precision: f16`): the same with fp16 operands (cuda::Ctx::autocast_type). fp16's
+  // range ends at 65504 and its subnormals at 6e-8, so the trainer pairs it with dynamic loss scaling
+  // (set_loss_scale, exec/loss_scale.h). Not with bf16.
+  bool f16 = false;
+  bool autocast() const { return bf16 || f16; }
 };
 
 class CudaExecutor {
@@ -63,10 +69,14 @@ class CudaExecutor {
   void download_params();
   // The device view of parameter or buffer `name` ("h.0.fc.weight").
   const Tensor& device_param(const std::string& name) const;
-  // Under bf16 autocast: the bf16 copy of device parameter data `p` (Ctx::shadows), or null. Whoever writes
-  // device parameters other than upload_params() and the device optimizer (which rewrites the copies in its
-  // fused update) calls params_changed(), and the copies are cast again at the start of the next run.
-  void* bf16_shadow(const void* p) const;
+  // Under autocast: the 16-bit copy (bf16 or fp16) of device parameter data `p` (Ctx::shadows), or null. Whoever
+  // writes device parameters other than upload_params() and the device optimizer (which rewrites the copies in
+  // its fused update) calls params_changed(), and the copies are cast again at the start of the next run.
+  void* autocast_shadow(const void* p) const;
+  DType autocast_type() const { return cuda_.f16 ? DType::f16 : DType::bf16; }
+  // Loss scaling: the loss's gradient seed (the ones_like node autodiff emits for the loss) is `s` instead of 1,
+  // so every gradient of a run is s times the loss's (exec/loss_scale.h). 1: none. Needs a graph with backward.
+  void set_loss_scale(double s);
   void params_changed() { shadows_fresh_ = false; }
   cuda::Stream& stream() { return *stream_; }
   cuda::DeviceArena& arena() { return *arena_; }
@@ -88,7 +98,7 @@ class CudaExecutor {
   std::unique_ptr<cuda::DeviceArena> arena_;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  void* autocast_ = nullptr;  // bf16 operand scratch (cuda_.bf16)
+  void* autocast_ = nullptr;  // 16-bit operand scratch (cuda_.autocast())
   size_t autocast_bytes_ = 0;
   std::vector<std::vector<Tensor>> views_;                            // [slot][value], device
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
@@ -97,7 +107,9 @@ class CudaExecutor {
   std::vector<std::vector<Tensor>> mirror_;                           // [slot][value]: host copies of keep
   std::vector<ValueId> keep_;
   std::vector<std::pair<size_t, Tensor>> param_views_;                // (store index, device view)
-  std::vector<cuda::Bf16Shadow> shadows_;                             // bf16 parameter copies, by src
+  std::vector<cuda::Bf16Shadow> shadows_;                             // 16-bit parameter copies, by src
+  size_t loss_seed_ = SIZE_MAX;  // the node seeding the loss's gradient (ones_like of the loss), if any
+  double loss_scale_ = 1;
   bool shadows_fresh_ = false;
   std::vector<uint64_t> node_keys_;
   io::TraceLane* trace_ = nullptr;

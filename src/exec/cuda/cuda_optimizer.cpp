@@ -38,7 +38,8 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     cuda::ParamSlot s;
     s.n = w.numel();
     s.p = w.data<float>();
-    s.p16 = ex.bf16_shadow(s.p);  // under autocast: the GEMMs' bf16 copy, rewritten with each update
+    s.p16 = ex.autocast_shadow(s.p);  // under autocast: the GEMMs' 16-bit copy, rewritten with each update
+    s.p16_half = s.p16 && ex.autocast_type() == DType::f16 ? 1 : 0;
     const size_t nb = static_cast<size_t>(s.n) * 4;
     auto zeroed = [&](const char* what) {
       auto* q = static_cast<float*>(arena_->take(nb, what));
@@ -69,11 +70,11 @@ CudaOptimizer::~CudaOptimizer() = default;
 
 size_t CudaOptimizer::device_bytes() const { return arena_->used(); }
 
-void CudaOptimizer::accumulate(int mb) {
+void CudaOptimizer::accumulate(int mb, double loss_scale) {
   if (micro_batches_ == 1) return;
   cuda::Ctx c = ex_.stream().ctx();
-  for (const auto& [grad, acc] : accum_)
-    cuda::axpy(c, DType::f32, grad.raw(), acc, grad.numel(), 1.0 / micro_batches_, mb == 0);
+  const double k = loss_scale == 1 ? 1.0 / micro_batches_ : 1.0 / (micro_batches_ * loss_scale);
+  for (const auto& [grad, acc] : accum_) cuda::axpy(c, DType::f32, grad.raw(), acc, grad.numel(), k, mb == 0);
 }
 
 void CudaOptimizer::step(double lr) {

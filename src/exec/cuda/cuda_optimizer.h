@@ -22,13 +22,17 @@ class CudaOptimizer {
   // gradients into fp32 accumulators; 1: the update reads the graph's gradient values in place.
   CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches = 1);
   ~CudaOptimizer();
-  // After micro-batch mb's run (slot 0): dst = g / M (mb 0) or dst += g / M. A no-op with one micro-batch.
-  void accumulate(int mb);
+  // After micro-batch mb's run (slot 0): dst = g / (M loss_scale) (mb 0) or dst += g / (M loss_scale): the run's
+  // gradients were of the loss times loss_scale (CudaExecutor::set_loss_scale). A no-op with one micro-batch (then
+  // the caller divides by the loss scale with scale_grads).
+  void accumulate(int mb, double loss_scale = 1);
+  int micro_batches() const { return micro_batches_; }
   // One update of every parameter at learning rate lr; enqueued on the executor's stream, not synchronised.
   void step(double lr);
   int64_t steps_taken() const { return step_; }
   size_t device_bytes() const;
-  // The L2 norm of the gradients the next step() reads (the accumulated ones), in double; synchronises.
+  // The L2 norm of the gradients the next step() reads (the accumulated ones), in double; synchronises. Not finite
+  // when a gradient holds an inf or NaN (an fp16 overflow under loss scaling).
   double grad_norm();
   // Those gradients *= k (clipping: k = max_norm / (norm + 1e-6) when below 1).
   void scale_grads(double k);

@@ -13,7 +13,7 @@ namespace {
 // One row i of one (sample, head) plane per block: mask, softmax, dropout.
 template <typename T>
 __global__ void softmax_mask_dropout(T* probs, T* dropped, int64_t t, bool causal, double p, uint64_t key,
-                                     uint64_t plane_base, float keep_scale, bf16* pv16) {
+                                     uint64_t plane_base, float keep_scale, void* pv16, bool half) {
   int64_t row = blockIdx.x;  // over planes * t rows of the sample
   int64_t i = row % t;
   int64_t valid = causal ? i + 1 : t;
@@ -33,14 +33,14 @@ __global__ void softmax_mask_dropout(T* probs, T* dropped, int64_t t, bool causa
         dv = uniform_at(key, plane_base + static_cast<uint64_t>(row * t + j)) >= p ? __fmul_rn(v, keep_scale) : 0.f;
       dropped[row * t + j] = from_f<T>(dv);
     }
-    if (pv16) pv16[row * t + j] = __float2bfloat16_rn(to_f(from_f<T>(dv)));
+    if (pv16) store_autocast(pv16, row * t + j, to_f(from_f<T>(dv)), half);
   }
 }
 
 // dS = P * (dP - rowsum(dP * P)) with dP = dD (* mask); in place on the scratch rows.
 template <typename T>
 __global__ void softmax_backward_rows(T* g, const T* probs, const T* dropped, int64_t t, bool causal, double p,
-                                      float keep_scale, bf16* g16) {
+                                      float keep_scale, void* g16, bool half) {
   int64_t row = blockIdx.x, i = row % t, valid = causal ? i + 1 : t;
   T* gr = g + row * t;
   const T* pr = probs + row * t;
@@ -60,7 +60,7 @@ __global__ void softmax_backward_rows(T* g, const T* probs, const T* dropped, in
       v = to_f(pr[j]) * (v - d);
     }
     gr[j] = from_f<T>(v);
-    if (g16) g16[row * t + j] = __float2bfloat16_rn(to_f(from_f<T>(v)));
+    if (g16) store_autocast(g16, row * t + j, to_f(from_f<T>(v)), half);
   }
 }
 
@@ -68,9 +68,10 @@ size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Autocast with room for this per-sample layout in the scratch: the attention core keeps its own bf16 copies
-// (qkv and dcontext cast once per sample, probabilities and dS written in bf16 by the row kernels) instead of
-// every GEMM casting its operand spans again. The bf16 values are the ones the staged path would cast.
+// Autocast with room for this per-sample layout in the scratch: the attention core keeps its own 16-bit copies
+// (Ctx::autocast_type: qkv and dcontext cast once per sample, probabilities and dS written in 16 bits by the row
+// kernels) instead of every GEMM casting its operand spans again. The values are the ones the staged path would
+// cast. (The bf16* pointers below address 2-byte elements of either type: only their size is used.)
 bool own_bf16(const Ctx& c, DType t, size_t need) { return t == DType::f32 && c.autocast && c.autocast_bytes >= need; }
 
 }  // namespace
@@ -94,8 +95,8 @@ void attention_forward(const Ctx& c, DType t, const void* qkv, void* probs, void
     char* cb = static_cast<char*>(context) + static_cast<size_t>(b * T_ * d) * es;
     // scores[h] (T, T) = scale q_h k_h^T
     if (own) {
-      cast(c, DType::f32, q, DType::bf16, qkv16, T_ * ld);
-      gemm_bf16_f32(c, false, true, T_, T_, dh, scale, qkv16, ld, dh, qkv16 + d, ld, dh, 0.f, pb, T_, plane, h);
+      cast(c, DType::f32, q, c.autocast_type, qkv16, T_ * ld);
+      gemm_autocast_f32(c, false, true, T_, T_, dh, scale, qkv16, ld, dh, qkv16 + d, ld, dh, 0.f, pb, T_, plane, h);
     } else {
       gemm(c, t, false, true, T_, T_, dh, scale, q, ld, dh, k, ld, dh, 0.f, pb, T_, plane, h);
     }
@@ -103,11 +104,11 @@ void attention_forward(const Ctx& c, DType t, const void* qkv, void* probs, void
       using E = decltype(tag);
       softmax_mask_dropout<E><<<static_cast<unsigned>(h * T_), 128, 0, stream_of(c)>>>(
           reinterpret_cast<E*>(pb), reinterpret_cast<E*>(db), T_, causal, p, key,
-          mask_base + static_cast<uint64_t>(b * h * plane), keep_scale, p16);
+          mask_base + static_cast<uint64_t>(b * h * plane), keep_scale, p16, c.autocast_type == DType::f16);
       BRAID_LAUNCH_CHECK("softmax_mask_dropout");
     });
     // context_h (T, dh) = P_h v_h, written at column h dh of context (B, T, d)
-    if (own) gemm_bf16_f32(c, false, false, T_, dh, T_, 1.f, p16, T_, plane, qkv16 + 2 * d, ld, dh, 0.f, cb, d, dh, h);
+    if (own) gemm_autocast_f32(c, false, false, T_, dh, T_, 1.f, p16, T_, plane, qkv16 + 2 * d, ld, dh, 0.f, cb, d, dh, h);
     else gemm(c, t, false, false, T_, dh, T_, 1.f, db ? db : pb, T_, plane, v, ld, dh, 0.f, cb, d, dh, h);
   }
 }
@@ -144,12 +145,12 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
     const char* pb = static_cast<const char*>(probs) + static_cast<size_t>(b * h * plane) * es;
     const char* db = dropped ? static_cast<const char*>(dropped) + static_cast<size_t>(b * h * plane) * es : nullptr;
     if (own) {
-      cast(c, DType::f32, q, DType::bf16, qkv16, T_ * ld);
-      cast(c, DType::f32, dc, DType::bf16, dc16, T_ * d);
-      cast(c, DType::f32, db ? db : pb, DType::bf16, pl16, h * plane);
+      cast(c, DType::f32, q, c.autocast_type, qkv16, T_ * ld);
+      cast(c, DType::f32, dc, c.autocast_type, dc16, T_ * d);
+      cast(c, DType::f32, db ? db : pb, c.autocast_type, pl16, h * plane);
       // dV = D^T dC;  dD = dC V^T
-      gemm_bf16_f32(c, true, false, T_, dh, T_, 1.f, pl16, T_, plane, dc16, d, dh, 0.f, dv, ld, dh, h);
-      gemm_bf16_f32(c, false, true, T_, T_, dh, 1.f, dc16, d, dh, qkv16 + 2 * d, ld, dh, 0.f, g, T_, plane, h);
+      gemm_autocast_f32(c, true, false, T_, dh, T_, 1.f, pl16, T_, plane, dc16, d, dh, 0.f, dv, ld, dh, h);
+      gemm_autocast_f32(c, false, true, T_, T_, dh, 1.f, dc16, d, dh, qkv16 + 2 * d, ld, dh, 0.f, g, T_, plane, h);
     } else {
       // dV = D^T dC
       gemm(c, t, true, false, T_, dh, T_, 1.f, db ? db : pb, T_, plane, dc, d, dh, 0.f, dv, ld, dh, h);
@@ -160,13 +161,14 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
       using E = decltype(tag);
       softmax_backward_rows<E><<<static_cast<unsigned>(h * T_), 128, 0, stream_of(c)>>>(
           static_cast<E*>(g), reinterpret_cast<const E*>(pb), reinterpret_cast<const E*>(db), T_, causal, p,
-          keep_scale, pl16);  // own: dS in bf16 over the probabilities' copy (dV has read it: stream order)
+          keep_scale, pl16, c.autocast_type == DType::f16);  // own: dS in 16 bits over the probabilities' copy
+                                                              // (dV has read it: stream order)
       BRAID_LAUNCH_CHECK("softmax_backward_rows");
     });
     // dQ = s dS K;  dK = s dS^T Q
     if (own) {
-      gemm_bf16_f32(c, false, false, T_, dh, T_, scale, pl16, T_, plane, qkv16 + d, ld, dh, 0.f, dq, ld, dh, h);
-      gemm_bf16_f32(c, true, false, T_, dh, T_, scale, pl16, T_, plane, qkv16, ld, dh, 0.f, dk, ld, dh, h);
+      gemm_autocast_f32(c, false, false, T_, dh, T_, scale, pl16, T_, plane, qkv16 + d, ld, dh, 0.f, dq, ld, dh, h);
+      gemm_autocast_f32(c, true, false, T_, dh, T_, scale, pl16, T_, plane, qkv16, ld, dh, 0.f, dk, ld, dh, h);
     } else {
       gemm(c, t, false, false, T_, dh, T_, scale, g, T_, plane, k, ld, dh, 0.f, dq, ld, dh, h);
       gemm(c, t, true, false, T_, dh, T_, scale, g, T_, plane, q, ld, dh, 0.f, dk, ld, dh, h);

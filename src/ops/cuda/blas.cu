@@ -2,8 +2,8 @@
 // forward through cuBLASLt with bias / bias+relu / bias+gelu epilogues, and deterministic column sums.
 // f32 GEMMs use CUBLAS_COMPUTE_32F (no TF32: results match the CPU's fp32 BLAS to rounding); bf16 GEMMs
 // take bf16 operands with fp32 accumulation (CUBLAS_COMPUTE_32F, fp32 alpha/beta). Autocast (Ctx::autocast):
-// f32 GEMMs cast both operands to bf16 in the autocast scratch first (the span each covers, strides kept)
-// and run bf16 x bf16 -> f32 on tensor cores; C, bias and the epilogue stay f32.
+// f32 GEMMs cast both operands to Ctx::autocast_type (bf16 or f16) in the autocast scratch first (the span each
+// covers, strides kept) and run 16-bit x 16-bit -> f32 on tensor cores; C, bias and the epilogue stay f32.
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -18,7 +18,8 @@ constexpr int64_t kChunkRows = 64;
 cudaDataType_t data_type(DType t) {
   if (t == DType::f32) return CUDA_R_32F;
   if (t == DType::bf16) return CUDA_R_16BF;
-  throw InternalError(std::string("GEMM on GPU has no ") + std::string(dtype_name(t)) + " version (f32, bf16)");
+  if (t == DType::f16) return CUDA_R_16F;
+  throw InternalError(std::string("GEMM on GPU has no ") + std::string(dtype_name(t)) + " version (f32, bf16, f16)");
 }
 
 int as_int(int64_t v, const char* what) {
@@ -57,9 +58,9 @@ int64_t span_of(int64_t batch, int64_t s, int64_t rows, int64_t ld, int64_t cols
   return (batch - 1) * s + (rows - 1) * ld + cols;
 }
 
-// Casts `n` f32 elements at x to bf16 at the autocast scratch's offset *at (advanced, 256-aligned).
-const void* stage_bf16(const Ctx& c, const void* x, int64_t n, size_t* at) {
-  if (c.shadow_count > 0) {  // a parameter with a current bf16 copy: no cast
+// Casts `n` f32 elements at x to c.autocast_type at the autocast scratch's offset *at (advanced, 256-aligned).
+const void* stage_autocast(const Ctx& c, const void* x, int64_t n, size_t* at) {
+  if (c.shadow_count > 0) {  // a parameter with a current 16-bit copy: no cast
     const Bf16Shadow* end = c.shadows + c.shadow_count;
     const Bf16Shadow* s = std::lower_bound(c.shadows, end, x, [](const Bf16Shadow& a, const void* p) {
       return std::less<const void*>()(a.src, p);
@@ -68,11 +69,11 @@ const void* stage_bf16(const Ctx& c, const void* x, int64_t n, size_t* at) {
   }
   size_t bytes = (static_cast<size_t>(n) * 2 + 255) / 256 * 256;
   if (*at + bytes > c.autocast_bytes)
-    throw InternalError("autocast: bf16 scratch of " + std::to_string(c.autocast_bytes) + " bytes, a GEMM needs " +
+    throw InternalError("autocast: 16-bit scratch of " + std::to_string(c.autocast_bytes) + " bytes, a GEMM needs " +
                         std::to_string(*at + bytes) + " (ops::cuda_autocast_bytes sizes it)");
   void* y = static_cast<char*>(c.autocast) + *at;
   *at += bytes;
-  cast(c, DType::f32, x, DType::bf16, y, n);
+  cast(c, DType::f32, x, c.autocast_type, y, n);
   return y;
 }
 
@@ -96,9 +97,9 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   cudaDataType_t dt = data_type(t), ab = dt;
   if (t == DType::f32 && c.autocast) {
     size_t at = 0;
-    x = stage_bf16(c, x, m * fin, &at);
-    w = stage_bf16(c, w, fout * fin, &at);
-    ab = CUDA_R_16BF;
+    x = stage_autocast(c, x, m * fin, &at);
+    w = stage_autocast(c, w, fout * fin, &at);
+    ab = data_type(c.autocast_type);
   }
   LtDescs d;
   BRAID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -113,7 +114,7 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (bias) {
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    // The bias has the output's type (f32 under autocast, where the operands are bf16): said explicitly.
+    // The bias has the output's type (f32 under autocast, where the operands are 16-bit): said explicitly.
     int32_t bias_type = dt;
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                       sizeof(bias_type)));
@@ -148,9 +149,9 @@ void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t
   cudaDataType_t dt = data_type(t), ab = dt;
   if (t == DType::f32 && c.autocast) {
     size_t at = 0;
-    a = stage_bf16(c, a, span_of(batch, sa, ta ? k : m, lda, ta ? m : k), &at);
-    b = stage_bf16(c, b, span_of(batch, sb, tb ? n : k, ldb, tb ? k : n), &at);
-    ab = CUDA_R_16BF;
+    a = stage_autocast(c, a, span_of(batch, sa, ta ? k : m, lda, ta ? m : k), &at);
+    b = stage_autocast(c, b, span_of(batch, sb, tb ? n : k, ldb, tb ? k : n), &at);
+    ab = data_type(c.autocast_type);
   }
   auto h = static_cast<cublasHandle_t>(c.cublas);
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -161,14 +162,15 @@ void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t
                                                 CUBLAS_GEMM_DEFAULT));
 }
 
-void gemm_bf16_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-                   int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc,
-                   int64_t sc, int64_t batch) {
+void gemm_autocast_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                       int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc,
+                       int64_t sc, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   auto h = static_cast<cublasHandle_t>(c.cublas);
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t lp = data_type(c.autocast_type);
   BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ob, oa, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b,
-                                                CUDA_R_16BF, as_int(ldb, "ldb"), sb, a, CUDA_R_16BF, as_int(lda, "lda"),
+                                                lp, as_int(ldb, "ldb"), sb, a, lp, as_int(lda, "lda"),
                                                 sa, &beta, cm, CUDA_R_32F, as_int(ldc, "ldc"), sc, as_int(batch, "batch"),
                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

@@ -1,7 +1,9 @@
-// Device-side helpers shared by the .cu files: element types (float, bf16) and conversions, dtype dispatch,
+// Device-side helpers shared by the .cu files: element types (float, bf16; f16 for autocast copies) and
+// conversions, dtype dispatch,
 // grid sizing, block reductions in double, and the counter-based hash of core/rng.h ported bit for bit.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -11,15 +13,24 @@
 namespace braid::cuda {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 __host__ __device__ inline float to_f(float x) { return x; }
 __device__ inline float to_f(bf16 x) { return __bfloat162float(x); }
+__device__ inline float to_f(f16 x) { return __half2float(x); }
 template <typename T>
 __device__ inline T from_f(float x);
 template <>
 __device__ inline float from_f<float>(float x) { return x; }
 template <>
 __device__ inline bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ inline f16 from_f<f16>(float x) { return __float2half_rn(x); }
+// Element i of an autocast copy (Ctx::autocast_type): fp16 when `half`, else bf16; round to nearest even.
+__device__ inline void store_autocast(void* p, int64_t i, float v, bool half) {
+  if (half) static_cast<f16*>(p)[i] = __float2half_rn(v);
+  else static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
+}
 template <typename T>
 __device__ inline T from_d(double x) { return from_f<T>(static_cast<float>(x)); }
 

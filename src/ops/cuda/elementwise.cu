@@ -1,6 +1,6 @@
 // Elementwise kernels: n-ary add/mul with broadcasting, reduce_like, fill, activations and their
 // gradients (PyTorch's formulas, as ops/defs/elementwise.cpp), dropout (core/rng.h's hash, so masks equal
-// the CPU's bit for bit), gradient accumulation and f32 <-> bf16 casts. Math in fp32 for both dtypes.
+// the CPU's bit for bit), gradient accumulation and f32 <-> bf16 / f16 casts. Math in fp32 for both dtypes.
 #include "ops/cuda/device_util.cuh"
 
 namespace braid::cuda {
@@ -224,6 +224,12 @@ void cast(const Ctx& c, DType from, const void* x, DType to, void* y, int64_t n)
   else if (from == DType::bf16 && to == DType::f32)
     cast_kernel<bf16, float><<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const bf16*>(x),
                                                                        static_cast<float*>(y), n);
+  else if (from == DType::f32 && to == DType::f16)
+    cast_kernel<float, f16><<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const float*>(x),
+                                                                      static_cast<f16*>(y), n);
+  else if (from == DType::f16 && to == DType::f32)
+    cast_kernel<f16, float><<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const f16*>(x),
+                                                                      static_cast<float*>(y), n);
   else
     throw InternalError(std::string("cast from ") + std::string(dtype_name(from)) + " to " +
                         std::string(dtype_name(to)) + " is not implemented on GPU");

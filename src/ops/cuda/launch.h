@@ -11,10 +11,10 @@
 
 namespace braid::cuda {
 
-// A bf16 copy of an f32 tensor (see Ctx::shadows).
+// A 16-bit copy (Ctx::autocast_type: bf16 or f16) of an f32 tensor (see Ctx::shadows).
 struct Bf16Shadow {
   const void* src = nullptr;  // f32
-  void* dst = nullptr;        // bf16
+  void* dst = nullptr;        // Ctx::autocast_type
   int64_t n = 0;
 };
 
@@ -35,17 +35,21 @@ struct Ctx {
   // executor reads it after a run and raises the UserError the CPU kernel would have raised.
   int* error_flag = nullptr;
   int device = 0;
-  // bf16 autocast (mixed precision over fp32 storage): when set, every f32 GEMM (gemm, linear) casts its two
-  // operands to bf16 here (round to nearest even) and runs on tensor cores with fp32 accumulation and an
-  // f32 result; everything else (norms, softmax, losses, reductions, optimizer) stays fp32. Null: pure fp32.
+  // Autocast (mixed precision over fp32 storage): when set, every f32 GEMM (gemm, linear) casts its two
+  // operands to autocast_type here (round to nearest even) and runs on tensor cores with fp32 accumulation and
+  // an f32 result; everything else (norms, softmax, losses, reductions, optimizer) stays fp32. Null: pure fp32.
   // Size from ops::cuda_autocast_bytes; stream-ordered reuse (each GEMM overwrites it).
   void* autocast = nullptr;
   size_t autocast_bytes = 0;
-  // Under autocast: bf16 copies of f32 tensors that many GEMMs read (the parameters), kept current by their
-  // owners (CudaExecutor casts them once after an upload; the device optimizer writes them with each update),
-  // sorted by src. A GEMM operand starting at src and spanning at most n elements is read from dst instead
-  // of being cast again: the same bf16 values (round to nearest even), one cast per update instead of one per
-  // GEMM use.
+  // bf16 (precision bf16), or f16 (precision f16: fp16's 10-bit mantissa and range up to 65504, with the
+  // trainer's dynamic loss scaling keeping small gradients above fp16's underflow; an overflow is an inf the
+  // loss scaler sees).
+  DType autocast_type = DType::bf16;
+  // Under autocast: autocast_type copies of f32 tensors that many GEMMs read (the parameters), kept current by
+  // their owners (CudaExecutor casts them once after an upload; the device optimizer writes them with each
+  // update), sorted by src. A GEMM operand starting at src and spanning at most n elements is read from dst
+  // instead of being cast again: the same values (round to nearest even), one cast per update instead of one
+  // per GEMM use.
   const Bf16Shadow* shadows = nullptr;
   int shadow_count = 0;
 };
@@ -94,7 +98,7 @@ void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, int64_t 
              uint64_t key, uint64_t base);
 // dst[i] += src[i] * scale (gradient accumulation over micro-batches); first: dst = src * scale.
 void axpy(const Ctx& c, DType t, const void* src, void* dst, int64_t n, double scale, bool first);
-// Casts between f32 and bf16 (round to nearest even), for autocast and master weights.
+// Casts between f32 and bf16 or f16 (round to nearest even), for autocast and master weights.
 void cast(const Ctx& c, DType from, const void* x, DType to, void* y, int64_t n);
 
 // ---- normalisation (norm.cu) -------------------------------------------------------------------------------
@@ -136,8 +140,8 @@ void gather_strided(const Ctx& c, size_t elem_size, const void* x, const BcastIn
 void gemm(const Ctx& c, DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
           int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc, int64_t sc,
           int64_t batch = 1);
-// The same with operands that are bf16 already (autocast paths keeping their own bf16 copies) and an f32 C.
-void gemm_bf16_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+// The same with operands of c.autocast_type already (autocast paths keeping their own copies) and an f32 C.
+void gemm_autocast_f32(const Ctx& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
                    int64_t lda, int64_t sa, const void* b, int64_t ldb, int64_t sb, float beta, void* cm, int64_t ldc,
                    int64_t sc, int64_t batch);
 enum class Epilogue : int { None = 0, Bias = 1, BiasRelu = 2, BiasGelu = 3 };
@@ -216,7 +220,8 @@ struct ParamSlot {
   float* m = nullptr;  // AdamW exp_avg / SGD momentum_buffer (null: no momentum)
   float* v = nullptr;  // AdamW exp_avg_sq
   int64_t n = 0;
-  void* p16 = nullptr;  // bf16 copy of p (Ctx::shadows) rewritten with each update, or null
+  void* p16 = nullptr;  // 16-bit copy of p (Ctx::shadows) rewritten with each update, or null
+  int p16_half = 0;     // 1: p16 is fp16 (precision f16), 0: bf16
 };
 // Uploads `count` slots into `table` (device memory of multi_tensor_table_bytes(count) bytes, from the arena).
 size_t multi_tensor_table_bytes(int count);

@@ -22,7 +22,7 @@ __global__ void adamw_kernel(const ParamSlot* slots, float b1, float b2, float e
     s.v[i] = v;
     const float np = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(m, denom)));
     s.p[i] = np;
-    if (s.p16) static_cast<bf16*>(s.p16)[i] = __float2bfloat16_rn(np);
+    if (s.p16) store_autocast(s.p16, i, np, s.p16_half != 0);
   }
 }
 
@@ -40,7 +40,7 @@ __global__ void sgd_kernel(const ParamSlot* slots, float lr, float mom, float da
     }
     const float np = __fsub_rn(s.p[i], __fmul_rn(lr, d));
     s.p[i] = np;
-    if (s.p16) static_cast<bf16*>(s.p16)[i] = __float2bfloat16_rn(np);
+    if (s.p16) store_autocast(s.p16, i, np, s.p16_half != 0);
   }
 }
 
