@@ -4,8 +4,8 @@
 # training-step benchmark (forward + backward + fused AdamW) of braid and of PyTorch eager, fp32 and bf16
 # autocast, and one table: tokens/s, ratio to PyTorch, MFU = tokens/s * (6 N + 6 L T d) / dense bf16 peak
 # (989.4 TFLOP/s H100/H200 SXM; docs/benchmarks.md). Between the tests and the benchmarks, `braid train` (tiny_gpt,
-# bf16, 30 steps) and `braid bench` (the benchmark model) through the command on cuda:0. Sized for under 10
-# minutes; every step has a timeout.
+# bf16 and f16, 30 steps), `braid bench` and `braid time` (the benchmark model: the step, and its time by op)
+# through the command on cuda:0. Sized for under 10 minutes; every step has a timeout.
 # Results (test XML, log) also go to $OUT when set. BATCH (default 4), STEPS (default 5) set the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +76,10 @@ optimizer: {type: adamw, lr: 6.0e-4, betas: [0.9, 0.95], weight_decay: 0.1}
 devices: cuda:0
 EOF
 braid_run timeout 45 "$C/bin/braid" bench "$RUNDIR/gpt2.yaml" --steps "$STEPS" --warmup 2 --window 1 2>&1 | tail -6 | tee -a "$LOG"
+# Where the bf16 step's time goes, by op (every node waited for: braid time on the device); the whole table in $OUT.
+braid_run timeout 45 "$C/bin/braid" time "$RUNDIR/gpt2.yaml" --steps 3 --warmup 1 >"${OUTDIR:-/tmp}/gpu_time.txt" 2>&1
+echo "braid time exit status $?" | tee -a "$LOG"
+sed -n '/^step /p;/^by op/,$p' "${OUTDIR:-/tmp}/gpu_time.txt" | tee -a "$LOG"
 
 step "benchmarks (batch $BATCH x seq 1024, $STEPS timed training steps each)"
 bench_braid() {

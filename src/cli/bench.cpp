@@ -393,6 +393,21 @@ int time_layers(const TimeArgs& a, FILE* out) {
   line("other", std::max(0.0, step_ms - fwd - bwd - data - acc - opt));
   line("step", step_ms);
   if (!fused_note.empty()) std::fputs(fused_note.c_str(), out);
+  if (!r.device.empty())
+    std::fprintf(out, "on %s: every node waited for (launch and wait in its time); upload, accumulation and "
+                 "optimizer are in \"other\"\n", r.device.c_str());
+  // By op kind, the most first: where the time goes, whatever the layer.
+  size_t wop = 2;
+  for (const auto& [op, s] : r.ops) wop = std::max(wop, op.size());
+  std::fprintf(out, "\nby op (forward and backward ops apart), the most first:\n");
+  int shown = 0;
+  double rest = 0;
+  for (const auto& [op, s] : r.ops) {
+    const double ms = 1e3 * s / n;
+    if (shown++ < 15) std::fprintf(out, "  %-*s  %10.3f ms  %6s\n", static_cast<int>(wop), op.c_str(), ms, pct(ms).c_str());
+    else rest += ms;
+  }
+  if (rest > 0) std::fprintf(out, "  %-*s  %10.3f ms  %6s\n", static_cast<int>(wop), "(the rest)", rest, pct(rest).c_str());
   return 0;
 }
 

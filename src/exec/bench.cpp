@@ -4,6 +4,7 @@
 // only when asked (on `cpu:N`: replica 0's nodes; the data and accumulate phases are then not split out).
 #include "exec/bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -47,6 +48,15 @@ std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>
     if (tail.layer != g.nodes()[h].layer) row(tail).fused_into = g.nodes()[h].layer;
   }
   return rows;
+}
+
+// Seconds by node op, the most first (ties by name).
+std::vector<std::pair<std::string, double>> by_op(const graph::Graph& g, const std::vector<double>& node_s) {
+  std::map<std::string, double> m;
+  for (const auto& n : g.nodes()) m[n.op->name] += node_s[n.id.idx()];
+  std::vector<std::pair<std::string, double>> out(m.begin(), m.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 // train()'s plan path: PlanRunner::step on the plan's devices, over the same sampler and dataset.
@@ -94,11 +104,9 @@ BenchResult bench_plan(const io::RunConfig& cfg, const RunPlan& rp, const BenchO
 }
 
 // train()'s accelerator path: DeviceEngine::step (forward, backward, accumulation, clipping, the update on
-// the device), each timed step waited for on the device.
+// the device), each timed step waited for on the device. per_node (`braid time`): the engine waits for every
+// node (DeviceEngine::set_node_timing), so each node's time is its own, launch and wait included.
 BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& dev, const BenchOptions& opts) {
-  if (opts.per_node)
-    throw UserError(SourceLoc{cfg.path, 0, 0}, "braid time times cpu devices; this run trains on " + cfg.devices,
-                    "use braid bench (the step), or Nsight Systems for the kernels");
   BenchResult res;
   const int64_t batch = cfg.train.batch;
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
@@ -121,7 +129,12 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
   res.train_flops_per_step *= static_cast<double>(batch / micro);
   res.tokens_per_sample = tokens_per_sample(inputs);
+  std::vector<double> node_s(g.nodes().size(), 0.0);
+  if (opts.per_node && !engine->set_node_timing(nullptr))
+    throw UserError(SourceLoc{cfg.path, 0, 0}, "braid time: " + engine->describe() + " cannot time its nodes",
+                    "use braid bench (the step)");
   for (int64_t i = 0; i < opts.warmup + opts.steps; ++i) {
+    if (opts.per_node && i == opts.warmup) engine->set_node_timing(node_s.data());
     auto t0 = Clock::now();
     std::span<const int64_t> batch_idx = sampler.next_view();
     const double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, i % std::max<int64_t>(total_steps, 1), total_steps);
@@ -132,6 +145,12 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
                                                     std::to_string(i + 1), "lower the learning rate or enable clip_grad_norm");
     if (i >= opts.warmup) res.step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (opts.per_node) {
+    engine->set_node_timing(nullptr);
+    // The data upload, the accumulation and the optimizer are the engine's, outside the nodes: "other" in the table.
+    res.layers = by_layer(g, node_s, {});
+    res.ops = by_op(g, node_s);
   }
   return res;
 }
@@ -218,6 +237,7 @@ BenchResult bench(const io::RunConfig& cfg, const BenchOptions& opts) {
   runner->exec->set_node_timing(nullptr);
   if (opts.per_node) {
     res.layers = by_layer(g, node_s, runner->exec->fused());
+    res.ops = by_op(g, node_s);
     res.data_s = phases.data_s;
     res.accumulate_s = phases.accumulate_s;
   }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/run_config.h"
@@ -38,6 +39,9 @@ struct BenchResult {
   // per_node only: layers in model order, and the step's other phases (seconds over the timed steps).
   std::vector<LayerTime> layers;
   double data_s = 0, accumulate_s = 0, optimizer_s = 0;
+  // per_node only: seconds over the timed steps by node op (forward and backward ops apart: linear, linear_dx,
+  // ...), the most first.
+  std::vector<std::pair<std::string, double>> ops;
   // Runs under a plan (a plan file, or plan: auto on cpu:N): PlanRunner's step is timed; the plan in one line
   // and the cost model's predicted step time (exec/run_plan.h). Empty / 0 on one device.
   std::string plan;

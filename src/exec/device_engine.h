@@ -41,6 +41,9 @@ class DeviceEngine {
   // The device's dense peak in FLOP/s for MFU reports (bf16 tensor cores; 0 when unknown).
   virtual double peak_flops() const = 0;
   virtual std::string describe() const = 0;  // for the trainer's banner: "cuda:0 (NVIDIA H200), bf16 autocast"
+  // `braid time`: from now on, every node's run is waited for and its seconds added to node_seconds[node index of
+  // the training graph]; nullptr stops. Returns false where the engine cannot (then nothing changes).
+  virtual bool set_node_timing(double* /*node_seconds*/) { return false; }
   // Figures of the training so far for the metrics file's step records (fp16: loss_scale, skipped_steps).
   virtual std::vector<std::pair<std::string, double>> step_metrics() const { return {}; }
   virtual size_t device_bytes() const = 0;

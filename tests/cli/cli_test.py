@@ -128,6 +128,11 @@ names = [l.split()[0] for l in r.stdout.splitlines()[2:] if l.strip()]
 ok = r.returncode == 0 and names[:3] == ["tok", "pos", "h.0.ln1"] and "loss" in names
 ok = ok and all(k in names for k in ("layers", "data", "clip", "step"))
 case("time: per-layer table", ok, r.stderr + r.stdout)
+by_op = r.stdout.split("by op (forward and backward ops apart), the most first:")[-1].strip().splitlines()
+ms = [float(l.split()[1]) for l in by_op if len(l.split()) >= 3 and l.split()[2] == "ms"]
+case("time: the ops summed by kind, the most first",
+     "by op (forward" in r.stdout and any(l.split()[0] == "attention" for l in by_op) and len(ms) >= 5
+     and ms == sorted(ms, reverse=True), r.stdout[-1500:])
 
 # devices: cuda. Without a GPU (CI, this machine) or in a build without CUDA: a user error naming the devices and the
 # reason, exit status 2, nothing written; with a visible GPU it trains and says where.
@@ -208,7 +213,12 @@ else:
     case("bench on cuda:0 without a GPU or a CUDA build: exit 2 naming the devices (never CPU figures)",
          r.returncode == 2 and "devices cuda:0" in r.stderr, r.stderr + r.stdout[-500:])
 r = run(["time", run_file, "--set", "devices=cuda:0", "--steps", "2", "--warmup", "1"])
-case("time on cuda:0: exit 2 (braid time times cpu devices)", r.returncode == 2 and "cuda:0" in r.stderr, r.stderr)
+if r.returncode == 0:
+    case("time on cuda:0 (a GPU is visible): the layers and the ops by kind",
+         "by op (forward" in r.stdout and "on cuda:0" in r.stdout, r.stdout[-1000:])
+else:
+    case("time on cuda:0 without a GPU or a CUDA build: exit 2 naming the devices",
+         r.returncode == 2 and "cuda:0" in r.stderr, r.stderr)
 r = run(["train", run_file, "--no-progress", "--set", "devices=cuda:0-3", "--set", "train.steps=2"])
 case("train on cuda:0-3: exit 2 (one GPU per run, or no CUDA here)",
      r.returncode == 2 and "devices cuda:0-3" in r.stderr

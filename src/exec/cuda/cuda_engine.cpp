@@ -155,6 +155,11 @@ class CudaEngine final : public DeviceEngine {
 
   void synchronize() override { exec_->stream().synchronize(); }
 
+  bool set_node_timing(double* node_seconds) override {
+    exec_->set_node_timing(node_seconds);  // CudaExecutor synchronises after each node while it times
+    return true;
+  }
+
   double peak_flops() const override { return cuda::dense_bf16_peak_flops(name_); }
 
   std::string describe() const override {
