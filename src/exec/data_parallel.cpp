@@ -141,7 +141,7 @@ void DataParallel::worker(Replica& r) {
 }
 
 void DataParallel::run_step(Replica& r, const Job& job) {
-  Shard shard{r.rank, size(), &data_mutex_};
+  Shard shard{r.rank, size()};
   r.result.loss = forward_backward(*r.runner, r.store, *job.data, job.batch_idx, micro_, seed_, job.step, r.scratch, shard);
   {
     double bytes = 0;

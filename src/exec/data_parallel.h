@@ -102,7 +102,6 @@ class DataParallel {
   InProcWorld world_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<std::thread> threads_;
-  std::mutex data_mutex_;  // Dataset::read is not thread-safe
 
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;

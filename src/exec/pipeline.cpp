@@ -450,8 +450,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           std::span<Tensor> views(c.model_inputs.data() + static_cast<size_t>(slot) * c.num_model_inputs,
                                   c.num_model_inputs);
           io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Data, {}, {}, "read", mb});
-          std::lock_guard<std::mutex> lock(data_mutex_);
-          job.data->read(d.scratch, views);
+          job.data->read(d.scratch, views);  // thread-safe (io::Dataset::read): the devices read in parallel
         }
         c.exec->set_trace_micro_batch(mb);
         auto t0 = std::chrono::steady_clock::now();

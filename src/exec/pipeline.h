@@ -177,7 +177,6 @@ class PlanRunner {
   std::vector<std::unique_ptr<Device>> devices_;  // the local devices, by id
   std::vector<int> local_index_;                  // per device id: index in devices_, -1 when remote
   std::vector<std::thread> threads_;
-  std::mutex data_mutex_;
 
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;

@@ -97,12 +97,7 @@ double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::sp
   for (int64_t m = 0; m < num_micro; ++m) {
     auto begin = batch_idx.begin() + m * micro + first;
     std::copy(begin, begin + part, scratch.begin());
-    if (shard.data_mutex) {
-      std::lock_guard<std::mutex> lock(*shard.data_mutex);
-      data.read(scratch, r.inputs);
-    } else {
-      data.read(scratch, r.inputs);
-    }
+    data.read(scratch, r.inputs);
     lap(&PhaseTimes::data_s);
     r.exec->set_trace_micro_batch(static_cast<int>(m));
     r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);

@@ -3,7 +3,6 @@
 // evaluator and the benchmarks, so that what `braid bench` times is exactly what `braid train` runs.
 #pragma once
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
@@ -48,11 +47,11 @@ struct PhaseTimes {
   double data_s = 0, graph_s = 0, accumulate_s = 0;
 };
 // A data-parallel replica's part of every micro-batch: samples [index * micro / count, (index + 1) * micro / count)
-// (micro divisible by count; the Runner is built for micro / count). data_mutex, when set, guards Dataset::read.
+// (micro divisible by count; the Runner is built for micro / count). Replicas read their parts in parallel
+// (io::Dataset::read is thread-safe).
 struct Shard {
   int index = 0;
   int count = 1;
-  std::mutex* data_mutex = nullptr;
 };
 // Forward and backward over batch_idx.size() / micro micro-batches (of `micro` samples each, of which this
 // shard runs its part); returns the mean loss over the shard. `scratch` holds the shard's indices (no

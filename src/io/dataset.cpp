@@ -158,7 +158,7 @@ class BoundDataset final : public Dataset {
   int64_t size() const override { return size_; }
   std::string describe() const override { return description_; }
 
-  void read(std::span<const int64_t> indices, std::span<Tensor> out) override {
+  void read(std::span<const int64_t> indices, std::span<Tensor> out) const override {
     BRAID_ASSERT(out.size() == inputs_.size(), "dataset read into ", out.size(), " tensors, model has ", inputs_.size(),
                  " inputs");
     const auto n = static_cast<int64_t>(indices.size());

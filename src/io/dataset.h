@@ -24,7 +24,10 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   // Writes the samples `indices` into out[k] (one per bound model input, shape [indices.size(), sample...]).
-  virtual void read(std::span<const int64_t> indices, std::span<Tensor> out) = 0;
+  // Safe to call from several threads at once with distinct `out` tensors (the data is loaded and immutable
+  // after open_dataset; data/source.h's readers promise the same): the devices of a plan read their micro-batches
+  // in parallel.
+  virtual void read(std::span<const int64_t> indices, std::span<Tensor> out) const = 0;
   // Human-readable description ("idx: 60000 samples from ...").
   virtual std::string describe() const = 0;
 };

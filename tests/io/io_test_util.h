@@ -67,7 +67,7 @@ inline DatasetInput input(const std::string& name, Shape shape, DType dtype, int
 }
 
 // Reads `indices` into freshly allocated batch tensors, one per input.
-inline std::vector<Tensor> read_batch(Dataset& ds, const std::vector<DatasetInput>& inputs,
+inline std::vector<Tensor> read_batch(const Dataset& ds, const std::vector<DatasetInput>& inputs,
                                       const std::vector<int64_t>& indices) {
   std::vector<Tensor> out;
   for (const auto& in : inputs) {
