@@ -300,6 +300,10 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   const double weight_s_per_byte = bw > 0 ? 2 / bw : 0;
   p.weight_s_per_byte = weight_s_per_byte;
   p.cache_bytes = cache_bytes();
+  p.cache_bandwidth = quietly(quiet, "cache bandwidth", [&]() { return measure_cache_bandwidth(n); });
+  const double cache_share = p.cache_bytes / 2 / n;
+  if (o.log) std::fprintf(o.log, "  cache bandwidth %.1f GB/s per device (read + write, %.0f KiB buffers)\n",
+                          p.cache_bandwidth / 1e9, cache_share / 2 / 1024);
   // Every workload in kPasses passes of 0.2 s, each layer's times the median of the passes' means, the passes
   // taken in turn over all workloads: a time slice of several milliseconds that a worker waits lands on one node
   // of one pass, and a slow spell of the host (this VM's neighbours slow everything by 20-60% for seconds at a
@@ -347,7 +351,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     const double cold = 1 - planner::cache_fraction(p.cache_bytes, 2 * workload_params, n);
     for (const auto& r : rows) {
       if (r.forward_s <= 0) continue;
-      double roof = std::max(r.flops / peak, r.bytes / bw);
+      const double roof = planner::roofline(r.flops, r.bytes, peak, bw, p.cache_bandwidth, cache_share);
       // The model's forward: overhead + roof / efficiency, plus weight_read_time once per step; its backward:
       // the ratio x that forward. The fit inverts both.
       const double weights = cold * r.param_bytes * weight_s_per_byte;

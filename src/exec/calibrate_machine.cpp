@@ -31,8 +31,8 @@ double median(std::vector<double> xs) {
 }
 
 // ---- memory bandwidth --------------------------------------------------------------------------------------------
-double measure_bandwidth(int n) {
-  const size_t bytes = 32u << 20;
+namespace {
+double copy_bandwidth(int n, size_t bytes) {
   std::vector<double> per(static_cast<size_t>(n));
   on_workers(n, [&](int r) {
     std::vector<char> a(bytes, 1), b(bytes, 2);
@@ -46,6 +46,14 @@ double measure_bandwidth(int n) {
     per[static_cast<size_t>(r)] = 2.0 * static_cast<double>(bytes) * reps / seconds_since(t0);  // read + write
   });
   return median(per);
+}
+}  // namespace
+
+double measure_bandwidth(int n) { return copy_bandwidth(n, 32u << 20); }
+
+double measure_cache_bandwidth(int n) {
+  const size_t share = static_cast<size_t>(cache_bytes() / 2 / std::max(1, n));
+  return copy_bandwidth(n, std::max<size_t>(share / 2, 4096));
 }
 
 // ---- collectives -------------------------------------------------------------------------------------------------

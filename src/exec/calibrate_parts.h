@@ -91,6 +91,9 @@ std::string mlp(int in, int h1, int h2);
 // ---- the machine (calibrate_machine.cpp; formulas and measurements: docs/planner.md, "Calibration") ----------------
 // Bytes per second of N concurrent 32 MiB copies (read + write), the median worker.
 double measure_bandwidth(int n);
+// The same over a buffer in each worker's half share of the last-level cache (cache_bytes / 2 / n, a and b half
+// of it each): Profile::cache_bandwidth.
+double measure_cache_bandwidth(int n);
 // Every collective's alpha/beta on an InProcWorld of n ranks (and its groups), keyed as Profile::collectives.
 std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet);
 // The last-level cache the cores share (sysfs), and a worker's share of it among n.

@@ -93,6 +93,7 @@ CpuModel cpu_cost_model(int n) {
     double k = static_cast<double>(p.devices) / n;
     p.cpu.peak_flops_f32 *= k;
     p.cpu.memory_bandwidth *= k;
+    p.cache_bandwidth *= k;
     p.cpu.memory_bytes *= k;
     p.cpu.cores = cores;
     if (p.devices == n) p.cpu.busy_speed = p.busy_speed;  // measured for these N devices only

@@ -17,6 +17,11 @@ double cache_fraction(double cache_bytes, double per_device_bytes, int devices) 
   return total > 0 ? std::min(1.0, 0.5 * cache_bytes / total) : 1.0;
 }
 
+double roofline(double flops, double bytes, double peak, double bw, double cache_bw, double cache_share) {
+  const double b = cache_bw > 0 && bytes <= cache_share ? cache_bw : bw;
+  return std::max(peak > 0 ? flops / peak : 0, b > 0 ? bytes / b : 0);
+}
+
 std::string to_string(Collective c) {
   switch (c) {
     case Collective::AllReduce: return "all_reduce";
@@ -187,8 +192,8 @@ class Calibrated : public Analytic {
     if (it == p_.efficiency.end() || it->second.empty()) return Analytic::forward_time(op, attrs, in, out);
     ops::Cost k = op_cost(op, attrs, in, out);
     DType t = out.empty() ? DType::f32 : out[0].dtype;
-    double peak = c_.device.peak(t), bw = c_.device.memory_bandwidth;
-    double roof = std::max(peak > 0 ? k.flops / peak : 0, bw > 0 ? k.bytes / bw : 0);
+    const double roof = roofline(k.flops, k.bytes, c_.device.peak(t), c_.device.memory_bandwidth, p_.cache_bandwidth,
+                                 p_.cache_bytes / 2 / std::max(1, c_.devices()));
     return roof / std::max(1e-6, efficiency(op.name, k.flops)) + f_.op_overhead_s;
   }
   double collective_time(Collective c, double bytes, const Group& g) const override {
@@ -365,6 +370,7 @@ std::string to_yaml(const Profile& p) {
   per_states("optimizer_s_per_byte", p.optimizer_s_per_byte);
   per_states("optimizer_warm_s_per_byte", p.optimizer_warm_s_per_byte);
   if (p.cache_bytes > 0) out += "cache_bytes: " + num(p.cache_bytes) + "\n";
+  if (p.cache_bandwidth > 0) out += "cache_bandwidth: " + num(p.cache_bandwidth) + "\n";
   if (p.clip_s_per_byte > 0) out += "clip_s_per_byte: " + num(p.clip_s_per_byte) + "\n";
   if (p.accumulate_s_per_byte > 0) out += "accumulate_s_per_byte: " + num(p.accumulate_s_per_byte) + "\n";
   if (p.weight_s_per_byte > 0) out += "weight_s_per_byte: " + num(p.weight_s_per_byte) + "\n";
@@ -395,7 +401,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
     return p;
   }
   io::check_keys(root, {"machine", "braid_version", "devices", "cpu", "efficiency", "backward_ratio", "collectives",
-                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "switch_s_per_byte", "runner", "busy_speed", "feedback"},
+                        "optimizer_s_per_byte", "optimizer_warm_s_per_byte", "cache_bytes", "cache_bandwidth", "clip_s_per_byte", "accumulate_s_per_byte", "weight_s_per_byte", "switch_s_per_byte", "runner", "busy_speed", "feedback"},
                  "the calibration profile", diags);
   auto str = [&](const char* k, std::string* dst) {
     if (auto* n = root.get(k))
@@ -461,6 +467,7 @@ Profile parse_profile(const std::string& text, const std::string& path, Diagnost
   per_states("optimizer_s_per_byte", &p.optimizer_s_per_byte);
   per_states("optimizer_warm_s_per_byte", &p.optimizer_warm_s_per_byte);
   if (auto* c = root.get("cache_bytes")) number(*c, "cache_bytes", &p.cache_bytes);
+  if (auto* c = root.get("cache_bandwidth")) number(*c, "cache_bandwidth", &p.cache_bandwidth);
   if (auto* c = root.get("clip_s_per_byte")) number(*c, "clip_s_per_byte", &p.clip_s_per_byte);
   if (auto* c = root.get("accumulate_s_per_byte")) number(*c, "accumulate_s_per_byte", &p.accumulate_s_per_byte);
   if (auto* c = root.get("weight_s_per_byte")) number(*c, "weight_s_per_byte", &p.weight_s_per_byte);

@@ -87,6 +87,11 @@ class CostModel {
 // `cache_bytes` holds (the step's activations and the rest take the other half): min(1, cache / 2 / total).
 // The calibrated model's warm/cold optimizer and weight reads, and calibration's inverse of the latter, use it.
 double cache_fraction(double cache_bytes, double per_device_bytes, int devices);
+// An op's roofline time: max(flops / peak, bytes / b), b the cache bandwidth `cache_bw` where the op's bytes fit in
+// `cache_share` (a device's half of its share of the last-level cache) and cache_bw > 0, else the memory
+// bandwidth `bw`. Small ops run from cache: against the memory bandwidth their fitted efficiencies came out
+// above 1 and jumped between decades (linear: 0.42, 1.61, 0.86 for 1e4, 1e5, 1e6 FLOPs; docs/planner.md).
+double roofline(double flops, double bytes, double peak, double bw, double cache_bw, double cache_share);
 
 // Measured figures: `braid calibrate` writes them (exec/calibrate.h), the calibrated model reads them.
 struct Profile {
@@ -109,6 +114,10 @@ struct Profile {
   std::map<int, double> optimizer_s_per_byte;
   std::map<int, double> optimizer_warm_s_per_byte;
   double cache_bytes = 0;  // the last-level cache the N devices share (0: unknown, the cold figure throughout)
+  // Copy bandwidth of one device (of N at once) over a buffer in its half share of that cache (read + write bytes per
+  // second); ops whose bytes fit there are measured and predicted against it (roofline above). 0: not measured
+  // (profiles written before 2026-12-01: every op against the memory bandwidth).
+  double cache_bandwidth = 0;
   // The first forward of a step, seconds per parameter byte it packs from memory, on top of the ops' fitted
   // figures (CostModel::weight_read_time, mixed by the cache like the optimizer). 0: not measured (profiles
   // written before 2026-12-01: the term is left out).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "ops/registry.h"
 #include "planner/cluster.h"
 #include "planner/evaluate.h"
 #include "planner/search.h"
@@ -457,4 +458,40 @@ TEST(Feedback, MalformedEntriesAreLocated) {
     EXPECT_NE(all.find(c.says), std::string::npos) << all;
     EXPECT_GE(d.all()[0].loc.line, line - 1) << all;
   }
+}
+
+// The roofline against the cache's bandwidth for ops whose bytes fit in a device's half share of the last-level
+// cache, against memory's for the rest, and against memory's throughout where the profile has no cache
+// bandwidth (profiles written before it); the calibrated model uses it, the profile keeps it.
+TEST(Roofline, SmallOpsAgainstTheCacheBandwidth) {
+  EXPECT_DOUBLE_EQ(roofline(1e6, 1e5, 1e10, 1e9, 1e11, 1e6), 1e-4);   // fits: compute-bound at the cache's speed
+  EXPECT_DOUBLE_EQ(roofline(1e6, 2e6, 1e10, 1e9, 1e11, 1e6), 2e-3);   // beyond the share: memory-bound
+  EXPECT_DOUBLE_EQ(roofline(1e6, 1e5, 1e10, 1e9, 0, 1e6), 1e-4);      // no cache figure: memory's
+  EXPECT_DOUBLE_EQ(roofline(1e3, 1e5, 1e10, 1e9, 0, 1e6), 1e-4);
+  EXPECT_DOUBLE_EQ(roofline(1e3, 1e5, 1e10, 1e9, 1e11, 1e6), 1e-6);
+
+  CpuFigures f = fallback_cpu_figures(4, 2);
+  Profile p = cpu4_profile(f);
+  p.efficiency["linear"]["1e5"] = 0.5;
+  p.cache_bytes = 32e6;  // a device's half share on cpu:4: 4 MB
+  Profile cached = p;
+  cached.cache_bandwidth = 100 * f.memory_bandwidth;
+  auto plain = calibrated_cost_model(cluster_preset("cpu:4", f), p);
+  auto with_cache = calibrated_cost_model(cluster_preset("cpu:4", f), cached);
+  const ops::OpDef& linear = ops::Registry::get().at("linear");
+  ops::Attrs attrs;
+  attrs.set("out", int64_t{1});
+  attrs.set("bias", true);
+  // x [64, 32] (f32), weight [1, 32], bias [1] -> y [64, 1]: 4 KFLOP over 8.5 KB, memory-bound against memory.
+  std::vector<TensorDesc> in{{Shape{64, 32}, DType::f32}, {Shape{1, 32}, DType::f32}, {Shape{1}, DType::f32}};
+  std::vector<TensorDesc> out{{Shape{64, 1}, DType::f32}};
+  const ops::Cost k = ops::op_cost(linear, attrs, in, out);
+  const double overhead = AnalyticFigures{}.op_overhead_s;
+  EXPECT_NEAR(with_cache->forward_time(linear, attrs, in, out) - overhead,
+              roofline(k.flops, k.bytes, f.peak_flops_f32, f.memory_bandwidth, cached.cache_bandwidth, 4e6) / 0.5, 1e-15);
+  EXPECT_NEAR(plain->forward_time(linear, attrs, in, out) - overhead,
+              std::max(k.flops / f.peak_flops_f32, k.bytes / f.memory_bandwidth) / 0.5, 1e-15);
+  EXPECT_LT(with_cache->forward_time(linear, attrs, in, out), plain->forward_time(linear, attrs, in, out));
+  EXPECT_EQ(round_trip(cached).cache_bandwidth, cached.cache_bandwidth);
+  EXPECT_EQ(round_trip(p).cache_bandwidth, 0);
 }
