@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "exec/calibrate.h"
 #include "io/expr.h"
 #include "io/yaml_source.h"
 
@@ -38,6 +39,8 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   rec.extra.emplace_back("measured_step_s", measured);
   rec.extra.emplace_back("predicted_tail_s", p.tail_s);
   rec.extra.emplace_back("devices", static_cast<double>(pr.devices()));
+  const int cores = machine_cores();
+  rec.extra.emplace_back("host_cores", static_cast<double>(cores));
   rec.extra.emplace_back("busy_scale", run.busy_scale);
   rec.extra.emplace_back("tail_scale", run.tail_scale);
   std::fprintf(out, "braid: step time predicted %.2f ms, measured %.2f ms (median of steps %lld-%lld): %+.1f%%\n",
@@ -65,7 +68,9 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
     line += buf;
   }
   if (!line.empty())
-    std::fprintf(out, "braid: forward+backward per step by pipeline position, predicted / measured: %s\n", line.c_str());
+    std::fprintf(out, "braid: forward+backward per step by pipeline position, predicted / measured: %s%s\n", line.c_str(),
+                 pr.devices() > cores ? " (devices share cores: predicted with all of them computing, measured as they ran)"
+                                      : "");
   if (std::fabs(err) > kWarnAbove) {
     std::string feed = metrics_path.empty() ? std::string()
                                             : ", or feed this run back: `braid calibrate --devices cpu:" +
@@ -132,6 +137,14 @@ planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_
       const double ratio = mb / pb;
       const double step = f["predicted_step_s"], measured = f["measured_step_s"], t = f["predicted_tail_s"];
       ++records;
+      if (f.count("host_cores") && f["devices"] > f["host_cores"]) {
+        // Devices sharing cores: the prediction's busy times are at the speed of all devices computing at once,
+        // a device's measured ones at the speed it ran (alone on its core for stretches of a pipeline), so their
+        // ratio says nothing of the model. The step's ratio scales both, keeping the plans' order.
+        busy.push_back(b0 * measured / step);
+        tail.push_back(t0 * measured / step);
+        continue;
+      }
       busy.push_back(b0 * ratio);
       if (t >= 0.05 * step) {
         const double o = (measured - ratio * (step - t)) / t;

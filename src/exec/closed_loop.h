@@ -27,8 +27,8 @@ class ClosedLoop {
   // After step `i` of `steps`: at the window's end (or the run's last step inside it), prints the comparison
   // and returns the record for the metrics file (step to be set by the caller); otherwise nullopt.
   // The record holds predicted_step_s, measured_step_s, predicted_tail_s, per pipeline position k
-  // predicted_busy_s_k and measured_busy_s_k, devices, and the busy_scale and tail_scale the prediction's model
-  // already had (CostModel::busy_scale).
+  // predicted_busy_s_k and measured_busy_s_k, devices, host_cores, and the busy_scale and tail_scale the
+  // prediction's model already had (CostModel::busy_scale).
   std::optional<io::MetricsRecord> report(int64_t i, int64_t steps, const RunPlan& run, const PlanRunner& pr,
                                           FILE* out, const std::string& metrics_path = "");
 
@@ -42,7 +42,9 @@ class ClosedLoop {
 // are passed over). Per record, with B0 and T0 the scales its prediction had:
 //   busy_scale = B0 x (sum of measured busy) / (sum of predicted busy)
 //   tail_scale = T0 x (measured step - (measured / predicted busy) x (predicted step - predicted tail)) / predicted tail
-// (the latter only where the predicted tail is at least 5% of the step and the figure lies within 0.1..10);
+// (the latter only where the predicted tail is at least 5% of the step and the figure lies within 0.1..10); for
+// a run whose devices outnumber the host's cores (the record's host_cores), both B0 and T0 times measured step /
+// predicted step (a device's busy time there is not comparable with the all-busy prediction);
 // the medians over the records are kept (tail_scale: `current`'s where no record gives one). Records of other
 // device counts are counted in *other_devices. A file that cannot be read, or a closed-loop record that is not
 // one, is a UserError at file:line; no usable record is a UserError naming the files.

@@ -28,11 +28,12 @@ std::string temp_file(const std::string& name, const std::string& text) {
 
 // A closed-loop record as the trainer writes it (closed_loop.cpp), with two pipeline positions.
 std::string record(int devices, double pred_step, double meas_step, double pred_tail, double pred_busy,
-                   double meas_busy, double busy_scale = 1, double tail_scale = 1) {
+                   double meas_busy, double busy_scale = 1, double tail_scale = 1, int host_cores = 64) {
   io::MetricsRecord r;
   r.step = 12;
   r.extra = {{"predicted_step_s", pred_step},   {"measured_step_s", meas_step},
              {"predicted_tail_s", pred_tail},   {"devices", devices},
+             {"host_cores", host_cores},
              {"busy_scale", busy_scale},        {"tail_scale", tail_scale},
              {"predicted_busy_s_0", pred_busy}, {"measured_busy_s_0", meas_busy},
              {"predicted_busy_s_1", pred_busy}, {"measured_busy_s_1", meas_busy}};
@@ -71,6 +72,19 @@ TEST(Feedback, FitsBusyAndTailScalesFromClosedLoopRecords) {
   EXPECT_EQ(tails, 0);
   EXPECT_EQ(kept.tail_scale, 0.7);
   EXPECT_NEAR(kept.busy_scale, 22.0 / 19.6, 1e-12);
+}
+
+// Devices sharing cores (cpu:4 on 2): a device's busy time is measured at the speed it ran, the prediction's at all
+// devices' at once, so the fit scales busy and tail alike by the step's ratio (here 1.1, whatever the busy ratio).
+TEST(Feedback, DevicesSharingCoresScaleByTheStep) {
+  std::string f = temp_file("shared.jsonl", record(4, 7e-3, 7.7e-3, 1e-3, 6.3e-3, 2.8e-3, 1, 1, 2) +
+                                                record(4, 7e-3, 7.7e-3, 1e-3, 6.3e-3, 2.8e-3, 1.5, 0.8, 2));
+  int tails = -1;
+  planner::Profile::Feedback fb = exec::fit_feedback({f}, 4, {}, nullptr, &tails);
+  EXPECT_EQ(fb.records, 2);
+  EXPECT_EQ(tails, 2);
+  EXPECT_NEAR(fb.busy_scale, (1.1 + 1.65) / 2, 1e-9);  // the median of two: each record's B0 x 1.1
+  EXPECT_NEAR(fb.tail_scale, (1.1 + 0.88) / 2, 1e-9);
 }
 
 // The fitted scales make the calibrated model predict the step it was fitted to: a pipeline of tiny_gpt on cpu:4
