@@ -23,13 +23,6 @@
 
 namespace braid::exec::calib {
 
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  size_t k = xs.size() / 2;
-  return xs.size() % 2 ? xs[k] : (xs[k - 1] + xs[k]) / 2;
-}
-
 // ---- memory bandwidth --------------------------------------------------------------------------------------------
 namespace {
 double copy_bandwidth(int n, size_t bytes) {

@@ -17,6 +17,7 @@
 
 #include "core/machine_load.h"
 #include "core/parallel.h"
+#include "core/stats.h"
 
 namespace braid::exec::calib {
 
@@ -81,8 +82,6 @@ auto quietly(Quiet& q, const std::string& what, const F& fn) {
   return std::move(*best);
 }
 
-// The median (the mean of the middle two for an even count; 0 for none).
-double median(std::vector<double> xs);
 
 // Model files of the workloads (calibrate.cpp): a GPT block and an MLP in-h1-h2-10.
 std::string gpt(int d, int seq, int heads);

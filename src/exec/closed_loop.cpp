@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "core/stats.h"
 #include "exec/calibrate.h"
 #include "io/expr.h"
 #include "io/yaml_source.h"
@@ -28,10 +29,7 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   const planner::StepPrediction& p = run.prediction;
   if (done_ || times_.empty() || (i != kEnd - 1 && i != steps - 1)) return std::nullopt;
   done_ = true;
-  std::vector<double> t = times_;
-  std::sort(t.begin(), t.end());
-  const size_t k = t.size() / 2;
-  const double measured = t.size() % 2 ? t[k] : (t[k - 1] + t[k]) / 2;
+  const double measured = median(times_);
   const double predicted = p.step_time_s;
   const double err = predicted > 0 ? measured / predicted - 1 : 0;
   io::MetricsRecord rec;
@@ -81,16 +79,6 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   }
   return rec;
 }
-
-namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
-}
-
-}  // namespace
 
 planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_files, int devices,
                                         const planner::Profile::Feedback& current, int* other_devices,
@@ -166,8 +154,8 @@ planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_
   planner::Profile::Feedback fb;
   fb.devices = devices;
   fb.records = records;
-  fb.busy_scale = median_of(busy);
-  fb.tail_scale = tail.empty() ? current.tail_scale : median_of(tail);
+  fb.busy_scale = median(busy);
+  fb.tail_scale = tail.empty() ? current.tail_scale : median(tail);
   return fb;
 }
 

@@ -342,6 +342,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   int64_t window_samples = 0;
   const int64_t first_step = state.step;
   ClosedLoop loop;
+  const std::string metrics_path = metrics ? metrics->path() : std::string();  // for the closed loop's advice
   for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
     double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
@@ -353,7 +354,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       loss = r.loss;
       norm = r.grad_norm;
       loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *pr);
-      if (auto rec = loop.report(step - first_step, total_steps - first_step, *run, *pr, out, metrics ? metrics->path() : std::string()); rec && metrics) {
+      if (auto rec = loop.report(step - first_step, total_steps - first_step, *run, *pr, out, metrics_path); rec && metrics) {
         rec->step = step + 1;
         metrics->write(*rec);
       }
