@@ -21,6 +21,13 @@ inline double uniform_at(uint64_t key, uint64_t index) {
   return static_cast<double>(mix64(key ^ mix64(index)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// uniform_at(key, index) >= p without the conversion to double: the 53-bit integer u of uniform_at is at least
+// p 2^53 exactly when u >= keep_threshold(p) = ceil(p 2^53) (both exact in double), so the two agree bit for bit.
+inline uint64_t keep_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 9007199254740992.0)); }
+inline bool kept_at(uint64_t key, uint64_t index, uint64_t threshold) {
+  return (mix64(key ^ mix64(index)) >> 11) >= threshold;
+}
+
 class Rng {
  public:
   Rng() = default;

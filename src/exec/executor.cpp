@@ -102,7 +102,7 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     }
   for (const auto& n : g.nodes()) {
     BRAID_ASSERT(n.op->cpu != nullptr || n.op->collective, "op ", n.op->name, " has no CPU kernel");
-    node_keys_.push_back(name_hash(n.name));
+    node_keys_.push_back(name_hash(graph::rng_name(n)));
   }
   fuse_.assign(g.nodes().size(), 0);
   if (options.fuse && fusion_allowed_by_env())

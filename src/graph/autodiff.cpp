@@ -93,7 +93,7 @@ std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
     if (std::none_of(needs.begin(), needs.end(), [](bool b) { return b; })) continue;
     GradEmitter e(g, node);
     ops::GradCtx c{e, node.attrs, node.inputs, node.outputs, dout, needs,
-                   std::vector<ValueId>(node.inputs.size(), kNoValue)};
+                   std::vector<ValueId>(node.inputs.size(), kNoValue), node.name};
     node.op->grad(c);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (!needs[i] || !c.din[i].valid()) continue;

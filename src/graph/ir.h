@@ -45,6 +45,13 @@ struct Node {
   bool sharded = false;
 };
 
+// The name whose hash keys a node's random stream in a step (KernelCtx::rng_key): its own, or, for a backward
+// that draws its forward's random numbers again (attention_grad's `rng_node`: the dropout mask), the forward's.
+inline const std::string& rng_name(const Node& n) {
+  if (n.attrs.has("rng_node") && !n.attrs.s("rng_node").empty()) return n.attrs.s("rng_node");
+  return n.name;
+}
+
 struct ParamInfo {
   std::string name;       // "h.0.fc.weight"
   std::string layer;      // "h.0.fc"

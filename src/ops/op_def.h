@@ -146,6 +146,7 @@ struct GradCtx {
   std::vector<ValueId> dout;     // gradient of each output (kNoValue: none flows; treat as zero)
   std::vector<bool> needs;       // needs[i]: input i wants a gradient
   std::vector<ValueId> din;      // filled by the rule: gradient of input i (kNoValue = none)
+  std::string node_name;         // the forward node's name (a backward that redraws its random numbers names it)
 };
 
 // ---- test samples -------------------------------------------------------------------------------------

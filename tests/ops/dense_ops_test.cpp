@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "core/rng.h"
 #include "op_harness.h"
 
 using namespace braid;
@@ -151,14 +152,19 @@ TEST(DenseOps, AttentionDropoutOnlyInTrainingAndAtRoughlyRateP) {
   const OpDef& def = Registry::get().at("attention");
   Sample s{"drop", {{"heads", int64_t{2}}, {"dropout", 0.25}}, {{TensorDesc{Shape{2, 40, 8}}}}};
   Instance inst = instantiate(def, s, DType::f32, rng);
-  auto train = run_forward(inst, true, 5), eval = run_forward(inst, false, 5);
-  int64_t zeros = 0, n = train[4].numel();
-  for (int64_t i = 0; i < n; ++i) zeros += get_as_double(train[4], i) == 0;
-  EXPECT_NEAR(static_cast<double>(zeros) / static_cast<double>(n), 0.25, 0.02);
-  EXPECT_EQ(max_rel_diff(eval[4], eval[2]), 0);  // eval: dropped probs are the probs
+  Instance plain = inst;
+  plain.attrs.set("dropout", 0.0);
+  auto train = run_forward(inst, true, 5), eval = run_forward(inst, false, 5), nodrop = run_forward(plain, true, 5);
+  EXPECT_EQ(max_rel_diff(eval[0], nodrop[0]), 0);   // eval: no dropout
+  EXPECT_EQ(max_rel_diff(train[3], nodrop[3]), 0);  // the log-sum-exp rows are taken before dropout
+  EXPECT_GT(max_rel_diff(train[0], eval[0]), 1e-3);
   auto again = run_forward(inst, true, 5), other = run_forward(inst, true, 6);
   EXPECT_EQ(max_rel_diff(again[0], train[0]), 0);  // the mask is a function of the key
   EXPECT_GT(max_rel_diff(other[0], train[0]), 0);
+  // The mask the kernel draws (key 5, element (b, head, i, j) at its flat index) keeps about 1 - p.
+  int64_t kept = 0, n = 2 * 2 * 40 * 40;
+  for (int64_t i = 0; i < n; ++i) kept += uniform_at(5, static_cast<uint64_t>(i)) >= 0.25;
+  EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(n), 0.75, 0.02);
 }
 
 // ---- embedding: ids outside the table ----------------------------------------------------------------------
@@ -220,4 +226,17 @@ TEST(DenseOps, ParametersFollowPyTorch) {
   auto pos = params("position_embedding", {{"max_len", int64_t{9}}}, {Shape{2, 3, 4}});
   EXPECT_EQ(pos[0].desc.shape, (Shape{9, 4}));
   EXPECT_EQ(pos[0].init.str(), "normal(0, 1)");
+}
+
+// kept_at (the integer compare the CPU dropout loops use) draws uniform_at's mask bit for bit.
+TEST(DenseOps, KeptAtAgreesWithUniformAt) {
+  for (double p : {0.1, 0.25, 1.0 / 3.0, 0.5, 0.9, 1e-300, 0.999999}) {
+    const uint64_t thr = keep_threshold(p);
+    for (uint64_t key : {uint64_t{5}, uint64_t{0x9e3779b97f4a7c15ULL}})
+      for (uint64_t i = 0; i < 200000; ++i)
+        ASSERT_EQ(kept_at(key, i, thr), uniform_at(key, i) >= p) << "p " << p << " key " << key << " index " << i;
+  }
+  // At the boundary itself: u 2^-53 == p keeps (>=), one below does not.
+  const double p = 12345.0 / 9007199254740992.0;
+  EXPECT_EQ(keep_threshold(p), 12345u);
 }

@@ -108,7 +108,7 @@ Grads forward_backward(Eager& e, const Instance& inst, const std::function<Value
   for (const auto& t : inst.inputs) in.push_back(e.add(t.clone()));
   auto out = e.emit(inst.def->name, inst.attrs, in);
   GradCtx c{e, inst.attrs, in, out, std::vector<ValueId>(out.size(), kNoValue), {},
-            std::vector<ValueId>(in.size(), kNoValue)};
+            std::vector<ValueId>(in.size(), kNoValue), inst.def->name};
   bool any = false;
   for (size_t i = 0; i < in.size(); ++i) {
     c.needs.push_back(inst.differentiable_input(static_cast<int>(i)));

@@ -120,7 +120,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       node_out_[s].push_back(std::move(out));
     }
   for (const auto& n : g.nodes()) {
-    node_keys_.push_back(name_hash(n.name));
+    node_keys_.push_back(name_hash(graph::rng_name(n)));
     if (n.op->name == "ones_like" && g.loss().valid() && n.inputs.size() == 1 && n.inputs[0] == g.loss())
       loss_seed_ = n.id.idx();
   }

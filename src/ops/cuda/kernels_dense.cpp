@@ -269,30 +269,36 @@ void position_dw_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
 }
 
 // ---- attention --------------------------------------------------------------------------------------------------
-constexpr int kOutY = 0, kOutQkv = 1, kOutProbs = 2, kOutContext = 3, kOutDropped = 4;
+constexpr int kOutY = 0, kOutQkv = 1, kOutContext = 2, kOutLse = 3;
 
 void attention_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   bool bias = a.b("bias");
   int w_in = 1, b_in = bias ? 2 : -1, w_out = bias ? 3 : 2, b_out = bias ? 4 : -1;
   int64_t B = in[0].shape()[0], T = in[0].shape()[1], d = in[0].shape()[2], h = a.i("heads");
   DType t = out[0].dtype();
+  if (out[kOutLse].dtype() != DType::f32)
+    throw InternalError("attention on CUDA keeps lse in f32, got " + std::string(dtype_name(out[kOutLse].dtype())));
   auto ptr = [&](int i) -> const void* { return i < 0 ? nullptr : in[static_cast<size_t>(i)].raw(); };
   double p = c.training ? a.f("dropout") : 0.0;
-  void* dropped = out.size() > kOutDropped ? out[kOutDropped].raw() : nullptr;
   // 1. qkv = x W_in^T + b_in;  2. the core per (sample, head);  3. y = context W_out^T + b_out
   cu::linear(c, t, in[0].raw(), ptr(w_in), ptr(b_in), out[kOutQkv].raw(), B * T, d, 3 * d);
-  cu::attention_forward(c, t, out[kOutQkv].raw(), out[kOutProbs].raw(), dropped, out[kOutContext].raw(), B, T, d, h,
+  cu::attention_forward(c, t, out[kOutQkv].raw(), out[kOutContext].raw(), out[kOutLse].raw(), B, T, d, h,
                         a.b("causal"), p, c.rng_key, static_cast<uint64_t>(c.batch_offset * h * T * T));
   cu::linear(c, t, out[kOutContext].raw(), ptr(w_out), ptr(b_out), out[kOutY].raw(), B * T, d, d);
+}
+size_t attention_ws(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return cu::attention_forward_workspace(in[0].dtype, in[0].shape[1], a.i("heads"));
 }
 
 void attention_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   const Shape& s = in[0].shape();
-  cu::attention_backward(c, out[0].dtype(), in[0].raw(), in[1].raw(), in[2].raw(), in.size() > 3 ? in[3].raw() : nullptr,
-                         out[0].raw(), s[0], s[1], s[2], a.i("heads"), a.b("causal"), a.f("dropout"));
+  int64_t h = a.i("heads");
+  cu::attention_backward(c, out[0].dtype(), in[0].raw(), in[1].raw(), in[2].raw(), in[3].raw(), out[0].raw(), s[0], s[1],
+                         s[2], h, a.b("causal"), a.f("dropout"), c.rng_key,
+                         static_cast<uint64_t>(c.batch_offset * h * s[1] * s[1]));
 }
 size_t attention_grad_ws(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return cu::attention_backward_workspace(in[0].dtype, in[0].shape[1], a.i("heads"));
+  return cu::attention_backward_workspace(in[0].dtype, in[0].shape[0], in[0].shape[1], a.i("heads"));
 }
 
 }  // namespace
@@ -334,7 +340,7 @@ std::vector<Entry> dense_entries() {
       {"embedding_dw", embedding_dw_cuda, embedding_dw_ws},
       {"position_embedding", position_cuda, nullptr},
       {"position_embedding_dw", position_dw_cuda, nullptr},
-      {"attention", attention_cuda, nullptr},
+      {"attention", attention_cuda, attention_ws},
       {"attention_grad", attention_grad_cuda, attention_grad_ws},
   };
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/tensor.h"
 
@@ -168,14 +169,27 @@ void position_embedding_dw(const Ctx& c, DType t, const void* dy, void* dw, int6
                            int64_t rows);
 
 // ---- attention core (attention.cu) -------------------------------------------------------------------------------
-// qkv (B, T, 3d) -> probs (B, h, T, T), dropped (same, or null), context (B, T, d).
-void attention_forward(const Ctx& c, DType t, const void* qkv, void* probs, void* dropped, void* context, int64_t B,
-                       int64_t T, int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
-// dcontext (B, T, d) -> dqkv (B, T, 3d). Workspace: attention_backward_workspace(...).
-void attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* probs,
-                        const void* dropped, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal,
-                        double p);
-size_t attention_backward_workspace(DType t, int64_t T, int64_t h);
+// qkv (B, T, 3d) -> context (B, T, d), lse (B, h, T) in f32. Workspace: attention_forward_workspace(...).
+void attention_forward(const Ctx& c, DType t, const void* qkv, void* context, void* lse, int64_t B, int64_t T,
+                       int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
+size_t attention_forward_workspace(DType t, int64_t T, int64_t h);
+// dcontext (B, T, d), qkv, context, lse (f32) -> dqkv (B, T, 3d); the dropout mask drawn again from (key,
+// mask_base). Workspace: attention_backward_workspace(...).
+void attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* context,
+                        const void* lse, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal, double p,
+                        uint64_t key, uint64_t mask_base);
+size_t attention_backward_workspace(DType t, int64_t B, int64_t T, int64_t h);
+// The fused path of both (flash_attention.cu), which attention_forward/backward take by themselves when
+// flash_attention_supported: autocast over f32 values, head dim 32, 64 or 128, tensors 16-byte aligned, not
+// switched off. set_flash_attention(false) makes every call take the staged path (tests compare the two).
+void set_flash_attention(bool on);
+bool flash_attention_supported(const Ctx& c, DType t, int64_t dh, std::initializer_list<const void*> tensors);
+void flash_attention_forward(const Ctx& c, const void* qkv, void* context, void* lse, int64_t B, int64_t T, int64_t d,
+                             int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
+void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qkv, const void* context,
+                              const void* lse, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal,
+                              double p, uint64_t key, uint64_t mask_base);
+size_t flash_attention_backward_workspace(int64_t B, int64_t T, int64_t h);
 
 // ---- convolution and pooling (conv.cu) ---------------------------------------------------------------------------
 // One sample: x (C, H, W) -> col (C kh kw, Ho Wo) and its adjoint (col2im overwrites x).

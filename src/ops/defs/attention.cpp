@@ -1,15 +1,19 @@
 // Multi-head self-attention, exactly torch.nn.MultiheadAttention(d, heads, dropout, bias, batch_first=True)
 // with query = key = value = x: qkv = x W_in^T + b_in ([q; k; v] rows of in_proj_weight), per head
 // softmax(q k^T / sqrt(d / heads) (+ causal mask)) -> dropout -> @ v, heads concatenated, then out_proj.
-// Saved for backward as extra outputs: qkv, probs (pre-dropout), context (pre out_proj) and, when dropout > 0,
-// the dropped probs. Dropout keeps element (b, head, i, j) when uniform_at(rng_key, its flat index in the whole
-// micro-batch, i.e. with b + KernelCtx::batch_offset) >= p,
-// scaled 1/(1 - p); eval mode has no dropout. The gradient reuses linear_dx/dw/db for both projections and
-// adds one internal op, attention_grad (context gradient -> qkv gradient).
+// Saved for backward as extra outputs, flash-attention style (no (B, h, T, T) tensor is kept): qkv, the
+// context (pre out_proj) and the log-sum-exp of each score row, lse (B, h, T), in f32 (f64 for f64 graphs).
+// The backward recomputes the probabilities of a block of rows as exp(s - lse). Dropout keeps element
+// (b, head, i, j) when uniform_at(rng_key, its flat index in the whole micro-batch's (B, h, T, T), i.e. with
+// b + KernelCtx::batch_offset) >= p, scaled 1/(1 - p); eval mode has no dropout. The backward draws the same
+// mask again: attention_grad's `rng_node` attribute names the forward node, whose random stream the executors
+// give it. The gradient reuses linear_dx/dw/db for both projections and adds one internal op, attention_grad
+// (context gradient -> qkv gradient).
 #include <algorithm>
 #include <cmath>
 
 #include "core/rng.h"
+#include "ops/cpu/fast_math.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
 
@@ -20,7 +24,7 @@ using cpu::dispatch_float;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-constexpr int64_t kMaxSlots = 32;  // (batch, head) pairs processed concurrently by the backward
+constexpr int64_t kMaxSlots = 32;  // units of work processed concurrently (each with its own scratch)
 
 // Query rows per unit of work: at most 64, and few enough that each per-unit GEMM stays under 2^18
 // multiply-adds (never under 8 rows), the size below which OpenBLAS runs on the calling thread. Units run
@@ -30,7 +34,11 @@ int64_t row_block(int64_t t, int64_t dh) {
 }
 
 // Output indices of attention.
-constexpr int kOutY = 0, kOutQkv = 1, kOutProbs = 2, kOutContext = 3, kOutDropped = 4;
+constexpr int kOutY = 0, kOutQkv = 1, kOutContext = 2, kOutLse = 3;
+
+// The log-sum-exp rows are kept in f32 (f64 in f64 graphs): a 16-bit lse would put its rounding (2^-8 of ~10)
+// into every recomputed probability.
+DType lse_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 struct Dims {
   int64_t b, t, d, h, dh;
@@ -92,51 +100,56 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
     expect(ix.b_in, Shape{3 * d}, "in_proj_bias");
     expect(ix.b_out, Shape{d}, "out_proj.bias");
   }
-  std::vector<TensorDesc> out{x, {Shape{b, t, 3 * d}, x.dtype}, {Shape{b, h, t, t}, x.dtype}, x};
-  if (a.f("dropout") > 0) out.push_back({Shape{b, h, t, t}, x.dtype});
-  return out;
+  return {x, {Shape{b, t, 3 * d}, x.dtype}, x, {Shape{b, h, t}, lse_dtype(x.dtype)}};
 }
 
-// Query rows [r0, r1) of head `hh` of sample `bi`: scores, causal mask, softmax (PyTorch's: exp(s - max) /
-// sum), dropout, context rows. Causal rows see keys 0..i, so the block only computes keys < r1.
-// qkv (B, T, 3d); probs, dropped (B, h, T, T); context (B, T, d).
+// Query rows [r0, r1) of head `hh` of sample `bi`: scores into the unit's scratch (rows x T), causal mask,
+// softmax (PyTorch's: exp(s - max) / sum), the rows' log-sum-exp max + log(sum), dropout, context rows. Causal
+// rows see keys 0..i, so the block only computes keys < r1. qkv (B, T, 3d); context (B, T, d); lse (B, h, T).
 template <typename T>
 void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1, bool causal, double p,
-                   uint64_t key, uint64_t mask_base, const T* qkv, T* probs, T* dropped, T* context) {
+                   uint64_t key, uint64_t mask_base, const T* qkv, T* s, T* context, T* lse) {
   int64_t ld = 3 * n.d, rows = r1 - r0, ncols = causal ? r1 : n.t;
   const T* q = qkv + (bi * n.t + r0) * ld + hh * n.dh;
   const T* k = qkv + bi * n.t * ld + n.d + hh * n.dh;
   const T* v = qkv + bi * n.t * ld + 2 * n.d + hh * n.dh;
   int64_t plane = (bi * n.h + hh) * n.t * n.t;
-  T* s = probs + plane + r0 * n.t;
   T scale = T(1) / std::sqrt(static_cast<T>(n.dh));
-  cpu::gemm(false, true, rows, ncols, n.dh, scale, q, ld, k, ld, T(0), s, n.t);
+  cpu::gemm(false, true, rows, ncols, n.dh, scale, q, ld, k, ld, T(0), s, ncols);
   T keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int64_t r = 0; r < rows; ++r) {
     int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
-    T* row = s + r * n.t;
+    T* row = s + r * ncols;
     T mx = row[0];
     for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, row[j]);
     T sum = 0;
-    for (int64_t j = 0; j < valid; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    for (int64_t j = 0; j < valid; ++j) row[j] = cpu::exp_of(row[j] - mx);  // vectorises (fast_math.h: 1 ulp)
+    for (int64_t j = 0; j < valid; ++j) sum += row[j];
+    lse[(bi * n.h + hh) * n.t + i] = mx + std::log(sum);
     T inv = T(1) / sum;
     for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
-    std::fill(row + valid, row + n.t, T(0));
-    if (dropped) {
-      T* drow = dropped + plane + i * n.t;
-      if (p > 0) {
-        uint64_t base = mask_base + static_cast<uint64_t>(plane + i * n.t);
-        for (int64_t j = 0; j < valid; ++j)
-          drow[j] = uniform_at(key, base + static_cast<uint64_t>(j)) >= p ? row[j] * keep_scale : T(0);
-        std::fill(drow + valid, drow + n.t, T(0));
-      } else {
-        std::copy_n(row, n.t, drow);
-      }
+    std::fill(row + valid, row + ncols, T(0));
+    if (p > 0) {
+      uint64_t base = mask_base + static_cast<uint64_t>(plane + i * n.t), thr = keep_threshold(p);
+      for (int64_t j = 0; j < valid; ++j) row[j] = kept_at(key, base + static_cast<uint64_t>(j), thr) ? row[j] * keep_scale : T(0);
     }
   }
-  const T* pv = dropped ? dropped + plane + r0 * n.t : s;
-  cpu::gemm(false, false, rows, n.dh, ncols, T(1), pv, n.t, v, ld, T(0), context + (bi * n.t + r0) * n.d + hh * n.dh,
+  cpu::gemm(false, false, rows, n.dh, ncols, T(1), s, ncols, v, ld, T(0), context + (bi * n.t + r0) * n.d + hh * n.dh,
             n.d);
+}
+
+// Units of work: (sample, head, block of query rows), in slots that own fixed ranges of them (deterministic for
+// any thread count), each slot with its own scratch of `per_slot` elements.
+struct Units {
+  int64_t rb, blocks, count, slots;
+  Units(const Dims& n) : rb(row_block(n.t, n.dh)), blocks((n.t + rb - 1) / rb), count(n.b * n.h * blocks),
+                         slots(std::min(count, kMaxSlots)) {}
+};
+
+size_t attention_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  Dims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], a.i("heads"), in[0].shape[2] / a.i("heads")};
+  Units u(n);
+  return static_cast<size_t>(u.slots * u.rb * n.t) * dtype_size(in[0].dtype);
 }
 
 void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -150,18 +163,22 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     auto ptr = [&](int i) { return i < 0 ? nullptr : in[static_cast<size_t>(i)].data<T>(); };
     T* qkv = out[kOutQkv].data<T>();
-    T* probs = out[kOutProbs].data<T>();
     T* context = out[kOutContext].data<T>();
-    T* dropped = out.size() > kOutDropped ? out[kOutDropped].data<T>() : nullptr;
+    T* lse = out[kOutLse].data<T>();  // lse_dtype(T) is T for f32 and f64
+    Units u(n);
+    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(u.slots * u.rb * n.t) * sizeof(T),
+                 "attention: workspace of ", ctx.workspace_bytes, " bytes is too small");
     // 1. qkv = x W_in^T + b_in
     cpu::affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), 3 * n.d, qkv);
     // 2. attention per (sample, head, block of query rows): independent units
-    int64_t rb = row_block(n.t, n.dh), blocks = (n.t + rb - 1) / rb;
-    parallel_for(n.b * n.h * blocks, 1, [&](int64_t u0, int64_t u1) {
-      for (int64_t u = u0; u < u1; ++u) {
-        int64_t blk = u % blocks, pair = u / blocks, r0 = blk * rb;
-        forward_block<T>(n, pair / n.h, pair % n.h, r0, std::min(n.t, r0 + rb), causal, p, ctx.rng_key, mask_base, qkv,
-                         probs, dropped, context);
+    parallel_for(u.slots, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t sl = s0; sl < s1; ++sl) {
+        T* scratch = static_cast<T*>(ctx.workspace) + sl * u.rb * n.t;
+        for (int64_t w = sl * u.count / u.slots; w < (sl + 1) * u.count / u.slots; ++w) {
+          int64_t blk = w % u.blocks, pair = w / u.blocks, r0 = blk * u.rb;
+          forward_block<T>(n, pair / n.h, pair % n.h, r0, std::min(n.t, r0 + u.rb), causal, p, ctx.rng_key, mask_base,
+                           qkv, scratch, context, lse);
+        }
       }
     });
     // 3. y = context W_out^T + b_out
@@ -183,9 +200,9 @@ void attention_grad_rule(GradCtx& c) {
   if (!needs(0) && !needs(ix.w_in) && !needs(ix.b_in)) return;
   ValueId dcontext = c.g.emit("linear_dx", {}, {dy, c.inputs[static_cast<size_t>(ix.w_out)]})[0];
   // attention core: context -> qkv
-  std::vector<ValueId> core{dcontext, o[kOutQkv], o[kOutProbs]};
-  if (o.size() > kOutDropped) core.push_back(o[kOutDropped]);
-  Attrs ga{{"heads", c.attrs.i("heads")}, {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")}};
+  std::vector<ValueId> core{dcontext, o[kOutQkv], o[kOutContext], o[kOutLse]};
+  Attrs ga{{"heads", c.attrs.i("heads")}, {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")},
+           {"rng_node", c.node_name}};
   ValueId dqkv = c.g.emit("attention_grad", ga, core)[0];
   // in_proj: qkv = x W_in^T + b_in
   if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
@@ -238,32 +255,38 @@ std::vector<BadSample> attention_bad() {
           {"int_input", a(2, 0.0), {TensorDesc{Shape{2, 5, 8}, DType::i32}}, "must be floating point"}};
 }
 
-// ---- attention_grad(dcontext, qkv, probs[, dropped]) -> dqkv ------------------------------------------------
+// ---- attention_grad(dcontext, qkv, context, lse) -> dqkv ----------------------------------------------------
 std::vector<TensorDesc> grad_infer(const Attrs& a, std::span<const TensorDesc> in) {
-  BRAID_ASSERT(in.size() == (a.f("dropout") > 0 ? 4u : 3u), "attention_grad: ", in.size(), " inputs");
+  BRAID_ASSERT(in.size() == 4u, "attention_grad: ", in.size(), " inputs");
   BRAID_ASSERT(in[1].shape.rank() == 3 && in[1].shape[2] == 3 * in[0].shape[2], "attention_grad: qkv ",
                in[1].str(), " for dcontext ", in[0].str());
+  BRAID_ASSERT(in[2].shape == in[0].shape, "attention_grad: context ", in[2].str(), " for dcontext ", in[0].str());
+  BRAID_ASSERT(in[3].shape == (Shape{in[0].shape[0], a.i("heads"), in[0].shape[1]}), "attention_grad: lse ",
+               in[3].str(), " for dcontext ", in[0].str());
   return {in[1]};
 }
 
+// Three (rows x T) planes per slot: the probabilities, the dropped probabilities (with dropout) and dP.
 size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
   int64_t pairs = in[0].shape[0] * a.i("heads"), t = in[0].shape[1], dh = in[0].shape[2] / a.i("heads");
-  return static_cast<size_t>(std::min(pairs, kMaxSlots) * row_block(t, dh) * t) * dtype_size(in[0].dtype);
+  return static_cast<size_t>(std::min(pairs, kMaxSlots) * 3 * row_block(t, dh) * t) * dtype_size(in[0].dtype);
 }
 
-// Backward of one (sample, head), query rows in blocks (causal blocks skip future keys); scratch holds one
-// block of dD, then dP, then dS (rows x T); dK and dV accumulate over the blocks in order.
-// With P = probs, D = dropped (or P), M = D / P the kept-and-scaled mask:
-//   dV = D^T dC;  dD = dC V^T;  dP = dD * M;  dS = P * (dP - rowsum(dP * P));  dQ = s dS K;  dK = s dS^T Q.
+// Backward of one (sample, head), query rows in blocks (causal blocks skip future keys); dK and dV accumulate
+// over the blocks in order. Per block, with s = 1/sqrt(dh), P = exp(s Q K^T - lse) recomputed (masked), Z the
+// dropout mask scaled 1/(1 - p) (drawn again from the forward's key, once per element: a kept element is one
+// whose P Z is not zero, P being a normal float) and O the forward's context rows:
+//   dV += (P Z)^T dO;  dPd = dO V^T;  D = rowsum(dO * O);  dS = P * (Z dPd - D);  dQ = s dS K;  dK += s dS^T Q.
+// (rowsum(dO * O) = rowsum(Z dPd * P): O's rows are the dropped probabilities times V.)
 template <typename T>
-void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p, const T* dcontext, const T* qkv,
-                   const T* probs, const T* dropped, T* dqkv, T* scratch) {
+void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p, uint64_t key, uint64_t mask_base,
+                   const T* dcontext, const T* qkv, const T* context, const T* lse, T* dqkv, T* sp, T* sz, T* sg) {
   int64_t ld = 3 * n.d, base = bi * n.t * ld + hh * n.dh, plane = (bi * n.h + hh) * n.t * n.t;
   const T *q = qkv + base, *k = q + n.d, *v = q + 2 * n.d;
   T *dq = dqkv + base, *dk = dq + n.d, *dv = dq + 2 * n.d;
   const T* dc = dcontext + bi * n.t * n.d + hh * n.dh;
-  const T* pp = probs + plane;
-  const T* dd = dropped ? dropped + plane : pp;
+  const T* o = context + bi * n.t * n.d + hh * n.dh;
+  const T* lrow = lse + (bi * n.h + hh) * n.t;
   T scale = T(1) / std::sqrt(static_cast<T>(n.dh)), keep_scale = static_cast<T>(1.0 / (1.0 - p));
   for (int64_t i = 0; i < n.t; ++i) {
     std::fill_n(dk + i * ld, n.dh, T(0));
@@ -272,23 +295,40 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
   int64_t rb = row_block(n.t, n.dh);
   for (int64_t r0 = 0; r0 < n.t; r0 += rb) {
     int64_t r1 = std::min(n.t, r0 + rb), rows = r1 - r0, ncols = causal ? r1 : n.t;
-    cpu::gemm(true, false, ncols, n.dh, rows, T(1), dd + r0 * n.t, n.t, dc + r0 * n.d, n.d, T(1), dv, ld);
-    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * n.d, n.d, v, ld, T(0), scratch, n.t);
+    // P, and in sz the dropped probabilities P Z for dV
+    cpu::gemm(false, true, rows, ncols, n.dh, scale, q + r0 * ld, ld, k, ld, T(0), sp, ncols);
     for (int64_t r = 0; r < rows; ++r) {
-      int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
-      T* g = scratch + r * n.t;
-      const T* prow = pp + i * n.t;
-      if (dropped && p > 0) {
-        const T* drow = dd + i * n.t;
-        for (int64_t j = 0; j < valid; ++j) g[j] = drow[j] != T(0) ? g[j] * keep_scale : T(0);
+      int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
+      T* prow = sp + r * ncols;
+      const T l = lrow[i];
+      for (int64_t j = 0; j < valid; ++j) prow[j] = cpu::exp_of(prow[j] - l);
+      std::fill(prow + valid, prow + ncols, T(0));
+      if (p > 0) {
+        T* zrow = sz + r * ncols;
+        const uint64_t mrow = mask_base + static_cast<uint64_t>(plane + i * n.t), thr = keep_threshold(p);
+        for (int64_t j = 0; j < valid; ++j) zrow[j] = kept_at(key, mrow + static_cast<uint64_t>(j), thr) ? prow[j] * keep_scale : T(0);
+        std::fill(zrow + valid, zrow + ncols, T(0));
       }
+    }
+    cpu::gemm(true, false, ncols, n.dh, rows, T(1), p > 0 ? sz : sp, ncols, dc + r0 * n.d, n.d, T(1), dv, ld);
+    // dPd = dO V^T, then dS in place
+    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * n.d, n.d, v, ld, T(0), sg, ncols);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
+      T* g = sg + r * ncols;
+      const T* prow = sp + r * ncols;
       T dot = 0;
-      for (int64_t j = 0; j < valid; ++j) dot += g[j] * prow[j];
-      for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * (g[j] - dot);
+      for (int64_t e = 0; e < n.dh; ++e) dot += dc[i * n.d + e] * o[i * n.d + e];
+      if (p > 0) {
+        const T* zrow = sz + r * ncols;
+        for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * ((zrow[j] != T(0) ? g[j] * keep_scale : T(0)) - dot);
+      } else {
+        for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * (g[j] - dot);
+      }
       std::fill(g + valid, g + ncols, T(0));
     }
-    cpu::gemm(false, false, rows, n.dh, ncols, scale, scratch, n.t, k, ld, T(0), dq + r0 * ld, ld);
-    cpu::gemm(true, false, ncols, n.dh, rows, scale, scratch, n.t, q + r0 * ld, ld, T(1), dk, ld);
+    cpu::gemm(false, false, rows, n.dh, ncols, scale, sg, ncols, k, ld, T(0), dq + r0 * ld, ld);
+    cpu::gemm(true, false, ncols, n.dh, rows, scale, sg, ncols, q + r0 * ld, ld, T(1), dk, ld);
   }
 }
 
@@ -297,18 +337,19 @@ void grad_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, 
   n.dh = n.d / n.h;
   bool causal = a.b("causal");
   double p = a.f("dropout");
-  int64_t pairs = n.b * n.h, slots = std::min(pairs, kMaxSlots), slot_elems = row_block(n.t, n.dh) * n.t;
+  const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);
+  int64_t pairs = n.b * n.h, slots = std::min(pairs, kMaxSlots), plane_elems = row_block(n.t, n.dh) * n.t;
   dispatch_float(out[0].dtype(), [&]<typename T>() {
-    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(slots * slot_elems) * sizeof(T),
+    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(slots * 3 * plane_elems) * sizeof(T),
                  "attention_grad: workspace of ", ctx.workspace_bytes, " bytes is too small");
-    const T* dropped = in.size() > 3 ? in[3].data<T>() : nullptr;
     // Slots own fixed ranges of pairs and process them in order: deterministic for any thread count.
     parallel_for(slots, 1, [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s) {
-        T* scratch = static_cast<T*>(ctx.workspace) + s * slot_elems;
+        T* sp = static_cast<T*>(ctx.workspace) + s * 3 * plane_elems;
         for (int64_t pr = s * pairs / slots; pr < (s + 1) * pairs / slots; ++pr)
-          backward_pair<T>(n, pr / n.h, pr % n.h, causal, p, in[0].data<T>(), in[1].data<T>(), in[2].data<T>(),
-                           dropped, out[0].data<T>(), scratch);
+          backward_pair<T>(n, pr / n.h, pr % n.h, causal, p, ctx.rng_key, mask_base, in[0].data<T>(), in[1].data<T>(),
+                           in[2].data<T>(), in[3].data<T>(), out[0].data<T>(), sp, sp + plane_elems,
+                           sp + 2 * plane_elems);
       }
     });
   });
@@ -318,7 +359,7 @@ std::vector<SplitSignature> grad_splits(const Attrs&, std::span<const TensorDesc
   auto sigs = all_broadcast(in, out);
   // data: every operand carries the batch axis (the backward draws no random numbers).
   sigs.push_back({"data", std::vector<Sbp>(in.size(), Sbp::S(0)), {Sbp::S(0)}});
-  // partial: linear in dcontext (qkv and probs replicated).
+  // partial: linear in dcontext (qkv, context and lse replicated; D = rowsum(dO * O) is linear in dO too).
   SplitSignature partial{"partial", std::vector<Sbp>(in.size(), Sbp::B()), {Sbp::P()}};
   partial.inputs[0] = Sbp::P();
   sigs.push_back(partial);
@@ -330,8 +371,8 @@ Cost grad_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const T
   double b = static_cast<double>(in[0].shape[0]), t = static_cast<double>(in[0].shape[1]),
          d = static_cast<double>(in[0].shape[2]), h = static_cast<double>(a.i("heads"));
   double tri = a.b("causal") ? 0.5 : 1.0;
-  c.flops = tri * 8 * b * t * t * d   // dV = D^T dC, dD = dC V^T, dQ = dS K, dK = dS^T Q
-            + tri * 6 * b * h * t * t;  // dropout mask and softmax backward
+  c.flops = tri * 10 * b * t * t * d  // S = Q K^T again, dV = (P Z)^T dO, dPd = dO V^T, dQ = dS K, dK = dS^T Q
+            + tri * 7 * b * h * t * t;  // exp(s - lse), dropout mask and softmax backward
   return c;
 }
 
@@ -351,6 +392,7 @@ void register_attention(Registry& r) {
     d.public_outputs = 1;
     d.params = attention_params;
     d.infer = attention_infer;
+    d.workspace = attention_workspace;
     d.grad = attention_grad_rule;
     d.splits = attention_splits;
     d.cost = attention_cost;
@@ -372,8 +414,10 @@ void register_attention(Registry& r) {
     d.doc = "gradient of attention's core: context gradient -> gradient of qkv";
     d.internal = true;
     d.differentiable = false;
-    d.attrs = {heads, causal, dropout};
-    d.min_inputs = 3;
+    d.attrs = {heads, causal, dropout,
+               {"rng_node", AttrKind::String, AttrValue(std::string()), false, {}, 0, false, false,
+                "the forward node whose random stream (dropout mask) the backward draws again"}};
+    d.min_inputs = 4;
     d.max_inputs = 4;
     d.infer = grad_infer;
     d.workspace = grad_workspace;

@@ -33,10 +33,11 @@ void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> i
     const T* x = in[0].data<T>();
     T *y = out[0].data<T>(), *mask = out[1].data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - p));
+    const uint64_t thr = keep_threshold(p);
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         T m = T(1);
-        if (active) m = uniform_at(key, base + static_cast<uint64_t>(i)) >= p ? scale : T(0);
+        if (active) m = kept_at(key, base + static_cast<uint64_t>(i), thr) ? scale : T(0);  // uniform_at(...) >= p
         mask[i] = m;
         y[i] = x[i] * m;
       }
