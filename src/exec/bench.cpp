@@ -127,7 +127,7 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   res.params = store.num_trainable();
   res.arena_bytes = engine->device_bytes();
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
-  res.train_flops_per_step *= static_cast<double>(batch / micro);
+  res.train_flops_per_step *= static_cast<double>(batch / micro) * dev.count;  // g is one replica's share
   res.tokens_per_sample = tokens_per_sample(inputs);
   std::vector<double> node_s(g.nodes().size(), 0.0);
   if (opts.per_node && !engine->set_node_timing(nullptr))

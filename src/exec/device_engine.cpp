@@ -1,6 +1,7 @@
 // The registry of device engines by device kind (device_engine.h).
 #include "exec/device_engine.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -46,18 +47,20 @@ std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const
     throw UserError(at, "devices " + cfg.devices + ": this braid was built without the " + dev.kind + " backend",
                     "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed "
                     "(README, \"Building by hand\"), or train on cpu");
-  if (dev.count > 1)
-    throw UserError(at, "devices " + cfg.devices + ": braid runs on one GPU in this version; plans over several "
-                        "GPUs (data, tensor and pipeline parallel over NCCL) are not wired into the trainer yet",
-                    "use devices: " + dev.kind + ":" + std::to_string(dev.ids.empty() ? 0 : dev.ids[0]) + " (docs/gpu.md)");
+  if (dev.count > 1 && micro % dev.count != 0)
+    throw UserError(at,
+                    "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
+                        " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel GPUs",
+                    "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
   if (multi)
     throw UserError(at, "devices " + cfg.devices + ": a job of several processes trains on cpu devices in this version",
                     "start one process (without braid launch) for a single GPU");
   if (cfg.parallel.plan != "auto")
-    throw UserError(at, "parallel.plan " + cfg.parallel.plan + ": plan files run on cpu:N devices in this version");
+    throw UserError(at, "parallel.plan " + cfg.parallel.plan + ": plan files run on cpu:N devices in this version",
+                    "on GPUs braid runs data parallelism over the listed devices: remove parallel.plan");
   graph::BuildOptions bo;
   bo.with_backward = true;
-  *g = graph::build_graph(cfg.model, micro, bo);
+  *g = graph::build_graph(cfg.model, micro / std::max(dev.count, 1), bo);  // one replica's share of a micro-batch
   graph::verify(*g);
   store.create(*g, cfg.train.seed);
   return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro});

@@ -52,7 +52,7 @@ class DeviceEngine {
 struct DeviceEngineArgs {
   const io::RunConfig& cfg;
   std::vector<int> devices;     // the run's device ids of this kind
-  const graph::Graph& train;    // the training graph (micro-batch size, with backward)
+  const graph::Graph& train;    // the training graph (with backward) of one replica: micro / devices samples
   ParamStore& store;            // created and initialised; the engine uploads it
   int64_t micro = 0;            // samples per micro-batch
 };
@@ -65,10 +65,12 @@ DeviceEngineFactory device_engine(const std::string& kind);
 // The run's devices when they are accelerators (`cuda`, `cuda:N`): true and *dev; false for cpu devices and
 // cluster files.
 bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev);
-// train() and bench() on accelerator devices: the training graph of `micro` samples with backward into *g (no CPU
-// executor: its arena would hold every activation of a model sized for a GPU), its parameters created in `store`
-// from the run's seed, and the engine registered for dev.kind. UserError (exit status 2) for a build without the
-// backend, several devices, a plan file or a job of several processes (`multi`).
+// train() and bench() on accelerator devices: the training graph with backward of one data-parallel replica's
+// share of a micro-batch (micro / dev.count samples; all of it on one device) into *g (no CPU executor: its arena
+// would hold every activation of a model sized for a GPU), its parameters created in `store` from the run's seed,
+// and the engine registered for dev.kind, which runs one replica per listed device (a device listed twice holds
+// two). UserError (exit status 2) for a build without the backend, a micro-batch the devices do not divide, a
+// plan file or a job of several processes (`multi`).
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
                                                  bool multi, graph::Graph* g, ParamStore& store);
 

@@ -60,6 +60,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
       s.m = zeroed("momentum_buffer");
     }
     max_n_ = std::max(max_n_, s.n);
+    grads_.push_back(Tensor::view(const_cast<float*>(s.g), TensorDesc{Shape{s.n}, DType::f32}));  // ours to write: accumulator or graph gradient
     slots.push_back(s);
     states_.push_back(State{p.name, s.m, s.v, s.n});
   }

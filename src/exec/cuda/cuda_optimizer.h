@@ -36,6 +36,9 @@ class CudaOptimizer {
   double grad_norm();
   // Those gradients *= k (clipping: k = max_norm / (norm + 1e-6) when below 1).
   void scale_grads(double k);
+  // Those gradients as device f32 tensors (views), parameter order: the accumulators, or the graph's gradient
+  // values with one micro-batch. Data-parallel replicas all-reduce them before the update.
+  const std::vector<Tensor>& gradients() const { return grads_; }
   // The state (exp_avg, exp_avg_sq / momentum_buffer, by parameter name as exec::Optimizer names them) and the
   // step count, to a host optimizer over the same parameters and back from one. upload() of a host optimizer
   // that has taken no step leaves the device state zero (its tensors are not initialised until its first step).
@@ -63,6 +66,7 @@ class CudaOptimizer {
   template <typename StateMap, typename Copy>
   void each_state(StateMap& state, const Copy& copy) const;
   double* norm_ = nullptr;  // grad_norm's device sum
+  std::vector<Tensor> grads_;
 };
 
 }  // namespace braid::exec
