@@ -112,7 +112,8 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   graph::Graph g;
   ParamStore store;
-  std::unique_ptr<DeviceEngine> engine = make_device_engine(cfg, dev, micro, false, &g, store);
+  const std::optional<RunPlan> rp = run_plan(cfg);  // a plan file over the GPUs, or nothing (data parallel)
+  std::unique_ptr<DeviceEngine> engine = make_device_engine(cfg, dev, micro, false, &g, store, rp ? &rp->plan : nullptr);
   auto inputs = dataset_inputs(cfg.model, g);
   auto data = open_train_data(cfg, inputs);
   io::BatchSampler sampler(data->size(), batch, cfg.data.shuffle, cfg.train.seed);
@@ -127,7 +128,8 @@ BenchResult bench_device(const io::RunConfig& cfg, const planner::DeviceSpec& de
   res.params = store.num_trainable();
   res.arena_bytes = engine->device_bytes();
   for (const auto& n : g.nodes()) res.train_flops_per_step += graph::node_flops(g, n);
-  res.train_flops_per_step *= static_cast<double>(batch / micro) * dev.count;  // g is one replica's share
+  // g runs one replica's share of a micro-batch (under a plan, one replica's micro-batch of the whole model).
+  res.train_flops_per_step *= static_cast<double>(batch) / static_cast<double>(rp ? rp->plan.summary.micro_batch : micro / dev.count);
   res.tokens_per_sample = tokens_per_sample(inputs);
   std::vector<double> node_s(g.nodes().size(), 0.0);
   if (opts.per_node && !engine->set_node_timing(nullptr))

@@ -40,30 +40,28 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
 }
 
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
-                                                 bool multi, graph::Graph* g, ParamStore& store) {
+                                                 bool multi, graph::Graph* g, ParamStore& store, const planner::Plan* plan) {
   const SourceLoc at{cfg.path, 0, 0};
   DeviceEngineFactory factory = device_engine(dev.kind);
   if (!factory)
     throw UserError(at, "devices " + cfg.devices + ": this braid was built without the " + dev.kind + " backend",
                     "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed "
                     "(README, \"Building by hand\"), or train on cpu");
-  if (dev.count > 1 && micro % dev.count != 0)
+  if (!plan && dev.count > 1 && micro % dev.count != 0)
     throw UserError(at,
                     "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
                         " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel GPUs",
                     "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
   if (multi)
     throw UserError(at, "devices " + cfg.devices + ": a job of several processes trains on cpu devices in this version",
-                    "start one process (without braid launch) for a single GPU");
-  if (cfg.parallel.plan != "auto")
-    throw UserError(at, "parallel.plan " + cfg.parallel.plan + ": plan files run on cpu:N devices in this version",
-                    "on GPUs braid runs data parallelism over the listed devices: remove parallel.plan");
+                    "start one process (without braid launch): it drives every listed GPU");
   graph::BuildOptions bo;
   bo.with_backward = true;
-  *g = graph::build_graph(cfg.model, micro / std::max(dev.count, 1), bo);  // one replica's share of a micro-batch
+  // One replica's share of a micro-batch; under a plan, the whole model for one replica's micro-batch.
+  *g = graph::build_graph(cfg.model, plan ? plan->summary.micro_batch : micro / std::max(dev.count, 1), bo);
   graph::verify(*g);
   store.create(*g, cfg.train.seed);
-  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro});
+  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro, plan});
 }
 
 }  // namespace braid::exec

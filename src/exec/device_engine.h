@@ -55,6 +55,7 @@ struct DeviceEngineArgs {
   const graph::Graph& train;    // the training graph (with backward) of one replica: micro / devices samples
   ParamStore& store;            // created and initialised; the engine uploads it
   int64_t micro = 0;            // samples per micro-batch
+  const planner::Plan* plan = nullptr;  // a plan file's plan over the devices (null: one replica per device)
 };
 using DeviceEngineFactory = std::unique_ptr<DeviceEngine> (*)(const DeviceEngineArgs&);
 
@@ -69,9 +70,12 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev);
 // share of a micro-batch (micro / dev.count samples; all of it on one device) into *g (no CPU executor: its arena
 // would hold every activation of a model sized for a GPU), its parameters created in `store` from the run's seed,
 // and the engine registered for dev.kind, which runs one replica per listed device (a device listed twice holds
-// two). UserError (exit status 2) for a build without the backend, a micro-batch the devices do not divide, a
-// plan file or a job of several processes (`multi`).
+// two). With `plan` (a plan file's, validated: run_plan) the engine runs the plan's stages on the listed devices
+// and *g is the whole model's graph for one replica's micro-batch (plan.summary.micro_batch samples). UserError
+// (exit status 2) for a build without the backend, a micro-batch the devices do not divide or a job of several
+// processes (`multi`).
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
-                                                 bool multi, graph::Graph* g, ParamStore& store);
+                                                 bool multi, graph::Graph* g, ParamStore& store,
+                                                 const planner::Plan* plan = nullptr);
 
 }  // namespace braid::exec

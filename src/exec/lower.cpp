@@ -338,4 +338,18 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
   return programs;
 }
 
+const ParamShard& shard_of(const StageProgram& p, const std::string& name) {
+  for (const auto& s : p.params)
+    if (s.name == name) return s;
+  BRAID_ASSERT(false, "stage ", p.stage, " holds no parameter ", name);
+  return p.params.front();
+}
+
+Schedule schedule_of(const planner::Summary& s) {
+  if (s.schedule == "gpipe") return gpipe(s.pipeline_stages, static_cast<int>(s.micro_batches));
+  if (s.schedule == "interleaved")
+    return interleaved_1f1b(s.pipeline_stages, s.virtual_stages, static_cast<int>(s.micro_batches));
+  return one_f_one_b(s.pipeline_stages, static_cast<int>(s.micro_batches));
+}
+
 }  // namespace braid::exec

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/schedule.h"
 #include "graph/ir.h"
 #include "io/model_spec.h"
 #include "planner/plan.h"
@@ -79,5 +80,15 @@ int tensor_group_size(const planner::StagePlan& s);
 
 // The shard of `d` that layout `s` over `parts` devices gives each of them.
 TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts);
+
+// The shard entry of parameter `name` in stage program `p` (an internal error when it holds none).
+const ParamShard& shard_of(const StageProgram& p, const std::string& name);
+
+// The schedule of a plan's summary: GPipe, 1F1B or interleaved 1F1B over its pipeline stages and micro-batches.
+Schedule schedule_of(const planner::Summary& s);
+
+// Message tag of boundary value `value` of cut `cut` (between stages cut and cut + 1): its activation, or its
+// gradient travelling back. Messages of one tag arrive in micro-batch order.
+inline int boundary_tag(int cut, size_t value, bool grad) { return (cut * 2 + (grad ? 1 : 0)) * 4096 + static_cast<int>(value); }
 
 }  // namespace braid::exec

@@ -16,10 +16,6 @@
 namespace braid::exec {
 namespace {
 
-// Message tags: one per (cut, value, direction); messages of one tag arrive in micro-batch order.
-int tag_of(int cut, size_t value, bool grad) { return (cut * 2 + (grad ? 1 : 0)) * 4096 + static_cast<int>(value); }
-
-
 // Buckets of gradients in the order backward produces them (their producer nodes), each up to `limit` bytes
 // (a larger gradient is a bucket of its own).
 template <typename ChunkT>
@@ -83,20 +79,6 @@ double program_flops(const graph::Graph& g) {
   return flops;
 }
 
-Schedule make_schedule(const planner::Summary& s) {
-  if (s.schedule == "gpipe") return gpipe(s.pipeline_stages, static_cast<int>(s.micro_batches));
-  if (s.schedule == "interleaved")
-    return interleaved_1f1b(s.pipeline_stages, s.virtual_stages, static_cast<int>(s.micro_batches));
-  return one_f_one_b(s.pipeline_stages, static_cast<int>(s.micro_batches));
-}
-
-const ParamShard& shard_of(const StageProgram& p, const std::string& name) {
-  for (const auto& s : p.params)
-    if (s.name == name) return s;
-  BRAID_ASSERT(false, "stage ", p.stage, " holds no parameter ", name);
-  return p.params.front();
-}
-
 }  // namespace
 
 PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan,
@@ -104,7 +86,7 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
     : plan_(plan),
       seed_(seed),
       programs_(lower_plan(m, plan, LowerOptions{options.sync_batch_norm})),
-      schedule_(make_schedule(plan.summary)),
+      schedule_(schedule_of(plan.summary)),
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
       micro_(plan.summary.micro_batch),
@@ -113,24 +95,7 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
   BRAID_ASSERT(check_.ok, "the ", schedule_.name, " schedule does not check: ", check_.message);
   BRAID_ASSERT(schedule_.stages == static_cast<int>(programs_.size()), "schedule has ", schedule_.stages,
                " stages, the plan ", programs_.size());
-  // Slots: the most micro-batches of each stage held at once on its device's list. A micro-batch takes a
-  // slot at its first instruction (the activation's receive, or the forward) and gives it back after its
-  // last (the gradient's send, or the backward on the first stage), as run_step does.
-  stage_slots_.assign(programs_.size(), 1);
-  for (const auto& list : schedule_.per_device) {
-    std::vector<std::vector<bool>> held(programs_.size(), std::vector<bool>(static_cast<size_t>(micro_batches_)));
-    std::vector<int> live(programs_.size(), 0);
-    for (const Instr& in : list) {
-      if (in.micro_batch < 0) continue;
-      auto s = static_cast<size_t>(in.stage);
-      auto mb = static_cast<size_t>(in.micro_batch);
-      if (!held[s][mb]) {
-        held[s][mb] = true;
-        stage_slots_[s] = std::max(stage_slots_[s], ++live[s]);
-      }
-      if ((in.kind == InstrKind::SendGrad) || (in.kind == InstrKind::Backward && in.stage == 0)) --live[s];
-    }
-  }
+  stage_slots_ = exec::stage_slots(schedule_);  // each stage's executor slots (schedule.h)
   const int n = plan.summary.devices;
   std::vector<int> local;
   if (world) {
@@ -494,7 +459,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
             int peer = device_at(p.stage + 1, c.replica, t);
             io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, p.send[k].name, mb, peer,
                                                          static_cast<double>(v.bytes())});
-            d.world->send(v, peer, tag_of(p.stage, k, false));
+            d.world->send(v, peer, boundary_tag(p.stage, k, false));
           }
         break;
       }
@@ -505,7 +470,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           Tensor v = c.exec->value(p.recv_values[k], slot);
           io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, p.recv[k].name, mb, peer,
                                                        static_cast<double>(v.bytes())});
-          d.world->recv(v, peer, tag_of(p.stage - 1, k, false));
+          d.world->recv(v, peer, boundary_tag(p.stage - 1, k, false));
         }
         break;
       }
@@ -520,7 +485,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
               int peer = device_at(p.stage - 1, c.replica, t);
               io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, p.recv[k].grad_name, mb,
                                                            peer, static_cast<double>(v.bytes())});
-              d.world->send(v, peer, tag_of(p.stage - 1, k, true));
+              d.world->send(v, peer, boundary_tag(p.stage - 1, k, true));
             }
           }
         }
@@ -535,7 +500,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
           Tensor v = c.exec->value(p.send_grads[k], slot);
           io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, p.send[k].grad_name, mb, peer,
                                                        static_cast<double>(v.bytes())});
-          d.world->recv(v, peer, tag_of(p.stage, k, true));
+          d.world->recv(v, peer, boundary_tag(p.stage, k, true));
         }
         break;
       }

@@ -601,4 +601,23 @@ ScheduleCheck check_schedule(const Schedule& sc, int channel_capacity) {
   return r;
 }
 
+std::vector<int> stage_slots(const Schedule& schedule) {
+  std::vector<int> slots(static_cast<size_t>(schedule.stages), 1);
+  for (const auto& list : schedule.per_device) {
+    std::vector<std::vector<bool>> held(slots.size(), std::vector<bool>(static_cast<size_t>(schedule.micro_batches)));
+    std::vector<int> live(slots.size(), 0);
+    for (const Instr& in : list) {
+      if (in.micro_batch < 0) continue;
+      auto st = static_cast<size_t>(in.stage);
+      auto mb = static_cast<size_t>(in.micro_batch);
+      if (!held[st][mb]) {
+        held[st][mb] = true;
+        slots[st] = std::max(slots[st], ++live[st]);
+      }
+      if ((in.kind == InstrKind::SendGrad) || (in.kind == InstrKind::Backward && in.stage == 0)) --live[st];
+    }
+  }
+  return slots;
+}
+
 }  // namespace braid::exec

@@ -73,6 +73,11 @@ struct ScheduleCheck {
 // instruction eventually runs (on deadlock: which device is stuck at which instruction, waiting for what).
 ScheduleCheck check_schedule(const Schedule& schedule, int channel_capacity = 0);
 
+// Per stage: the most micro-batches its device holds at once (its executor's slots). A micro-batch takes a slot
+// at its first instruction (the activation's receive, or the forward) and gives it back after its last (the
+// gradient's send, or the backward on the first stage), as the plan runners do.
+std::vector<int> stage_slots(const Schedule& schedule);
+
 // The textbook bubble fraction (D - 1) / (v * M + D - 1), v = stages / devices (v = 1: GPipe and 1F1B).
 double analytic_bubble_fraction(int devices, int chunks_per_device, int micro_batches);
 

@@ -114,7 +114,7 @@ std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
 std::string trace_part_path(const std::string& path, int rank) { return path + ".rank" + std::to_string(rank) + ".json"; }
 
 void write_merged_trace(const io::TraceRecorder& tracer, const std::string& path, Communicator& world) {
-  constexpr int kTraceTag = 0x7ff00000;  // above every pipeline tag (exec/pipeline.cpp tag_of)
+  constexpr int kTraceTag = 0x7ff00000;  // above every pipeline tag (exec/lower.h boundary_tag)
   const int rank = world.rank(), n = world.size();
   std::string text = tracer.json();
   io::write_trace_file(trace_part_path(path, rank), text);
@@ -177,7 +177,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   graph::Graph device_graph;
   std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
   if (on_accelerator) {
-    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store);
+    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, plan ? &*plan : nullptr);
   } else if (dp_degree > 1 && !plan) {
     dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
   } else {
@@ -200,7 +200,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     world.local = {opts.rank};
     world.communicator = [&opts](int) { return borrow(*opts.world); };
   }
-  if (plan) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
+  if (plan && !engine) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
                                               PlanRunnerOptions{cfg.parallel.sync_batch_norm}, multi ? &world : nullptr);
   ParamStore& store = dp ? dp->store(0) : own_store;
   Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
@@ -273,7 +273,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   std::unique_ptr<Optimizer> own_opt;
   if (!dp) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
   Optimizer& opt = dp ? dp->optimizer(0) : *own_opt;
-  const int64_t steps_micro = pr ? plan->summary.micro_batches : num_micro;  // the plan's micro-batching
+  const int64_t steps_micro = plan ? plan->summary.micro_batches : num_micro;  // the plan's micro-batching (CPU or GPU)
   StepState state;
   state.micro_batches = steps_micro;
   if (!opts.resume.empty()) {

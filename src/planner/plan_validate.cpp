@@ -185,8 +185,11 @@ class Validator {
                        "device " + std::to_string(d) + " of " + who + " is out of range: the run has " +
                            std::to_string(spec_.count) + " " + spec_.kind + " device" + (spec_.count == 1 ? "" : "s") +
                            (spec_.count == 1 ? ", device 0" : ", devices 0 to " + std::to_string(spec_.count - 1)),
-                       "device ids count the run's devices from 0 (devices: " + spec_.kind + ":" +
-                           std::to_string(spec_.count) + ")");
+                       spec_.kind == "cpu"
+                           ? "device ids count the run's devices from 0 (devices: cpu:" + std::to_string(spec_.count) + ")"
+                           : "device ids index the run's device list from 0; list at least " +
+                                 std::to_string(plan_.summary.devices) + " GPUs (cuda:0-" +
+                                 std::to_string(plan_.summary.devices - 1) + ", or cuda:0,0,... to share one)");
         } else if (!seen.insert(d).second) {
           diags_.error(device_loc(st, k), "device " + std::to_string(d) + " appears twice in " + who);
         }

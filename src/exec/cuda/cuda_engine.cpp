@@ -10,7 +10,9 @@
 #include "exec/comm/inproc.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/nccl_comm.h"
+#include "exec/cuda/staged_comm.h"
 #include "exec/cuda/cuda_optimizer.h"
+#include "exec/cuda/cuda_plan_engine.h"
 #include "exec/device_engine.h"
 #include "exec/loss_scale.h"
 #include "exec/runner.h"
@@ -21,43 +23,6 @@
 
 namespace braid::exec {
 namespace {
-
-// All-reduce of device tensors between replicas that share a GPU (NCCL refuses two ranks on one device): each
-// rank copies its tensor to host memory, the in-process backend sums in rank order, the sum is copied back.
-// Only what the data-parallel step uses (all_reduce, barrier); anything else is an InternalError.
-class HostStagedComm final : public Communicator {
- public:
-  HostStagedComm(std::unique_ptr<Communicator> host, cuda::Stream& stream) : host_(std::move(host)), stream_(stream) {}
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
-
- protected:
-  void do_all_reduce(Tensor& t, ReduceOp op) override {
-    if (buf_.bytes() < t.bytes()) buf_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(t.bytes() / 4 + 1)}, DType::f32});
-    Tensor h = Tensor::view(buf_.raw(), t.desc());
-    stream_.download(h.raw(), t.raw(), t.bytes());  // synchronises
-    host_->all_reduce(h, op);
-    stream_.upload(t.raw(), h.raw(), t.bytes());
-    stream_.synchronize();
-  }
-  void do_barrier() override { host_->barrier(); }
-  void do_abort(const std::string& reason) override { host_->abort(reason); }
-  [[noreturn]] void unsupported(const char* what) {
-    throw InternalError(std::string("replicas sharing a GPU: ") + what + " is not supported (all_reduce only)");
-  }
-  void do_all_gather(const Tensor&, Tensor&, int) override { unsupported("all_gather"); }
-  void do_reduce_scatter(const Tensor&, Tensor&, int, ReduceOp) override { unsupported("reduce_scatter"); }
-  void do_all_to_all(const Tensor&, Tensor&, int, int) override { unsupported("all_to_all"); }
-  void do_broadcast(Tensor&, int) override { unsupported("broadcast"); }
-  void do_send(const Tensor&, int, int) override { unsupported("send"); }
-  void do_recv(Tensor&, int, int) override { unsupported("recv"); }
-  std::unique_ptr<Communicator> do_split(const std::vector<int>&) override { unsupported("split"); }
-
- private:
-  std::unique_ptr<Communicator> host_;
-  cuda::Stream& stream_;
-  Tensor buf_;
-};
 
 // One GPU (devices: cuda:N), or data parallelism over several (cuda:0-3): a replica per listed device, each
 // running its share of every micro-batch (samples [r share, (r + 1) share), with the batch offset that keeps the
@@ -120,7 +85,7 @@ class CudaEngine final : public DeviceEngine {
         host_world_ = std::make_unique<InProcWorld>(n);
         for (int r = 0; r < n; ++r)
           reps_[static_cast<size_t>(r)]->comm =
-              std::make_unique<HostStagedComm>(host_world_->communicator(r), reps_[static_cast<size_t>(r)]->exec->stream());
+              host_staged(host_world_->communicator(r), reps_[static_cast<size_t>(r)]->exec->stream());
       } else {
         nccl_ = std::make_unique<NcclWorld>(devices);
         for (int r = 0; r < n; ++r) reps_[static_cast<size_t>(r)]->comm = nccl_->communicator(r);
@@ -344,7 +309,10 @@ class CudaEngine final : public DeviceEngine {
   int64_t skipped_ = 0;   // steps skipped for an fp16 overflow in this run
 };
 
-std::unique_ptr<DeviceEngine> make_cuda_engine(const DeviceEngineArgs& a) { return std::make_unique<CudaEngine>(a); }
+std::unique_ptr<DeviceEngine> make_cuda_engine(const DeviceEngineArgs& a) {
+  if (a.plan) return make_cuda_plan_engine(a);  // a plan file over the GPUs
+  return std::make_unique<CudaEngine>(a);
+}
 
 }  // namespace
 

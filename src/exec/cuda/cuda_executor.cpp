@@ -200,8 +200,15 @@ void CudaExecutor::fetch(ValueId v, const Tensor& out, int slot) const {
   stream_->download(out.raw(), d.raw(), d.bytes());
 }
 
+void CudaExecutor::set_device_fed(const std::vector<ValueId>& inputs) {
+  device_fed_.assign(g_.values().size(), false);
+  for (ValueId v : inputs)
+    if (v.valid()) device_fed_[v.idx()] = true;
+}
+
 void CudaExecutor::stage_inputs(int slot) {
   for (const auto& in : g_.inputs()) {
+    if (!device_fed_.empty() && device_fed_[in.idx()]) continue;
     const Tensor& h = staging_[static_cast<size_t>(slot)][in.idx()];
     stream_->upload(views_[static_cast<size_t>(slot)][in.idx()].raw(), h.raw(), h.bytes());
   }

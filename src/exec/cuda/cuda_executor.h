@@ -54,6 +54,9 @@ class CudaExecutor {
   void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   void set_groups(Communicator* tensor, Communicator* data);
+  // Inputs written on the device by the caller (a pipeline stage's received activations and gradients): the
+  // runs do not copy their host staging tensors over them.
+  void set_device_fed(const std::vector<ValueId>& inputs);
   // Per-node timing synchronises the stream after every node (so that each node's time is its own).
   void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
   void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
@@ -104,6 +107,7 @@ class CudaExecutor {
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
   std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*
   std::vector<std::vector<Tensor>> staging_;                          // [slot][value]: host inputs
+  std::vector<bool> device_fed_;                                      // [value]: set_device_fed
   std::vector<std::vector<Tensor>> mirror_;                           // [slot][value]: host copies of keep
   std::vector<ValueId> keep_;
   std::vector<std::pair<size_t, Tensor>> param_views_;                // (store index, device view)

@@ -24,7 +24,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
       bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4) * static_cast<size_t>(state);
       ++count_;
     }
-  bytes += align256(cuda::multi_tensor_table_bytes(count_)) + 256;
+  bytes += 2 * (align256(cuda::multi_tensor_table_bytes(count_)) + 256);
   arena_ = std::make_unique<cuda::DeviceArena>(ex.stream().device(), bytes);
   table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "optimizer table");
   norm_ = static_cast<double*>(arena_->take(sizeof(double), "gradient norm"));
@@ -48,7 +48,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     };
     if (micro_batches_ > 1) {
       float* acc = zeroed("gradient accumulator");
-      accum_.emplace_back(grad, acc);
+      accum_.emplace_back(p.grad, acc);
       s.g = acc;
     } else {
       s.g = grad.data<float>();
@@ -65,17 +65,27 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     states_.push_back(State{p.name, s.m, s.v, s.n});
   }
   cuda::upload_slots(ex.stream().ctx(), slots.data(), count_, table_);  // synchronises
+  slots_ = slots;
+  // Room for set_norm_params' table (at most every slot).
+  norm_table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "norm table");
+  norm_count_ = -1;  // not set: the whole table
 }
 
 CudaOptimizer::~CudaOptimizer() = default;
 
 size_t CudaOptimizer::device_bytes() const { return arena_->used(); }
 
-void CudaOptimizer::accumulate(int mb, double loss_scale) {
-  if (micro_batches_ == 1) return;
+void CudaOptimizer::accumulate(int mb, double loss_scale, int slot) {
+  if (micro_batches_ == 1) {
+    BRAID_ASSERT(slot == 0, "one micro-batch a step runs in slot 0 (the update reads its gradients in place)");
+    return;
+  }
   cuda::Ctx c = ex_.stream().ctx();
   const double k = loss_scale == 1 ? 1.0 / micro_batches_ : 1.0 / (micro_batches_ * loss_scale);
-  for (const auto& [grad, acc] : accum_) cuda::axpy(c, DType::f32, grad.raw(), acc, grad.numel(), k, mb == 0);
+  for (const auto& [grad, acc] : accum_) {
+    const Tensor& g = ex_.device_value(grad, slot);
+    cuda::axpy(c, DType::f32, g.raw(), acc, g.numel(), k, mb == 0);
+  }
 }
 
 void CudaOptimizer::step(double lr) {
@@ -89,11 +99,23 @@ void CudaOptimizer::step(double lr) {
   ++step_;
 }
 
-double CudaOptimizer::grad_norm() {
-  cuda::grad_sum_squares(ex_.stream().ctx(), table_, count_, max_n_, norm_);
+double CudaOptimizer::grad_norm() { return std::sqrt(grad_sum_squares()); }
+
+double CudaOptimizer::grad_sum_squares() {
+  if (norm_count_ == 0) return 0;
+  if (norm_count_ < 0) cuda::grad_sum_squares(ex_.stream().ctx(), table_, count_, max_n_, norm_);
+  else cuda::grad_sum_squares(ex_.stream().ctx(), norm_table_, norm_count_, max_n_, norm_);
   double sum = 0;
   ex_.stream().download(&sum, norm_, sizeof sum);
-  return std::sqrt(sum);
+  return sum;
+}
+
+void CudaOptimizer::set_norm_params(const std::function<bool(const std::string&)>& counted) {
+  std::vector<cuda::ParamSlot> subset;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (counted(states_[i].name)) subset.push_back(slots_[i]);
+  norm_count_ = static_cast<int>(subset.size());
+  if (!subset.empty()) cuda::upload_slots(ex_.stream().ctx(), subset.data(), norm_count_, norm_table_);
 }
 
 void CudaOptimizer::scale_grads(double k) { cuda::grad_scale(ex_.stream().ctx(), table_, count_, max_n_, k); }

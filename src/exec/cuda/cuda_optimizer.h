@@ -6,6 +6,7 @@
 // Gradient-norm clipping is the caller's (grad_norm, then scale_grads), as the CPU trainer clips between the
 // backward and the update; download / upload move the state to and from a host exec::Optimizer (checkpoints).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ class CudaOptimizer {
   // After micro-batch mb's run (slot 0): dst = g / (M loss_scale) (mb 0) or dst += g / (M loss_scale): the run's
   // gradients were of the loss times loss_scale (CudaExecutor::set_loss_scale). A no-op with one micro-batch (then
   // the caller divides by the loss scale with scale_grads).
-  void accumulate(int mb, double loss_scale = 1);
+  // `slot`: the executor slot the micro-batch ran in (plans keep several micro-batches in flight).
+  void accumulate(int mb, double loss_scale = 1, int slot = 0);
   int micro_batches() const { return micro_batches_; }
   // One update of every parameter at learning rate lr; enqueued on the executor's stream, not synchronised.
   void step(double lr);
@@ -34,6 +36,10 @@ class CudaOptimizer {
   // The L2 norm of the gradients the next step() reads (the accumulated ones), in double; synchronises. Not finite
   // when a gradient holds an inf or NaN (an fp16 overflow under loss scaling).
   double grad_norm();
+  // Their sum of squares (double), over the parameters set_norm_params counts (all by default); synchronises.
+  double grad_sum_squares();
+  // Which parameters grad_sum_squares counts (a plan counts a replicated gradient on one device only).
+  void set_norm_params(const std::function<bool(const std::string&)>& counted);
   // Those gradients *= k (clipping: k = max_norm / (norm + 1e-6) when below 1).
   void scale_grads(double k);
   // Those gradients as device f32 tensors (views), parameter order: the accumulators, or the graph's gradient
@@ -54,7 +60,10 @@ class CudaOptimizer {
   int count_ = 0;
   int64_t max_n_ = 0;
   int64_t step_ = 0;
-  std::vector<std::pair<Tensor, float*>> accum_;  // (graph gradient view, accumulator) when micro_batches > 1
+  std::vector<std::pair<ValueId, float*>> accum_;  // (graph gradient, accumulator) when micro_batches > 1
+  std::vector<cuda::ParamSlot> slots_;             // host copy of the table
+  void* norm_table_ = nullptr;                     // set_norm_params' subset (null: the whole table)
+  int norm_count_ = 0;
   struct State {
     std::string name;
     float* m = nullptr;  // exp_avg / momentum_buffer

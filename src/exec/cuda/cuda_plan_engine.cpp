@@ -1,0 +1,551 @@
+// The CUDA plan engine (cuda_plan_engine.h): exec/pipeline.cpp's schedule interpreter over CudaExecutor.
+#include "exec/cuda/cuda_plan_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "exec/comm/inproc.h"
+#include "exec/cuda/cuda_executor.h"
+#include "exec/cuda/cuda_optimizer.h"
+#include "exec/cuda/nccl_comm.h"
+#include "exec/cuda/staged_comm.h"
+#include "exec/loss_scale.h"
+#include "exec/lower.h"
+#include "exec/runner.h"
+#include "exec/schedule.h"
+#include "graph/build.h"
+#include "graph/verify.h"
+#include "ops/cuda/device_info.h"
+#include "ops/cuda/runtime.h"
+
+namespace braid::exec {
+namespace {
+
+class CudaPlanEngine final : public DeviceEngine {
+ public:
+  explicit CudaPlanEngine(const DeviceEngineArgs& a)
+      : cfg_(a.cfg),
+        store_(a.store),
+        plan_(*a.plan),
+        programs_(lower_plan(a.cfg.model, *a.plan, LowerOptions{a.cfg.parallel.sync_batch_norm})),
+        schedule_(schedule_of(a.plan->summary)),
+        dp_(a.plan->summary.data_parallel),
+        micro_batches_(static_cast<int>(a.plan->summary.micro_batches)),
+        micro_(a.plan->summary.micro_batch) {
+    const SourceLoc at{cfg_.path, 0, 0};
+    const ScheduleCheck check = check_schedule(schedule_);
+    BRAID_ASSERT(check.ok, "the ", schedule_.name, " schedule does not check: ", check.message);
+    std::string why;
+    const int visible = cuda::device_count(&why);
+    if (visible == 0)
+      throw UserError(at, "devices " + cfg_.devices + ": no CUDA device is visible (" + why + ")",
+                      "run on a machine with an NVIDIA GPU and its driver, or train on cpu");
+    const int n = plan_.summary.devices;
+    if (static_cast<int>(a.devices.size()) < n)
+      throw UserError(at, "the plan uses " + std::to_string(n) + " devices but devices " + cfg_.devices + " lists " +
+                              std::to_string(a.devices.size()),
+                      "list one GPU per device of the plan (a GPU may be listed more than once)");
+    for (int id = 0; id < n; ++id)
+      if (a.devices[static_cast<size_t>(id)] >= visible)
+        throw UserError(at, "devices " + cfg_.devices + ": there is no CUDA device " +
+                                std::to_string(a.devices[static_cast<size_t>(id)]) + "; " + std::to_string(visible) +
+                                " visible (0-" + std::to_string(visible - 1) + ")");
+    copts_.bf16 = cfg_.train.precision == "bf16";
+    copts_.f16 = cfg_.train.precision == "f16";
+    copts_.mirror_keep = false;
+    const std::vector<int> slots = stage_slots(schedule_);
+    for (int id = 0; id < n; ++id) {
+      devices_.push_back(std::make_unique<Device>());
+      devices_.back()->id = id;
+      devices_.back()->gpu = a.devices[static_cast<size_t>(id)];
+    }
+    for (const StageProgram& p : programs_)
+      for (size_t k = 0; k < p.devices.size(); ++k) {
+        Device& d = *devices_.at(static_cast<size_t>(p.devices[k]));
+        d.position = p.stage % plan_.summary.pipeline_stages;
+        Chunk c;
+        c.prog = &p;
+        c.replica = static_cast<int>(k) / p.tp;
+        c.tensor_rank = static_cast<int>(k) % p.tp;
+        // Parameters: drawn whole from the run's seed, as on one device, then this device's slice kept.
+        for (const auto& pi : p.g.params()) {
+          const ParamShard& sh = shard_of(p, pi.name);
+          ParamEntry& e = d.store.add(pi.name, pi.spec, pi.grad.valid());
+          Tensor whole = Tensor::empty(sh.global);
+          init_tensor(whole, pi.spec.init, cfg_.train.seed, pi.name);
+          if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1)
+            copy_chunk(whole, e.value, sh.layout.axis, c.tensor_rank, sh.parts);
+          else
+            e.value.copy_from(whole);
+        }
+        d.chunks.push_back(std::move(c));
+      }
+    // Executors and optimizers once every chunk of a device is in its store (the executors upload from it).
+    for (auto& dp : devices_) {
+      Device& d = *dp;
+      BRAID_ASSERT(!d.chunks.empty(), "device ", d.id, " holds no stage");
+      cuda::set_device(d.gpu);
+      for (auto& c : d.chunks) {
+        const StageProgram& p = *c.prog;
+        ExecutorOptions eo;
+        eo.slots = slots[static_cast<size_t>(p.stage)];
+        eo.stash = p.stash;
+        CudaExecutorOptions co = copts_;
+        co.device = d.gpu;
+        try {
+          c.exec = std::make_unique<CudaExecutor>(p.g, d.store, p.keep, eo, co);
+          c.opt = std::make_unique<CudaOptimizer>(*c.exec, cfg_.optimizer, micro_batches_);
+        } catch (const cuda::DeviceOutOfMemory& e) {
+          throw UserError(at, std::string(e.what()) + ": stage " + std::to_string(p.stage) + " on device " +
+                                  std::to_string(d.id) + " (cuda:" + std::to_string(d.gpu) + ") does not fit",
+                          "a plan with more pipeline stages or tensor parallelism, or a smaller micro_batch");
+        }
+        // Received activations and gradients arrive in device memory: the forward must not stage over them.
+        std::vector<ValueId> fed = p.recv_values;
+        fed.insert(fed.end(), p.send_grads.begin(), p.send_grads.end());
+        c.exec->set_device_fed(fed);
+        // A gradient counts once in the global norm: replica 0's, tensor rank 0's unless it is a slice.
+        c.opt->set_norm_params([&](const std::string& name) {
+          const ParamShard& sh = shard_of(p, name);
+          if (c.replica != 0 || sh.buffer) return false;
+          return c.tensor_rank == 0 || (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1);
+        });
+        // The dataset fills every model input in model order: the ones the stage does not read go to scratch.
+        for (int s = 0; s < eo.slots; ++s)
+          for (const auto& mi : cfg_.model.inputs) {
+            if (std::find(p.model_inputs.begin(), p.model_inputs.end(), mi.name) != p.model_inputs.end()) {
+              c.model_inputs.push_back(c.exec->input(mi.name, s));
+            } else {
+              std::vector<int64_t> dims{micro_};
+              dims.insert(dims.end(), mi.shape.begin(), mi.shape.end());
+              c.model_inputs.push_back(Tensor::empty(TensorDesc{Shape(dims), mi.dtype}));
+            }
+          }
+        c.num_model_inputs = cfg_.model.inputs.size();
+        if (p.loss.valid()) c.loss = Tensor::empty(p.g.value(p.loss).desc);
+      }
+      d.opt = std::make_unique<Optimizer>(cfg_.optimizer, d.store);
+      d.comm_stream = std::make_unique<cuda::Stream>(d.gpu, 0);
+      d.arena = std::make_unique<cuda::DeviceArena>(d.gpu, 256);
+      d.sums = Tensor::view(d.arena->take(2 * sizeof(double), "loss and norm"), TensorDesc{Shape{2}, DType::f64});
+    }
+    std::vector<int> gpus;
+    for (auto& d : devices_) gpus.push_back(d->gpu);
+    std::vector<int> sorted = gpus;
+    std::sort(sorted.begin(), sorted.end());
+    distinct_ = static_cast<int>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+    if (distinct_ < n) {
+      host_world_ = std::make_unique<InProcWorld>(n, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1});
+      for (auto& d : devices_) d->world = host_staged(host_world_->communicator(d->id), *d->comm_stream);
+    } else {
+      nccl_ = std::make_unique<NcclWorld>(gpus);
+      for (auto& d : devices_) d->world = nccl_->communicator(d->id);
+    }
+    name_ = cuda::device_name(devices_[0]->gpu);
+    cuda::set_device(devices_[0]->gpu);
+  }
+
+  double step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip,
+              double* grad_norm) override {
+    BRAID_ASSERT(static_cast<int64_t>(batch_idx.size()) == micro_ * dp_ * micro_batches_, "a step of ",
+                 batch_idx.size(), " samples for a plan of ", micro_batches_, " x ", dp_, " x ", micro_);
+    const Job job{&data, batch_idx, step, lr, clip, copts_.f16 ? scaler_.scale() : 1.0};
+    std::vector<std::exception_ptr> errors(devices_.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < devices_.size(); ++i)
+      threads.emplace_back([&, i] {
+        Device& d = *devices_[i];
+        try {
+          run_step(d, job);
+        } catch (...) {
+          errors[i] = std::current_exception();
+          d.world->abort("device " + std::to_string(d.id) + " failed");  // its peers stop waiting for it
+        }
+      });
+    for (auto& t : threads) t.join();
+    cuda::set_device(devices_[0]->gpu);
+    for (auto& e : errors)  // the first device's error is the cause more often than its peers' aborts
+      if (e) std::rethrow_exception(e);
+    const Device& d0 = *devices_[0];
+    const double norm = std::sqrt(d0.sq);
+    *grad_norm = clip > 0 ? norm : -1;
+    if (copts_.f16 && !scaler_.update(std::isfinite(d0.sq))) ++skipped_;  // the devices skipped their update
+    return d0.loss;
+  }
+
+  void to_host(ParamStore& full, Optimizer* full_opt) override {
+    for (auto& d : devices_) {
+      cuda::set_device(d->gpu);
+      for (auto& c : d->chunks) {
+        c.exec->download_params();
+        if (full_opt) c.opt->download(*d->opt);
+      }
+    }
+    cuda::set_device(devices_[0]->gpu);
+    // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice) into the whole tensors.
+    for (const StageProgram& p : programs_)
+      for (int t = 0; t < p.tp; ++t) {
+        Device& mine = *devices_.at(static_cast<size_t>(p.devices[static_cast<size_t>(t)]));
+        for (const auto& sh : p.params) {
+          const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
+          if (!slice && t != 0) continue;
+          std::vector<std::pair<Tensor, Tensor*>> parts{{mine.store.find(sh.name)->value, &full.find(sh.name)->value}};
+          if (full_opt && !sh.buffer)
+            if (auto it = mine.opt->state().find(sh.name); it != mine.opt->state().end())
+              for (auto& [key, st] : it->second) parts.emplace_back(st, &full_opt->state().at(sh.name).at(key));
+          for (auto& [part, whole] : parts) {
+            if (slice) copy_chunk(part, *whole, sh.layout.axis, t, sh.parts, true);
+            else whole->copy_from(part);
+          }
+        }
+      }
+    if (full_opt) {
+      full_opt->set_steps_taken(devices_[0]->chunks[0].opt->steps_taken());
+      full_opt->loss_scale = copts_.f16 ? scaler_.state() : LossScaleState{};
+    }
+  }
+
+  void from_host(const ParamStore& full, const Optimizer* full_opt) override {
+    for (auto& d : devices_) {
+      for (auto& c : d->chunks)
+        for (const auto& sh : c.prog->params) {
+          const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
+          auto take = [&](const Tensor& whole, Tensor& local) {
+            if (slice) copy_chunk(whole, local, sh.layout.axis, c.tensor_rank, sh.parts);
+            else local.copy_from(whole);
+          };
+          const ParamEntry* src = full.find(sh.name);
+          BRAID_ASSERT(src, "the whole model has no parameter ", sh.name);
+          take(src->value, d->store.find(sh.name)->value);
+          if (!full_opt || sh.buffer) continue;
+          auto it = d->opt->state().find(sh.name);
+          if (it == d->opt->state().end()) continue;
+          for (auto& [key, t] : it->second) take(full_opt->state().at(sh.name).at(key), t);
+        }
+      if (full_opt) d->opt->set_steps_taken(full_opt->steps_taken());
+      cuda::set_device(d->gpu);
+      for (auto& c : d->chunks) {
+        c.exec->upload_params();
+        if (full_opt) c.opt->upload(*d->opt);
+      }
+    }
+    cuda::set_device(devices_[0]->gpu);
+    if (full_opt) scaler_ = LossScaler(full_opt->loss_scale);
+    for (auto& [b, e] : evals_) e->fresh_at = -1;
+  }
+
+  // The whole evaluation graph on device 0's GPU, its parameters gathered through the host store.
+  std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) override {
+    cuda::set_device(devices_[0]->gpu);
+    const int64_t b = static_cast<int64_t>(idx.size());
+    auto& e = evals_[b];
+    if (!e) {
+      e = std::make_unique<Eval>();
+      graph::BuildOptions bo;
+      bo.with_metrics = true;
+      e->g = graph::build_graph(cfg_.model, b, bo);
+      graph::verify(e->g);
+      std::vector<ValueId> keep{e->g.loss()};
+      for (const auto& [n, v] : e->g.metrics) keep.push_back(v);
+      CudaExecutorOptions co = copts_;
+      co.device = devices_[0]->gpu;
+      co.mirror_keep = true;
+      try {
+        e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
+      } catch (const cuda::DeviceOutOfMemory& oom) {
+        throw UserError(SourceLoc{cfg_.path, 0, 0},
+                        std::string(oom.what()) + ": evaluation batches of " + std::to_string(b) +
+                            " samples (the whole model on device 0) do not fit beside its stages",
+                        "lower train.batch (evaluation runs batches of train.batch samples)");
+      }
+      for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
+      e->fresh_at = -1;
+    }
+    const int64_t taken = devices_[0]->chunks[0].opt->steps_taken();
+    if (e->fresh_at != taken) {
+      to_host(store_, nullptr);
+      e->exec->upload_params();
+      e->fresh_at = taken;
+    }
+    data.read(idx, e->inputs);
+    e->exec->run(false, cfg_.train.seed, 0);
+    std::vector<std::pair<std::string, double>> out{{"loss", scalar(e->exec->value(e->g.loss()))}};
+    for (const auto& [name, v] : e->g.metrics) out.emplace_back(name, scalar(e->exec->value(v)));
+    return out;
+  }
+
+  void set_trace(io::TraceLane* lane) override {
+    for (auto& c : devices_[0]->chunks) c.exec->set_trace(lane);  // device 0's stages
+  }
+
+  void synchronize() override {
+    for (auto& d : devices_)
+      for (auto& c : d->chunks) c.exec->stream().synchronize();
+  }
+
+  bool set_node_timing(double*) override { return false; }  // braid time: one device's graph (no plan)
+
+  double peak_flops() const override { return cuda::dense_bf16_peak_flops(name_) * static_cast<double>(distinct_); }
+
+  std::string describe() const override {
+    const planner::Summary& s = plan_.summary;
+    std::string list;
+    for (const auto& d : devices_) list += (list.empty() ? "" : ",") + std::to_string(d->gpu);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "plan dp %d x tp %d x pp %d, %s, %lld micro-batches of %lld", s.data_parallel,
+                  s.tensor_parallel, s.pipeline_stages, s.schedule.c_str(), static_cast<long long>(s.micro_batches),
+                  static_cast<long long>(s.micro_batch));
+    return "cuda:" + list + " (" + name_ + "; " + buf +
+           (distinct_ < static_cast<int>(devices_.size()) ? "; GPUs shared: communication through host memory"
+                                                           : "; NCCL") +
+           ")" + (copts_.bf16 ? ", bf16 autocast" : copts_.f16 ? ", fp16 autocast with dynamic loss scaling" : ", fp32");
+  }
+
+  std::vector<std::pair<std::string, double>> step_metrics() const override {
+    if (!copts_.f16) return {};
+    return {{"loss_scale", scaler_.scale()}, {"skipped_steps", static_cast<double>(skipped_)}};
+  }
+
+  // The most any device holds (its stages' arenas and optimizer state).
+  size_t device_bytes() const override {
+    size_t most = 0;
+    for (const auto& d : devices_) {
+      size_t bytes = 0;
+      for (const auto& c : d->chunks) bytes += c.exec->device_bytes() + c.opt->device_bytes();
+      most = std::max(most, bytes);
+    }
+    return most;
+  }
+
+ private:
+  struct Chunk {  // one stage program on one device
+    const StageProgram* prog = nullptr;
+    int replica = 0, tensor_rank = 0;
+    std::unique_ptr<CudaExecutor> exec;
+    std::unique_ptr<CudaOptimizer> opt;
+    std::unique_ptr<Communicator> tensor_comm, data_comm;
+    std::vector<int> free_slots, slot_of;
+    std::vector<Tensor> model_inputs;  // [slot][model input]: the executor's host staging tensors, or scratch
+    size_t num_model_inputs = 0;
+    int backwards = 0;  // this step's
+    Tensor loss;        // host copy (loss stage)
+  };
+  struct Device {
+    int id = 0, gpu = 0, position = 0;
+    std::vector<Chunk> chunks;  // stage order
+    ParamStore store;           // host copies of this device's shards
+    std::unique_ptr<Optimizer> opt;  // host copy of their optimizer state (checkpoints)
+    std::unique_ptr<cuda::Stream> comm_stream;
+    std::unique_ptr<cuda::DeviceArena> arena;
+    Tensor sums;  // device f64[2]: the loss and squared gradient norm, summed over the world
+    std::unique_ptr<Communicator> world;
+    std::vector<int64_t> scratch;
+    bool groups = false;
+    double loss = 0, sq = 0;  // the last step's, over the world
+  };
+  struct Job {
+    io::Dataset* data = nullptr;
+    std::span<const int64_t> batch_idx;
+    int64_t step = 0;
+    double lr = 0, clip = 0, loss_scale = 1;
+  };
+  struct Eval {
+    graph::Graph g;
+    std::unique_ptr<CudaExecutor> exec;
+    std::vector<Tensor> inputs;
+    int64_t fresh_at = -1;
+  };
+
+  int device_at(int stage, int replica, int tensor_rank) const {
+    const StageProgram& p = programs_.at(static_cast<size_t>(stage));
+    return p.devices.at(static_cast<size_t>(replica * p.tp + tensor_rank));
+  }
+
+  Chunk& chunk_of(Device& d, int stage) {
+    for (auto& c : d.chunks)
+      if (c.prog->stage == stage) return c;
+    BRAID_ASSERT(false, "device ", d.id, " holds no chunk of stage ", stage);
+    return d.chunks.front();
+  }
+
+  // Groups on the device's first step: split() is a collective of the listed devices, so each device makes its
+  // own, in stage order (every member of a group meets it at the same point of its sequence).
+  void make_groups(Device& d) {
+    for (auto& c : d.chunks) {
+      const StageProgram& p = *c.prog;
+      if (p.tp > 1) {
+        std::vector<int> ranks;
+        for (int t = 0; t < p.tp; ++t) ranks.push_back(device_at(p.stage, c.replica, t));
+        c.tensor_comm = d.world->split(ranks);
+      }
+      if (p.dp > 1) {
+        std::vector<int> ranks;
+        for (int r = 0; r < p.dp; ++r) ranks.push_back(device_at(p.stage, r, c.tensor_rank));
+        c.data_comm = d.world->split(ranks);
+      }
+      c.exec->set_groups(c.tensor_comm.get(), c.data_comm.get());
+    }
+    d.groups = true;
+  }
+
+  void run_step(Device& d, const Job& job) {
+    cuda::set_device(d.gpu);
+    if (!d.groups) make_groups(d);
+    const int M = micro_batches_;
+    const int64_t micro_global = micro_ * dp_;
+    for (auto& c : d.chunks) {
+      c.backwards = 0;
+      c.free_slots.clear();
+      for (int s = c.exec->slots(); s-- > 0;) c.free_slots.push_back(s);
+      c.slot_of.assign(static_cast<size_t>(M), -1);
+      if (copts_.f16 && c.prog->loss.valid()) c.exec->set_loss_scale(job.loss_scale);
+    }
+    auto slot_for = [](Chunk& c, int mb) {
+      int& s = c.slot_of[static_cast<size_t>(mb)];
+      if (s < 0) {
+        BRAID_ASSERT(!c.free_slots.empty(), "stage ", c.prog->stage, " has no free slot for micro-batch ", mb);
+        s = c.free_slots.back();
+        c.free_slots.pop_back();
+      }
+      return s;
+    };
+    auto release = [](Chunk& c, int mb) {
+      c.free_slots.push_back(c.slot_of[static_cast<size_t>(mb)]);
+      c.slot_of[static_cast<size_t>(mb)] = -1;
+    };
+    double loss_sum = 0;
+    for (const Instr& in : schedule_.per_device[static_cast<size_t>(d.position)]) {
+      Chunk& c = chunk_of(d, in.stage);
+      const StageProgram& p = *c.prog;
+      const int mb = in.micro_batch;
+      const uint64_t stream = static_cast<uint64_t>(job.step * M + mb);
+      const int64_t offset = c.replica * micro_;
+      switch (in.kind) {
+        case InstrKind::Forward: {
+          const int slot = slot_for(c, mb);
+          if (!p.model_inputs.empty()) {
+            auto begin = job.batch_idx.begin() + mb * micro_global + offset;
+            d.scratch.assign(begin, begin + micro_);
+            std::span<Tensor> views(c.model_inputs.data() + static_cast<size_t>(slot) * c.num_model_inputs,
+                                    c.num_model_inputs);
+            job.data->read(d.scratch, views);  // thread-safe (io::Dataset::read)
+          }
+          c.exec->set_trace_micro_batch(mb);
+          c.exec->run_forward(slot, cfg_.train.seed, stream, offset);
+          if (p.loss.valid() && c.tensor_rank == 0) {
+            c.exec->fetch(p.loss, c.loss, slot);
+            loss_sum += scalar(c.loss) / static_cast<double>(M * dp_);
+          }
+          break;
+        }
+        case InstrKind::Backward: {
+          const int slot = slot_for(c, mb);
+          c.exec->set_trace_micro_batch(mb);
+          c.exec->run_backward(slot, cfg_.train.seed, stream, offset);
+          c.opt->accumulate(c.backwards, job.loss_scale, slot);
+          if (++c.backwards == M && M == 1 && job.loss_scale != 1) c.opt->scale_grads(1.0 / job.loss_scale);
+          if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
+          break;
+        }
+        case InstrKind::SendActivation: {
+          const int slot = slot_for(c, mb);
+          if (c.tensor_rank != 0) break;
+          const int next_tp = programs_[static_cast<size_t>(p.stage + 1)].tp;
+          for (size_t k = 0; k < p.send_values.size(); ++k)
+            for (int t = 0; t < next_tp; ++t)
+              d.world->send(c.exec->device_value(p.send_values[k], slot), device_at(p.stage + 1, c.replica, t),
+                            boundary_tag(p.stage, k, false));
+          break;
+        }
+        case InstrKind::RecvActivation: {
+          const int slot = slot_for(c, mb);
+          const int peer = device_at(p.stage - 1, c.replica, 0);
+          for (size_t k = 0; k < p.recv_values.size(); ++k) {
+            Tensor v = c.exec->device_value(p.recv_values[k], slot);
+            d.world->recv(v, peer, boundary_tag(p.stage - 1, k, false));
+          }
+          break;
+        }
+        case InstrKind::SendGrad: {
+          const int slot = slot_for(c, mb);
+          if (c.tensor_rank == 0) {
+            const int prev_tp = programs_[static_cast<size_t>(p.stage - 1)].tp;
+            for (size_t k = 0; k < p.recv_grads.size(); ++k) {
+              if (!p.recv_grads[k].valid()) continue;
+              for (int t = 0; t < prev_tp; ++t)
+                d.world->send(c.exec->device_value(p.recv_grads[k], slot), device_at(p.stage - 1, c.replica, t),
+                              boundary_tag(p.stage - 1, k, true));
+            }
+          }
+          release(c, mb);
+          break;
+        }
+        case InstrKind::RecvGrad: {
+          const int slot = slot_for(c, mb);
+          const int peer = device_at(p.stage + 1, c.replica, 0);
+          for (size_t k = 0; k < p.send_grads.size(); ++k) {
+            if (!p.send_grads[k].valid()) continue;
+            Tensor v = c.exec->device_value(p.send_grads[k], slot);
+            d.world->recv(v, peer, boundary_tag(p.stage, k, true));
+          }
+          break;
+        }
+        case InstrKind::AllReduceGrads: {
+          if (p.dp <= 1) break;
+          c.exec->stream().synchronize();  // the accumulation is on the executor's stream
+          for (Tensor g : c.opt->gradients()) c.data_comm->all_reduce(g, ReduceOp::Avg);
+          break;
+        }
+        case InstrKind::OptimizerStep:
+          break;  // one update of every stage after the list (clipping needs every gradient)
+      }
+    }
+    // The loss (held by the loss stage's tensor rank 0 of each replica) and the global squared gradient norm:
+    // sums over the world.
+    double sq = 0;
+    if (job.clip > 0 || copts_.f16)
+      for (auto& c : d.chunks) sq += c.opt->grad_sum_squares();
+    const double host[2] = {loss_sum, sq};
+    d.comm_stream->upload(d.sums.raw(), host, sizeof host);
+    d.comm_stream->synchronize();
+    d.world->all_reduce(d.sums, ReduceOp::Sum);
+    double sums[2];
+    d.comm_stream->download(sums, d.sums.raw(), sizeof sums);
+    d.loss = sums[0];
+    d.sq = sums[1];
+    if (copts_.f16 && !std::isfinite(d.sq)) return;  // an fp16 overflow somewhere: no device updates
+    const double coef = job.clip > 0 ? clip_coefficient(std::sqrt(d.sq), job.clip) : 1.0;
+    for (auto& c : d.chunks) {
+      if (coef < 1.0) c.opt->scale_grads(coef);
+      c.opt->step(job.lr);
+    }
+  }
+
+  const io::RunConfig& cfg_;
+  ParamStore& store_;  // the whole model (host): checkpoints, evaluation, initial weights
+  planner::Plan plan_;
+  std::vector<StageProgram> programs_;
+  Schedule schedule_;
+  int dp_ = 1, micro_batches_ = 1;
+  int64_t micro_ = 1;
+  CudaExecutorOptions copts_;
+  std::vector<std::unique_ptr<Device>> devices_;  // by plan device id
+  int distinct_ = 1;
+  std::unique_ptr<NcclWorld> nccl_;
+  std::unique_ptr<InProcWorld> host_world_;
+  std::map<int64_t, std::unique_ptr<Eval>> evals_;
+  std::string name_;
+  LossScaler scaler_;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceEngine> make_cuda_plan_engine(const DeviceEngineArgs& a) {
+  return std::make_unique<CudaPlanEngine>(a);
+}
+
+}  // namespace braid::exec
