@@ -1,7 +1,8 @@
 // CUDA adapters of the spatial families (conv2d, pools, batch norm and synchronised batch norm), reading
-// the window geometry as ops/defs/spatial_util.h does. conv2d is im2col + one cuBLAS GEMM per sample, as the
-// CPU kernel (bias fill then GEMM with beta 1; weight gradient accumulated over samples with beta 1), so the
-// CPU's summation structure is kept; the column matrix of one sample is the CUDA workspace.
+// the window geometry as ops/defs/spatial_util.h does. conv2d runs on cuDNN where it can (fp32 without autocast:
+// cudnn_conv.cu), else im2col + one cuBLAS GEMM per sample, as the CPU kernel (bias fill then GEMM with beta 1;
+// weight gradient accumulated over samples with beta 1); the column matrix of one sample is the CUDA workspace
+// (and cuDNN's).
 #include <algorithm>
 
 #include "ops/cuda/kernels.h"
@@ -43,8 +44,9 @@ void conv2d_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   DType t = out[0].dtype();
   int64_t O = out[0].shape()[1], K = w.C * w.kh * w.kw, P = w.Ho * w.Wo;
   bool bias = in.size() > 2;
-  void* col = direct(w) ? nullptr : col_scratch(c, col_bytes(a, in[0].desc()));
   if (bias) cu::channel_fill(c, t, in[2].raw(), out[0].raw(), w.B, O, P);
+  if (cu::cudnn_conv_forward(c, t, in[0].raw(), in[1].raw(), out[0].raw(), w, O, bias)) return;
+  void* col = direct(w) ? nullptr : col_scratch(c, col_bytes(a, in[0].desc()));
   for (int64_t b = 0; b < w.B; ++b) {
     const char* xb = at(in[0], b * w.C * w.H * w.W);
     if (col) cu::im2col(c, t, xb, w, col);
@@ -61,6 +63,7 @@ void grad_input_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   cu::Window w = window("conv2d", a, in[1].desc());
   DType t = out[0].dtype();
   int64_t O = in[0].shape()[1], K = w.C * w.kh * w.kw, P = w.Ho * w.Wo;
+  if (cu::cudnn_conv_backward_data(c, t, in[0].raw(), in[2].raw(), out[0].raw(), w, O)) return;
   void* dcol = direct(w) ? nullptr : col_scratch(c, col_bytes(a, in[1].desc()));
   for (int64_t b = 0; b < w.B; ++b) {
     char* dxb = at(out[0], b * w.C * w.H * w.W);
@@ -78,6 +81,7 @@ void grad_weight_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   cu::Window w = window("conv2d", a, in[1].desc());
   DType t = out[0].dtype();
   int64_t O = in[0].shape()[1], K = w.C * w.kh * w.kw, P = w.Ho * w.Wo;
+  if (cu::cudnn_conv_backward_filter(c, t, in[0].raw(), in[1].raw(), out[0].raw(), w, O)) return;
   void* col = direct(w) ? nullptr : col_scratch(c, col_bytes(a, in[1].desc()));
   if (w.B == 0) cu::fill(c, t, out[0].raw(), out[0].numel(), 0.0);
   for (int64_t b = 0; b < w.B; ++b) {

@@ -191,6 +191,17 @@ void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qk
                               double p, uint64_t key, uint64_t mask_base);
 size_t flash_attention_backward_workspace(int64_t B, int64_t T, int64_t h);
 
+// ---- convolution on cuDNN (cudnn_conv.cu) ----------------------------------------------------------------------
+// x (B, C, H, W), w (O, C, kh, kw), y (B, O, Ho, Wo), NCHW f32 without autocast. Each returns false, having done
+// nothing, when cuDNN is not used for this call (autocast, bf16 values, or no accurate deterministic algorithm
+// fitting c.workspace_bytes): the caller runs the im2col path. Forward with `accumulate` adds to y (the bias).
+bool cudnn_conv_forward(const Ctx& c, DType t, const void* x, const void* w, void* y, const Window& win, int64_t O,
+                        bool accumulate);
+bool cudnn_conv_backward_data(const Ctx& c, DType t, const void* dy, const void* w, void* dx, const Window& win,
+                              int64_t O);
+bool cudnn_conv_backward_filter(const Ctx& c, DType t, const void* dy, const void* x, void* dw, const Window& win,
+                                int64_t O);
+
 // ---- convolution and pooling (conv.cu) ---------------------------------------------------------------------------
 // One sample: x (C, H, W) -> col (C kh kw, Ho Wo) and its adjoint (col2im overwrites x).
 void im2col(const Ctx& c, DType t, const void* x, const Window& w, void* col);
