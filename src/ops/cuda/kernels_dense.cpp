@@ -134,10 +134,12 @@ AxisView axis_view(const Shape& s, int ax) {
 }
 void softmax_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   AxisView v = axis_view(in[0].shape(), graph_axis(a.i("axis"), in[0].shape()));
+  if (cu::cudnn_softmax(c, in[0].dtype(), in[0].raw(), out[0].raw(), v.outer, v.n, v.inner)) return;
   cu::softmax(c, in[0].dtype(), in[0].raw(), out[0].raw(), v.outer, v.n, v.inner);
 }
 void softmax_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   AxisView v = axis_view(in[1].shape(), graph_axis(a.i("axis"), in[1].shape()));
+  if (cu::cudnn_softmax_grad(c, in[1].dtype(), in[0].raw(), in[1].raw(), out[0].raw(), v.outer, v.n, v.inner)) return;
   cu::softmax_grad(c, in[1].dtype(), in[0].raw(), in[1].raw(), out[0].raw(), v.outer, v.n, v.inner);
 }
 

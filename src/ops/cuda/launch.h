@@ -114,6 +114,10 @@ size_t layer_norm_grad_workspace(int64_t rows, int64_t d);
 void softmax(const Ctx& c, DType t, const void* x, void* y, int64_t outer, int64_t n, int64_t inner);
 void softmax_grad(const Ctx& c, DType t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
                   int64_t inner);
+// The same on cuDNN (cudnn_softmax.cu) for f32; false (nothing done) otherwise, and the two above run.
+bool cudnn_softmax(const Ctx& c, DType t, const void* x, void* y, int64_t outer, int64_t n, int64_t inner);
+bool cudnn_softmax_grad(const Ctx& c, DType t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
+                        int64_t inner);
 
 // ---- losses and metric (loss.cu) -------------------------------------------------------------------------------
 // logits (n, classes); targets (n) i32 or i64 (targets_i64). Workspace: n doubles.
