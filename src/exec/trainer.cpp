@@ -330,6 +330,8 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
   }
   if (engine) std::fprintf(out, "braid: training on %s\n", engine->describe().c_str());
+  if (engine && run && run->automatic)
+    std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
   if (dp)
     std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());

@@ -219,10 +219,10 @@ if r.returncode == 0:
 else:
     case("time on cuda:0 without a GPU or a CUDA build: exit 2 naming the devices",
          r.returncode == 2 and "cuda:0" in r.stderr, r.stderr)
-# Several GPUs train data parallel; without four GPUs (CI, this machine) or a CUDA build: a user error naming them.
+# Several GPUs train under the planner's plan; without four GPUs (CI, this machine) or a CUDA build: a user error naming them.
 r = run(["train", run_file, "--no-progress", "--set", "devices=cuda:0-3", "--set", "train.steps=2"])
 if r.returncode == 0:
-    case("train on cuda:0-3 (four GPUs visible): data parallel", "data-parallel replicas" in r.stdout, r.stdout[-1000:])
+    case("train on cuda:0-3 (four GPUs visible): the planner's plan", "training on cuda:0,1,2,3" in r.stdout, r.stdout[-1000:])
 else:
     case("train on cuda:0-3 without four GPUs or a CUDA build: exit 2 naming the devices",
          r.returncode == 2 and "devices cuda:0-3" in r.stderr
