@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "exec/executor.h"
+#include "exec/param_store.h"
 #include "graph/autodiff.h"
 #include "graph/build.h"
 #include "graph/verify.h"
@@ -350,6 +352,34 @@ Schedule schedule_of(const planner::Summary& s) {
   if (s.schedule == "interleaved")
     return interleaved_1f1b(s.pipeline_stages, s.virtual_stages, static_cast<int>(s.micro_batches));
   return one_f_one_b(s.pipeline_stages, static_cast<int>(s.micro_batches));
+}
+
+void take_shard(const Tensor& whole, Tensor& part, const ParamShard& sh, int rank) {
+  if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(whole, part, sh.layout.axis, rank, sh.parts);
+  else part.copy_from(whole);
+}
+
+void put_shard(const Tensor& part, Tensor& whole, const ParamShard& sh, int rank) {
+  if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(part, whole, sh.layout.axis, rank, sh.parts, true);
+  else whole.copy_from(part);
+}
+
+void init_shard(Tensor& part, const ParamShard& sh, const ops::InitSpec& init, uint64_t seed, int rank) {
+  Tensor whole = Tensor::empty(sh.global);
+  init_tensor(whole, init, seed, sh.name);
+  take_shard(whole, part, sh, rank);
+}
+
+std::vector<int> tensor_group(const StageProgram& p, int replica) {
+  std::vector<int> ranks;
+  for (int t = 0; t < p.tp; ++t) ranks.push_back(stage_device(p, replica, t));
+  return ranks;
+}
+
+std::vector<int> data_group(const StageProgram& p, int tensor_rank) {
+  std::vector<int> ranks;
+  for (int r = 0; r < p.dp; ++r) ranks.push_back(stage_device(p, r, tensor_rank));
+  return ranks;
 }
 
 }  // namespace braid::exec

@@ -81,8 +81,27 @@ int tensor_group_size(const planner::StagePlan& s);
 // The shard of `d` that layout `s` over `parts` devices gives each of them.
 TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts);
 
+// The device of stage p's mesh at (replica, tensor rank); the devices of its tensor group of one replica and of its
+// data-parallel group at one tensor rank (the ranks a communicator split() lists).
+inline int stage_device(const StageProgram& p, int replica, int tensor_rank) {
+  return p.devices.at(static_cast<size_t>(replica * p.tp + tensor_rank));
+}
+std::vector<int> tensor_group(const StageProgram& p, int replica);
+std::vector<int> data_group(const StageProgram& p, int tensor_rank);
+
 // The shard entry of parameter `name` in stage program `p` (an internal error when it holds none).
 const ParamShard& shard_of(const StageProgram& p, const std::string& name);
+
+// Tensor rank `rank`'s part of a whole tensor under shard `sh`: its slice when the parameter is split over the
+// tensor group, else all of it (take_shard); and back into the whole tensor (put_shard). init_shard draws the
+// whole tensor from the run's seed, as one device would, and keeps the part.
+void take_shard(const Tensor& whole, Tensor& part, const ParamShard& sh, int rank);
+void put_shard(const Tensor& part, Tensor& whole, const ParamShard& sh, int rank);
+void init_shard(Tensor& part, const ParamShard& sh, const ops::InitSpec& init, uint64_t seed, int rank);
+// Whether rank `rank`'s copy of this shard is the one that counts (gathers, norms): a slice, or tensor rank 0's.
+inline bool shard_counts(const ParamShard& sh, int rank) {
+  return rank == 0 || (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1);
+}
 
 // The schedule of a plan's summary: GPipe, 1F1B or interleaved 1F1B over its pipeline stages and micro-batches.
 Schedule schedule_of(const planner::Summary& s);

@@ -123,13 +123,7 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       // Parameters: drawn whole from the run's seed, as on one device, then this device's slice kept.
       for (const auto& pi : p.g.params()) {
         const ParamShard& sh = shard_of(p, pi.name);
-        ParamEntry& e = d.store.add(pi.name, pi.spec, pi.grad.valid());
-        Tensor whole = Tensor::empty(sh.global);
-        init_tensor(whole, pi.spec.init, seed, pi.name);
-        if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1)
-          copy_chunk(whole, e.value, sh.layout.axis, c.tensor_rank, sh.parts);
-        else
-          e.value.copy_from(whole);
+        init_shard(d.store.add(pi.name, pi.spec, pi.grad.valid()).value, sh, pi.spec.init, seed, c.tensor_rank);
       }
       for (const auto& pi : p.g.params())
         if (pi.grad.valid()) c.grads.emplace_back(pi.grad, d.store.index_of(pi.name));
@@ -279,8 +273,7 @@ void PlanRunner::wait_buckets(Device& d, Chunk& c) {
 }
 
 int PlanRunner::device_at(int stage, int replica, int tensor_rank) const {
-  const StageProgram& p = programs_.at(static_cast<size_t>(stage));
-  return p.devices.at(static_cast<size_t>(replica * p.tp + tensor_rank));
+  return stage_device(programs_.at(static_cast<size_t>(stage)), replica, tensor_rank);
 }
 
 PlanRunner::Device* PlanRunner::local_of(int device) const {
@@ -335,14 +328,9 @@ void PlanRunner::worker(Device& d) {
   try {
     for (auto& c : d.chunks) {
       const StageProgram& p = *c.prog;
-      if (p.tp > 1) {
-        std::vector<int> ranks;
-        for (int t = 0; t < p.tp; ++t) ranks.push_back(device_at(p.stage, c.replica, t));
-        c.tensor_comm = d.world->split(ranks);
-      }
+      if (p.tp > 1) c.tensor_comm = d.world->split(tensor_group(p, c.replica));
       if (p.dp > 1) {
-        std::vector<int> ranks;
-        for (int r = 0; r < p.dp; ++r) ranks.push_back(device_at(p.stage, r, c.tensor_rank));
+        const std::vector<int> ranks = data_group(p, c.tensor_rank);
         c.data_comm = d.world->split(ranks);
         if (!c.buckets.empty()) c.bucket_comm = d.world->split(ranks);  // the comm thread's own
       }
@@ -381,24 +369,9 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   const int64_t micro_global = micro_ * dp_;
   for (auto& c : d.chunks) {
     c.backwards = 0;
-    c.free_slots.clear();
-    for (int s = c.exec->slots(); s-- > 0;) c.free_slots.push_back(s);
-    c.slot_of.assign(static_cast<size_t>(M), -1);
+    c.slots.reset(c.prog->stage, c.exec->slots(), M);
     for (auto& b : c.buckets) b.pending = static_cast<int>(b.grads.size());
   }
-  auto slot_for = [](Chunk& c, int mb) {
-    int& s = c.slot_of[static_cast<size_t>(mb)];
-    if (s < 0) {
-      BRAID_ASSERT(!c.free_slots.empty(), "stage ", c.prog->stage, " has no free slot for micro-batch ", mb);
-      s = c.free_slots.back();
-      c.free_slots.pop_back();
-    }
-    return s;
-  };
-  auto release = [](Chunk& c, int mb) {
-    c.free_slots.push_back(c.slot_of[static_cast<size_t>(mb)]);
-    c.slot_of[static_cast<size_t>(mb)] = -1;
-  };
   double loss_sum = 0;
   for (const Instr& in : schedule_.per_device[static_cast<size_t>(d.position)]) {
     Chunk& c = *chunk_of(d, in.stage);
@@ -408,7 +381,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
     const int64_t offset = c.replica * micro_;
     switch (in.kind) {
       case InstrKind::Forward: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         if (!p.model_inputs.empty()) {
           auto begin = job.batch_idx.begin() + mb * micro_global + offset;
           d.scratch.assign(begin, begin + micro_);
@@ -426,7 +399,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         break;
       }
       case InstrKind::Backward: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         c.exec->set_trace_micro_batch(mb);
         const bool first = c.backwards == 0;
         auto t0 = std::chrono::steady_clock::now();
@@ -446,11 +419,11 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         }
         d.busy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++c.backwards;
-        if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
+        if (p.stage == 0) c.slots.release(mb);  // nothing to send back: the micro-batch is done
         break;
       }
       case InstrKind::SendActivation: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         if (c.tensor_rank != 0) break;
         const int next_tp = programs_[static_cast<size_t>(p.stage + 1)].tp;
         for (size_t k = 0; k < p.send_values.size(); ++k)
@@ -464,7 +437,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         break;
       }
       case InstrKind::RecvActivation: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         int peer = device_at(p.stage - 1, c.replica, 0);
         for (size_t k = 0; k < p.recv_values.size(); ++k) {
           Tensor v = c.exec->value(p.recv_values[k], slot);
@@ -475,7 +448,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
         break;
       }
       case InstrKind::SendGrad: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         if (c.tensor_rank == 0) {
           const int prev_tp = programs_[static_cast<size_t>(p.stage - 1)].tp;
           for (size_t k = 0; k < p.recv_grads.size(); ++k) {
@@ -489,11 +462,11 @@ void PlanRunner::run_step(Device& d, const Job& job) {
             }
           }
         }
-        release(c, mb);
+        c.slots.release(mb);
         break;
       }
       case InstrKind::RecvGrad: {
-        int slot = slot_for(c, mb);
+        int slot = c.slots.take(mb);
         int peer = device_at(p.stage + 1, c.replica, 0);
         for (size_t k = 0; k < p.send_grads.size(); ++k) {
           if (!p.send_grads[k].valid()) continue;
@@ -523,8 +496,7 @@ void PlanRunner::run_step(Device& d, const Job& job) {
     for (const auto& c : d.chunks) {
       if (c.replica != 0) continue;
       for (const auto& sh : c.prog->params) {
-        if (sh.buffer) continue;
-        if (c.tensor_rank != 0 && sh.layout.kind != ops::Sbp::Kind::Split) continue;
+        if (sh.buffer || !shard_counts(sh, c.tensor_rank)) continue;
         const ParamEntry* e = d.store.find(sh.name);
         if (!e->has_grad) continue;
         sq += sum_squares(e->grad);
@@ -564,8 +536,7 @@ void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) {
       const int owner = p.devices[static_cast<size_t>(t)];  // replica 0
       Device* mine = local_of(owner);
       for (const auto& sh : p.params) {
-        const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
-        if (!slice && t != 0) continue;
+        if (!shard_counts(sh, t)) continue;
         int tag = (1 << 28) + 8 * shard_index++;
         if (!mine && !root) continue;
         // The tensors of this shard: value, then optimizer state in key order.
@@ -596,35 +567,29 @@ void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) {
             part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
             root->world->recv(part, owner, tag);
           }
-          if (slice)
-            copy_chunk(part, *wholes[k], sh.layout.axis, t, sh.parts, true);
-          else
-            wholes[k]->copy_from(part);
+          put_shard(part, *wholes[k], sh, t);
         }
       }
     }
   if (full_opt && root) full_opt->set_steps_taken(devices_[0]->opt->steps_taken());
 }
 
+void scatter_stage(const StageProgram& p, int tensor_rank, const ParamStore& full, const Optimizer* full_opt,
+                   ParamStore& store, Optimizer* opt) {
+  for (const auto& sh : p.params) {
+    const ParamEntry* src = full.find(sh.name);
+    BRAID_ASSERT(src, "the whole model has no parameter ", sh.name);
+    take_shard(src->value, store.find(sh.name)->value, sh, tensor_rank);
+    if (!full_opt || !opt || sh.buffer) continue;
+    auto it = opt->state().find(sh.name);
+    if (it == opt->state().end()) continue;
+    for (auto& [key, t] : it->second) take_shard(full_opt->state().at(sh.name).at(key), t, sh, tensor_rank);
+  }
+}
+
 void PlanRunner::scatter(const ParamStore& full, Optimizer* full_opt) {
   for (auto& d : devices_) {
-    for (auto& c : d->chunks)
-      for (const auto& sh : c.prog->params) {
-        const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
-        auto take = [&](const Tensor& whole, Tensor& local) {
-          if (slice)
-            copy_chunk(whole, local, sh.layout.axis, c.tensor_rank, sh.parts);
-          else
-            local.copy_from(whole);
-        };
-        const ParamEntry* src = full.find(sh.name);
-        BRAID_ASSERT(src, "the whole model has no parameter ", sh.name);
-        take(src->value, d->store.find(sh.name)->value);
-        if (!full_opt || sh.buffer) continue;
-        auto it = d->opt->state().find(sh.name);
-        if (it == d->opt->state().end()) continue;
-        for (auto& [key, t] : it->second) take(full_opt->state().at(sh.name).at(key), t);
-      }
+    for (auto& c : d->chunks) scatter_stage(*c.prog, c.tensor_rank, full, full_opt, d->store, d->opt.get());
     if (full_opt) d->opt->set_steps_taken(full_opt->steps_taken());
   }
 }

@@ -47,6 +47,11 @@ struct PlanWorld {
   std::function<std::unique_ptr<Communicator>(int device)> communicator;
 };
 
+// One device's part of the whole model: its shards of stage program `p` at `tensor_rank` (values, and the optimizer
+// state when both optimizers are given) from the whole tensors into the device's store and optimizer.
+void scatter_stage(const StageProgram& p, int tensor_rank, const ParamStore& full, const Optimizer* full_opt,
+                   ParamStore& store, Optimizer* opt);
+
 class PlanRunner {
  public:
   // Lowers `plan` (validated) and builds every device's programs, parameters (initialised from `seed` as the
@@ -97,8 +102,7 @@ class PlanRunner {
     int replica = 0, tensor_rank = 0;
     std::unique_ptr<Executor> exec;
     std::unique_ptr<Communicator> tensor_comm, data_comm;
-    std::vector<int> free_slots;
-    std::vector<int> slot_of;  // per micro-batch
+    SlotBook slots;  // the executor's slots by micro-batch, this step
     std::vector<Tensor> model_inputs;  // [slot][model input], model order: arena views or scratch
     size_t num_model_inputs = 0;
     std::vector<std::pair<ValueId, size_t>> grads;  // gradient value, store entry

@@ -27,29 +27,7 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
   RunPlan r;
   r.automatic = automatic;
-  if (automatic && dev.kind != "cpu") {
-    // GPUs: the analytic model of one node of H200-class GPUs (the planner's preset: datasheet peaks, NVLink),
-    // sized to the run's devices. braid does not yet calibrate GPUs, so the plan's prediction is the datasheet's.
-    planner::Cluster cl = planner::cluster_preset("h200x8", {}, at);
-    cl.devices_per_node = dev.count;
-    cl.nodes = 1;
-    auto model = planner::analytic_cost_model(cl);
-    planner::Plan pins;
-    planner::SearchOptions so;
-    if (cfg.train.micro_batch) {
-      pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
-      pins.summary.pinned.set("micro_batches", at);
-      so.pins = &pins;
-    }
-    planner::SearchResult s = planner::search(fwd, *model, ts, so);
-    if (!s.found) return std::nullopt;  // the engine runs data parallel over the devices
-    r.plan = std::move(s.plan);
-    r.prediction = s.prediction;
-    r.cost_model = "analytic, " + std::to_string(dev.count) + " x " + cl.device.name +
-                   " in one node (assumed for every cuda device: no GPU calibration yet)";
-    r.search_s = s.stats.seconds;
-  } else if (automatic) {
-    CpuModel cm = cpu_cost_model(dev.count);
+  if (automatic) {
     // The run's micro-batch is the user's word: the plan streams the same micro-batches (so that random
     // masks, batch statistics and the loss curve are those of one device), however it splits them.
     planner::Plan pins;
@@ -59,13 +37,30 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
       pins.summary.pinned.set("micro_batches", at);
       so.pins = &pins;
     }
-    planner::SearchResult s = planner::search(fwd, *cm.model, ts, so);
-    if (!s.found) return std::nullopt;
+    std::unique_ptr<planner::CostModel> gpu_model;
+    CpuModel cm;
+    const planner::CostModel* model = nullptr;
+    if (dev.kind != "cpu") {
+      // GPUs: the analytic model of one node of H200-class GPUs (the planner's preset: datasheet peaks, NVLink),
+      // sized to the run's devices. braid does not calibrate GPUs yet, so the prediction is the datasheet's.
+      planner::Cluster cl = planner::cluster_preset("h200x8", {}, at);
+      cl.devices_per_node = dev.count;
+      cl.nodes = 1;
+      gpu_model = planner::analytic_cost_model(cl);
+      model = gpu_model.get();
+      r.cost_model = "analytic, " + std::to_string(dev.count) + " x " + cl.device.name +
+                     " in one node (assumed for every cuda device: no GPU calibration yet)";
+    } else {
+      cm = cpu_cost_model(dev.count);
+      model = cm.model.get();
+      r.cost_model = cm.description;
+    }
+    planner::SearchResult s = planner::search(fwd, *model, ts, so);
+    if (!s.found) return std::nullopt;  // the caller runs data parallel over the devices
     r.plan = std::move(s.plan);
     r.prediction = s.prediction;
-    r.cost_model = cm.description;
-    r.busy_scale = cm.model->busy_scale();
-    r.tail_scale = cm.model->tail_scale();
+    r.busy_scale = model->busy_scale();
+    r.tail_scale = model->tail_scale();
     r.search_s = s.stats.seconds;
   } else {
     Diagnostics diags;

@@ -620,4 +620,26 @@ std::vector<int> stage_slots(const Schedule& schedule) {
   return slots;
 }
 
+void SlotBook::reset(int stage, int slots, int micro_batches) {
+  stage_ = stage;
+  free_.clear();
+  for (int s = slots; s-- > 0;) free_.push_back(s);
+  slot_of_.assign(static_cast<size_t>(micro_batches), -1);
+}
+
+int SlotBook::take(int mb) {
+  int& s = slot_of_.at(static_cast<size_t>(mb));
+  if (s < 0) {
+    BRAID_ASSERT(!free_.empty(), "stage ", stage_, " has no free slot for micro-batch ", mb);
+    s = free_.back();
+    free_.pop_back();
+  }
+  return s;
+}
+
+void SlotBook::release(int mb) {
+  free_.push_back(slot_of_.at(static_cast<size_t>(mb)));
+  slot_of_[static_cast<size_t>(mb)] = -1;
+}
+
 }  // namespace braid::exec

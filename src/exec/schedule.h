@@ -78,6 +78,19 @@ ScheduleCheck check_schedule(const Schedule& schedule, int channel_capacity = 0)
 // gradient's send, or the backward on the first stage), as the plan runners do.
 std::vector<int> stage_slots(const Schedule& schedule);
 
+// The slots of one stage's executor during a step: a micro-batch takes one at its first instruction (take) and
+// gives it back after its last (release), as stage_slots counts them.
+class SlotBook {
+ public:
+  void reset(int stage, int slots, int micro_batches);
+  int take(int mb);  // the micro-batch's slot, taken at its first call
+  void release(int mb);
+
+ private:
+  int stage_ = 0;
+  std::vector<int> free_, slot_of_;
+};
+
 // The textbook bubble fraction (D - 1) / (v * M + D - 1), v = stages / devices (v = 1: GPipe and 1F1B).
 double analytic_bubble_fraction(int devices, int chunks_per_device, int micro_batches);
 

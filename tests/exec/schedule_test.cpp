@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -352,4 +353,31 @@ TEST(ScheduleCheck, AgreesWithAReferenceExecutionOnEveryMutant) {
   }
   EXPECT_GT(accepted, 50);  // harmless reorderings exist (two independent steps) ...
   EXPECT_GT(rejected, 200);  // ... and most mutations break something
+}
+
+// stage_slots (what a plan runner gives each stage's executor) and SlotBook (how a step hands them out) agree:
+// replaying every device's list never asks a stage for more slots than stage_slots counted, a micro-batch keeps
+// its slot from its first instruction to its last, and every slot is free again at the end of the step.
+TEST(Schedule, SlotBookNeverRunsOutOfTheCountedSlots) {
+  for (const Schedule& s : {gpipe(3, 5), one_f_one_b(4, 6), interleaved_1f1b(2, 2, 4)}) {
+    SCOPED_TRACE(s.name);
+    const std::vector<int> slots = stage_slots(s);
+    std::vector<SlotBook> books(static_cast<size_t>(s.stages));
+    for (int st = 0; st < s.stages; ++st) books[static_cast<size_t>(st)].reset(st, slots[static_cast<size_t>(st)], s.micro_batches);
+    for (const auto& list : s.per_device) {
+      std::map<std::pair<int, int>, int> held;  // (stage, mb) -> slot
+      for (const Instr& in : list) {
+        if (in.micro_batch < 0) continue;
+        SlotBook& b = books[static_cast<size_t>(in.stage)];
+        const int slot = b.take(in.micro_batch);  // asserts when none is free
+        auto [it, fresh] = held.emplace(std::make_pair(in.stage, in.micro_batch), slot);
+        EXPECT_EQ(it->second, slot) << to_string(in);
+        if (in.kind == InstrKind::SendGrad || (in.kind == InstrKind::Backward && in.stage == 0)) {
+          b.release(in.micro_batch);
+          held.erase(it);
+        }
+      }
+      EXPECT_TRUE(held.empty());
+    }
+  }
 }

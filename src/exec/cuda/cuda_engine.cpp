@@ -13,6 +13,7 @@
 #include "exec/cuda/staged_comm.h"
 #include "exec/cuda/cuda_optimizer.h"
 #include "exec/cuda/cuda_plan_engine.h"
+#include "exec/cuda/device_eval.h"
 #include "exec/device_engine.h"
 #include "exec/loss_scale.h"
 #include "exec/runner.h"
@@ -75,6 +76,7 @@ class CudaEngine final : public DeviceEngine {
       reps_.push_back(std::move(rep));
     }
     copts_.device = devices[0];
+    eval_ = std::make_unique<DeviceEvaluator>(cfg_, store_, copts_);
     name_ = cuda::device_name(devices[0]);
     std::vector<int> sorted = devices;
     std::sort(sorted.begin(), sorted.end());
@@ -168,46 +170,16 @@ class CudaEngine final : public DeviceEngine {
     }
     cuda::set_device(reps_[0]->device);
     if (opt) scaler_ = LossScaler(opt->loss_scale);  // a checkpoint without one (not fp16): the initial scale
-    for (auto& [b, e] : evals_) e->fresh_at = -1;
+    eval_->invalidate();
   }
 
   // On replica 0's GPU.
   std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) override {
     Replica& rep = *reps_[0];
-    cuda::set_device(rep.device);
-    const int64_t b = static_cast<int64_t>(idx.size());
-    auto& e = evals_[b];
-    if (!e) {
-      e = std::make_unique<Eval>();
-      graph::BuildOptions bo;
-      bo.with_metrics = true;
-      e->g = graph::build_graph(cfg_.model, b, bo);
-      graph::verify(e->g);
-      std::vector<ValueId> keep{e->g.loss()};
-      for (const auto& [n, v] : e->g.metrics) keep.push_back(v);
-      CudaExecutorOptions co = copts_;
-      co.mirror_keep = true;  // the loss and metrics: scalars
-      try {
-        e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
-      } catch (const cuda::DeviceOutOfMemory& oom) {
-        throw UserError(SourceLoc{cfg_.path, 0, 0},
-                        std::string(oom.what()) + ": evaluation batches of " + std::to_string(b) +
-                            " samples do not fit beside the training step",
-                        "lower train.batch (evaluation runs batches of train.batch samples)");
-      }
-      for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
-      e->fresh_at = -1;
-    }
-    if (e->fresh_at != rep.opt->steps_taken()) {  // this executor's copy of the parameters: through the host store
+    return eval_->run(data, idx, rep.opt->steps_taken(), [&] {
+      cuda::set_device(rep.device);
       rep.exec->download_params();
-      e->exec->upload_params();
-      e->fresh_at = rep.opt->steps_taken();
-    }
-    data.read(idx, e->inputs);
-    e->exec->run(false, cfg_.train.seed, 0);
-    std::vector<std::pair<std::string, double>> out{{"loss", scalar(e->exec->value(e->g.loss()))}};
-    for (const auto& [name, v] : e->g.metrics) out.emplace_back(name, scalar(e->exec->value(v)));
-    return out;
+    });
   }
 
   void set_trace(io::TraceLane* lane) override {
@@ -259,12 +231,7 @@ class CudaEngine final : public DeviceEngine {
     std::vector<int64_t> scratch;
     double loss_sum = 0, norm = -1;
   };
-  struct Eval {
-    graph::Graph g;
-    std::unique_ptr<CudaExecutor> exec;
-    std::vector<Tensor> inputs;
-    int64_t fresh_at = -1;  // the optimizer step its parameters were uploaded after
-  };
+
 
   // fn(r) for every replica: on this thread with one, on a thread per replica with several; the first error is
   // rethrown after every replica stopped (a failing replica aborts the others' collectives first).
@@ -302,7 +269,7 @@ class CudaEngine final : public DeviceEngine {
   bool shared_gpu_ = false;  // a GPU listed twice: gradients summed through host memory
   std::unique_ptr<NcclWorld> nccl_;
   std::unique_ptr<InProcWorld> host_world_;
-  std::map<int64_t, std::unique_ptr<Eval>> evals_;  // by batch size (the last batch may be smaller)
+  std::unique_ptr<DeviceEvaluator> eval_;  // on replica 0's GPU
   io::TraceLane* trace_ = nullptr;
   std::string name_;
   LossScaler scaler_;     // fp16 only

@@ -10,10 +10,12 @@
 #include "exec/comm/inproc.h"
 #include "exec/cuda/cuda_executor.h"
 #include "exec/cuda/cuda_optimizer.h"
+#include "exec/cuda/device_eval.h"
 #include "exec/cuda/nccl_comm.h"
 #include "exec/cuda/staged_comm.h"
 #include "exec/loss_scale.h"
 #include "exec/lower.h"
+#include "exec/pipeline.h"
 #include "exec/runner.h"
 #include "exec/schedule.h"
 #include "graph/build.h"
@@ -73,13 +75,8 @@ class CudaPlanEngine final : public DeviceEngine {
         // Parameters: drawn whole from the run's seed, as on one device, then this device's slice kept.
         for (const auto& pi : p.g.params()) {
           const ParamShard& sh = shard_of(p, pi.name);
-          ParamEntry& e = d.store.add(pi.name, pi.spec, pi.grad.valid());
-          Tensor whole = Tensor::empty(sh.global);
-          init_tensor(whole, pi.spec.init, cfg_.train.seed, pi.name);
-          if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1)
-            copy_chunk(whole, e.value, sh.layout.axis, c.tensor_rank, sh.parts);
-          else
-            e.value.copy_from(whole);
+          init_shard(d.store.add(pi.name, pi.spec, pi.grad.valid()).value, sh, pi.spec.init, cfg_.train.seed,
+                     c.tensor_rank);
         }
         d.chunks.push_back(std::move(c));
       }
@@ -110,8 +107,7 @@ class CudaPlanEngine final : public DeviceEngine {
         // A gradient counts once in the global norm: replica 0's, tensor rank 0's unless it is a slice.
         c.opt->set_norm_params([&](const std::string& name) {
           const ParamShard& sh = shard_of(p, name);
-          if (c.replica != 0 || sh.buffer) return false;
-          return c.tensor_rank == 0 || (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1);
+          return c.replica == 0 && !sh.buffer && shard_counts(sh, c.tensor_rank);
         });
         // The dataset fills every model input in model order: the ones the stage does not read go to scratch.
         for (int s = 0; s < eo.slots; ++s)
@@ -145,6 +141,9 @@ class CudaPlanEngine final : public DeviceEngine {
       for (auto& d : devices_) d->world = nccl_->communicator(d->id);
     }
     name_ = cuda::device_name(devices_[0]->gpu);
+    CudaExecutorOptions eo = copts_;
+    eo.device = devices_[0]->gpu;
+    eval_ = std::make_unique<DeviceEvaluator>(cfg_, store_, eo);
     cuda::set_device(devices_[0]->gpu);
   }
 
@@ -190,16 +189,12 @@ class CudaPlanEngine final : public DeviceEngine {
       for (int t = 0; t < p.tp; ++t) {
         Device& mine = *devices_.at(static_cast<size_t>(p.devices[static_cast<size_t>(t)]));
         for (const auto& sh : p.params) {
-          const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
-          if (!slice && t != 0) continue;
+          if (!shard_counts(sh, t)) continue;
           std::vector<std::pair<Tensor, Tensor*>> parts{{mine.store.find(sh.name)->value, &full.find(sh.name)->value}};
           if (full_opt && !sh.buffer)
             if (auto it = mine.opt->state().find(sh.name); it != mine.opt->state().end())
               for (auto& [key, st] : it->second) parts.emplace_back(st, &full_opt->state().at(sh.name).at(key));
-          for (auto& [part, whole] : parts) {
-            if (slice) copy_chunk(part, *whole, sh.layout.axis, t, sh.parts, true);
-            else whole->copy_from(part);
-          }
+          for (auto& [part, whole] : parts) put_shard(part, *whole, sh, t);
         }
       }
     if (full_opt) {
@@ -210,21 +205,7 @@ class CudaPlanEngine final : public DeviceEngine {
 
   void from_host(const ParamStore& full, const Optimizer* full_opt) override {
     for (auto& d : devices_) {
-      for (auto& c : d->chunks)
-        for (const auto& sh : c.prog->params) {
-          const bool slice = sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1;
-          auto take = [&](const Tensor& whole, Tensor& local) {
-            if (slice) copy_chunk(whole, local, sh.layout.axis, c.tensor_rank, sh.parts);
-            else local.copy_from(whole);
-          };
-          const ParamEntry* src = full.find(sh.name);
-          BRAID_ASSERT(src, "the whole model has no parameter ", sh.name);
-          take(src->value, d->store.find(sh.name)->value);
-          if (!full_opt || sh.buffer) continue;
-          auto it = d->opt->state().find(sh.name);
-          if (it == d->opt->state().end()) continue;
-          for (auto& [key, t] : it->second) take(full_opt->state().at(sh.name).at(key), t);
-        }
+      for (auto& c : d->chunks) scatter_stage(*c.prog, c.tensor_rank, full, full_opt, d->store, d->opt.get());
       if (full_opt) d->opt->set_steps_taken(full_opt->steps_taken());
       cuda::set_device(d->gpu);
       for (auto& c : d->chunks) {
@@ -234,47 +215,12 @@ class CudaPlanEngine final : public DeviceEngine {
     }
     cuda::set_device(devices_[0]->gpu);
     if (full_opt) scaler_ = LossScaler(full_opt->loss_scale);
-    for (auto& [b, e] : evals_) e->fresh_at = -1;
+    eval_->invalidate();
   }
 
   // The whole evaluation graph on device 0's GPU, its parameters gathered through the host store.
   std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) override {
-    cuda::set_device(devices_[0]->gpu);
-    const int64_t b = static_cast<int64_t>(idx.size());
-    auto& e = evals_[b];
-    if (!e) {
-      e = std::make_unique<Eval>();
-      graph::BuildOptions bo;
-      bo.with_metrics = true;
-      e->g = graph::build_graph(cfg_.model, b, bo);
-      graph::verify(e->g);
-      std::vector<ValueId> keep{e->g.loss()};
-      for (const auto& [n, v] : e->g.metrics) keep.push_back(v);
-      CudaExecutorOptions co = copts_;
-      co.device = devices_[0]->gpu;
-      co.mirror_keep = true;
-      try {
-        e->exec = std::make_unique<CudaExecutor>(e->g, store_, keep, ExecutorOptions{}, co);
-      } catch (const cuda::DeviceOutOfMemory& oom) {
-        throw UserError(SourceLoc{cfg_.path, 0, 0},
-                        std::string(oom.what()) + ": evaluation batches of " + std::to_string(b) +
-                            " samples (the whole model on device 0) do not fit beside its stages",
-                        "lower train.batch (evaluation runs batches of train.batch samples)");
-      }
-      for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
-      e->fresh_at = -1;
-    }
-    const int64_t taken = devices_[0]->chunks[0].opt->steps_taken();
-    if (e->fresh_at != taken) {
-      to_host(store_, nullptr);
-      e->exec->upload_params();
-      e->fresh_at = taken;
-    }
-    data.read(idx, e->inputs);
-    e->exec->run(false, cfg_.train.seed, 0);
-    std::vector<std::pair<std::string, double>> out{{"loss", scalar(e->exec->value(e->g.loss()))}};
-    for (const auto& [name, v] : e->g.metrics) out.emplace_back(name, scalar(e->exec->value(v)));
-    return out;
+    return eval_->run(data, idx, devices_[0]->chunks[0].opt->steps_taken(), [&] { to_host(store_, nullptr); });
   }
 
   void set_trace(io::TraceLane* lane) override {
@@ -327,7 +273,7 @@ class CudaPlanEngine final : public DeviceEngine {
     std::unique_ptr<CudaExecutor> exec;
     std::unique_ptr<CudaOptimizer> opt;
     std::unique_ptr<Communicator> tensor_comm, data_comm;
-    std::vector<int> free_slots, slot_of;
+    SlotBook slots;  // the executor's slots by micro-batch, this step
     std::vector<Tensor> model_inputs;  // [slot][model input]: the executor's host staging tensors, or scratch
     size_t num_model_inputs = 0;
     int backwards = 0;  // this step's
@@ -352,16 +298,10 @@ class CudaPlanEngine final : public DeviceEngine {
     int64_t step = 0;
     double lr = 0, clip = 0, loss_scale = 1;
   };
-  struct Eval {
-    graph::Graph g;
-    std::unique_ptr<CudaExecutor> exec;
-    std::vector<Tensor> inputs;
-    int64_t fresh_at = -1;
-  };
+
 
   int device_at(int stage, int replica, int tensor_rank) const {
-    const StageProgram& p = programs_.at(static_cast<size_t>(stage));
-    return p.devices.at(static_cast<size_t>(replica * p.tp + tensor_rank));
+    return stage_device(programs_.at(static_cast<size_t>(stage)), replica, tensor_rank);
   }
 
   Chunk& chunk_of(Device& d, int stage) {
@@ -376,16 +316,8 @@ class CudaPlanEngine final : public DeviceEngine {
   void make_groups(Device& d) {
     for (auto& c : d.chunks) {
       const StageProgram& p = *c.prog;
-      if (p.tp > 1) {
-        std::vector<int> ranks;
-        for (int t = 0; t < p.tp; ++t) ranks.push_back(device_at(p.stage, c.replica, t));
-        c.tensor_comm = d.world->split(ranks);
-      }
-      if (p.dp > 1) {
-        std::vector<int> ranks;
-        for (int r = 0; r < p.dp; ++r) ranks.push_back(device_at(p.stage, r, c.tensor_rank));
-        c.data_comm = d.world->split(ranks);
-      }
+      if (p.tp > 1) c.tensor_comm = d.world->split(tensor_group(p, c.replica));
+      if (p.dp > 1) c.data_comm = d.world->split(data_group(p, c.tensor_rank));
       c.exec->set_groups(c.tensor_comm.get(), c.data_comm.get());
     }
     d.groups = true;
@@ -398,24 +330,9 @@ class CudaPlanEngine final : public DeviceEngine {
     const int64_t micro_global = micro_ * dp_;
     for (auto& c : d.chunks) {
       c.backwards = 0;
-      c.free_slots.clear();
-      for (int s = c.exec->slots(); s-- > 0;) c.free_slots.push_back(s);
-      c.slot_of.assign(static_cast<size_t>(M), -1);
+      c.slots.reset(c.prog->stage, c.exec->slots(), M);
       if (copts_.f16 && c.prog->loss.valid()) c.exec->set_loss_scale(job.loss_scale);
     }
-    auto slot_for = [](Chunk& c, int mb) {
-      int& s = c.slot_of[static_cast<size_t>(mb)];
-      if (s < 0) {
-        BRAID_ASSERT(!c.free_slots.empty(), "stage ", c.prog->stage, " has no free slot for micro-batch ", mb);
-        s = c.free_slots.back();
-        c.free_slots.pop_back();
-      }
-      return s;
-    };
-    auto release = [](Chunk& c, int mb) {
-      c.free_slots.push_back(c.slot_of[static_cast<size_t>(mb)]);
-      c.slot_of[static_cast<size_t>(mb)] = -1;
-    };
     double loss_sum = 0;
     for (const Instr& in : schedule_.per_device[static_cast<size_t>(d.position)]) {
       Chunk& c = chunk_of(d, in.stage);
@@ -425,7 +342,7 @@ class CudaPlanEngine final : public DeviceEngine {
       const int64_t offset = c.replica * micro_;
       switch (in.kind) {
         case InstrKind::Forward: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           if (!p.model_inputs.empty()) {
             auto begin = job.batch_idx.begin() + mb * micro_global + offset;
             d.scratch.assign(begin, begin + micro_);
@@ -442,16 +359,16 @@ class CudaPlanEngine final : public DeviceEngine {
           break;
         }
         case InstrKind::Backward: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           c.exec->set_trace_micro_batch(mb);
           c.exec->run_backward(slot, cfg_.train.seed, stream, offset);
           c.opt->accumulate(c.backwards, job.loss_scale, slot);
           if (++c.backwards == M && M == 1 && job.loss_scale != 1) c.opt->scale_grads(1.0 / job.loss_scale);
-          if (p.stage == 0) release(c, mb);  // nothing to send back: the micro-batch is done
+          if (p.stage == 0) c.slots.release(mb);  // nothing to send back: the micro-batch is done
           break;
         }
         case InstrKind::SendActivation: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           if (c.tensor_rank != 0) break;
           const int next_tp = programs_[static_cast<size_t>(p.stage + 1)].tp;
           for (size_t k = 0; k < p.send_values.size(); ++k)
@@ -461,7 +378,7 @@ class CudaPlanEngine final : public DeviceEngine {
           break;
         }
         case InstrKind::RecvActivation: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           const int peer = device_at(p.stage - 1, c.replica, 0);
           for (size_t k = 0; k < p.recv_values.size(); ++k) {
             Tensor v = c.exec->device_value(p.recv_values[k], slot);
@@ -470,7 +387,7 @@ class CudaPlanEngine final : public DeviceEngine {
           break;
         }
         case InstrKind::SendGrad: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           if (c.tensor_rank == 0) {
             const int prev_tp = programs_[static_cast<size_t>(p.stage - 1)].tp;
             for (size_t k = 0; k < p.recv_grads.size(); ++k) {
@@ -480,11 +397,11 @@ class CudaPlanEngine final : public DeviceEngine {
                               boundary_tag(p.stage - 1, k, true));
             }
           }
-          release(c, mb);
+          c.slots.release(mb);
           break;
         }
         case InstrKind::RecvGrad: {
-          const int slot = slot_for(c, mb);
+          const int slot = c.slots.take(mb);
           const int peer = device_at(p.stage + 1, c.replica, 0);
           for (size_t k = 0; k < p.send_grads.size(); ++k) {
             if (!p.send_grads[k].valid()) continue;
@@ -536,7 +453,7 @@ class CudaPlanEngine final : public DeviceEngine {
   int distinct_ = 1;
   std::unique_ptr<NcclWorld> nccl_;
   std::unique_ptr<InProcWorld> host_world_;
-  std::map<int64_t, std::unique_ptr<Eval>> evals_;
+  std::unique_ptr<DeviceEvaluator> eval_;  // on plan device 0's GPU
   std::string name_;
   LossScaler scaler_;
   int64_t skipped_ = 0;
