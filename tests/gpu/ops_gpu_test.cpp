@@ -256,6 +256,7 @@ static std::vector<Case> flash_cases() {
                           {{TensorDesc{Shape{b, t, dm}}}}}};
   };
   return {c("dh64_causal_t130", 2, 130, 128, 2, true, 0.0), c("dh64_t100_dropout", 2, 100, 128, 2, false, 0.2),
+          c("dh64_causal_t100_dropout", 2, 100, 128, 2, true, 0.2),
           c("dh32_causal_t64_dropout", 1, 64, 128, 4, true, 0.1), c("dh128_causal_t70", 2, 70, 256, 2, true, 0.0),
           c("dh64_causal_t1", 3, 1, 64, 1, true, 0.0)};
 }

@@ -98,6 +98,8 @@ class CudaEngine final : public DeviceEngine {
   double step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip,
               double* grad_norm) override {
     const int64_t m_count = static_cast<int64_t>(batch_idx.size()) / micro_;
+    BRAID_ASSERT(m_count == reps_[0]->opt->micro_batches() && m_count * micro_ == static_cast<int64_t>(batch_idx.size()),
+                 "a step of ", batch_idx.size(), " samples for ", reps_[0]->opt->micro_batches(), " micro-batches of ", micro_);
     // fp16: the loss's gradient scaled by S (exec/loss_scale.h), the gradients divided by S before anything reads them.
     const double scale = copts_.f16 ? scaler_.scale() : 1.0;
     const bool need_norm = clip > 0 || copts_.f16;

@@ -111,7 +111,7 @@ size_t attention_forward_workspace(DType t, int64_t T_, int64_t h) { return stat
 void attention_forward(const Ctx& c, DType t, const void* qkv, void* context, void* lse, int64_t B, int64_t T_,
                        int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
-  if (flash_attention_supported(c, t, d / h, {qkv, context})) {
+  if (flash_attention_supported(c, t, B, d / h)) {
     flash_attention_forward(c, qkv, context, lse, B, T_, d, h, causal, p, key, mask_base);
     return;
   }
@@ -158,7 +158,7 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
                         const void* lse, void* dqkv, int64_t B, int64_t T_, int64_t d, int64_t h, bool causal, double p,
                         uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
-  if (flash_attention_supported(c, t, d / h, {dcontext, qkv, context, dqkv})) {
+  if (flash_attention_supported(c, t, B, d / h)) {
     flash_attention_backward(c, dcontext, qkv, context, lse, dqkv, B, T_, d, h, causal, p, key, mask_base);
     return;
   }

@@ -7,6 +7,7 @@
 // previous path. Descriptors are made per call (host-side structs); the algorithm choice is cached per shape.
 #include <cudnn.h>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -28,6 +29,14 @@ struct Descs {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   Descs(const Window& win, int64_t O) {
+    try {
+      make(win, O);
+    } catch (...) {  // a descriptor cuDNN refused: free the ones made
+      destroy();
+      throw;
+    }
+  }
+  void make(const Window& win, int64_t O) {
     BRAID_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     BRAID_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     BRAID_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
@@ -40,11 +49,15 @@ struct Descs {
                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BRAID_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
   }
-  ~Descs() {
-    cudnnDestroyTensorDescriptor(x);
-    cudnnDestroyTensorDescriptor(y);
-    cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyConvolutionDescriptor(conv);
+  ~Descs() { destroy(); }
+  void destroy() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    x = y = nullptr;
+    w = nullptr;
+    conv = nullptr;
   }
   Descs(const Descs&) = delete;
   Descs& operator=(const Descs&) = delete;
@@ -72,9 +85,10 @@ bool accurate_filter(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// The first of cuDNN's ranked candidates that is accurate, deterministic and fits the workspace; -1 if none.
-template <typename Perf, typename Get, typename Ok>
-int choose(int dir, const Ctx& c, const Window& w, int64_t O, Get get, Ok ok) {
+// The first of cuDNN's ranked candidates that is accurate, deterministic, in FMA math (no TF32 or other tensor-op
+// conversion) and whose workspace, asked again of cuDNN for that algorithm (`size`), fits; -1 if none.
+template <typename Perf, typename Get, typename Ok, typename Size>
+int choose(int dir, const Ctx& c, const Window& w, int64_t O, Get get, Ok ok, Size size) {
   const Key k = key_of(dir, c, w, O);
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -87,16 +101,20 @@ int choose(int dir, const Ctx& c, const Window& w, int64_t O, Get get, Ok ok) {
   int pick = -1;
   for (int i = 0; i < n && pick < 0; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC && ok(perf[i].algo) &&
-        perf[i].memory <= c.workspace_bytes)
+        (perf[i].mathType == CUDNN_FMA_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH) &&
+        perf[i].memory <= c.workspace_bytes && size(perf[i].algo) <= c.workspace_bytes)
       pick = static_cast<int>(perf[i].algo);
   std::lock_guard<std::mutex> lock(g_mu);
   g_algo[k] = pick;
   return pick;
 }
 
-bool usable(const Ctx& c, DType t, const Window& w) {
-  // fp32 values without autocast (autocast keeps the im2col path's 16-bit GEMMs), sizes cuDNN's int API takes.
-  return t == DType::f32 && c.autocast == nullptr && c.cudnn != nullptr && w.B > 0 && w.B * w.C * w.H * w.W < (1LL << 31);
+bool usable(const Ctx& c, DType t, const Window& w, int64_t O) {
+  // fp32 values without autocast (autocast keeps the im2col path's 16-bit GEMMs); every tensor within the
+  // 2^31 elements of cuDNN's int API (x, y and the filter).
+  constexpr int64_t kMax = int64_t{1} << 31;
+  return t == DType::f32 && c.autocast == nullptr && c.cudnn != nullptr && w.B > 0 && w.B * w.C * w.H * w.W < kMax &&
+         w.B * O * w.Ho * w.Wo < kMax && O * w.C * w.kh * w.kw < kMax;
 }
 
 cudnnHandle_t handle(const Ctx& c) { return static_cast<cudnnHandle_t>(c.cudnn); }
@@ -105,14 +123,20 @@ cudnnHandle_t handle(const Ctx& c) { return static_cast<cudnnHandle_t>(c.cudnn);
 
 bool cudnn_conv_forward(const Ctx& c, DType t, const void* x, const void* w, void* y, const Window& win, int64_t O,
                         bool accumulate) {
-  if (!usable(c, t, win)) return false;
+  if (!usable(c, t, win, O)) return false;
   Descs d(win, O);
   const int algo = choose<cudnnConvolutionFwdAlgoPerf_t>(
       0, c, win, O,
       [&](cudnnConvolutionFwdAlgoPerf_t* p, int cap, int* n) {
         BRAID_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle(c), d.x, d.w, d.conv, d.y, cap, n, p));
       },
-      accurate_fwd);
+      accurate_fwd,
+      [&](cudnnConvolutionFwdAlgo_t a) {
+        size_t bytes = 0;
+        const cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(handle(c), d.x, d.w, d.conv, d.y, a, &bytes);
+        if (st != CUDNN_STATUS_SUCCESS) return SIZE_MAX;  // not for this shape
+        return bytes;
+      });
   if (algo < 0) return false;
   const float one = 1.f, beta = accumulate ? 1.f : 0.f;
   BRAID_CUDNN_CHECK(cudnnConvolutionForward(handle(c), &one, d.x, x, d.w, w, d.conv,
@@ -123,14 +147,20 @@ bool cudnn_conv_forward(const Ctx& c, DType t, const void* x, const void* w, voi
 
 bool cudnn_conv_backward_data(const Ctx& c, DType t, const void* dy, const void* w, void* dx, const Window& win,
                               int64_t O) {
-  if (!usable(c, t, win)) return false;
+  if (!usable(c, t, win, O)) return false;
   Descs d(win, O);
   const int algo = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
       1, c, win, O,
       [&](cudnnConvolutionBwdDataAlgoPerf_t* p, int cap, int* n) {
         BRAID_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle(c), d.w, d.y, d.conv, d.x, cap, n, p));
       },
-      accurate_data);
+      accurate_data,
+      [&](cudnnConvolutionBwdDataAlgo_t a) {
+        size_t bytes = 0;
+        const cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(handle(c), d.w, d.y, d.conv, d.x, a, &bytes);
+        if (st != CUDNN_STATUS_SUCCESS) return SIZE_MAX;  // not for this shape
+        return bytes;
+      });
   if (algo < 0) return false;
   const float one = 1.f, zero = 0.f;
   BRAID_CUDNN_CHECK(cudnnConvolutionBackwardData(handle(c), &one, d.w, w, d.y, dy, d.conv,
@@ -141,14 +171,20 @@ bool cudnn_conv_backward_data(const Ctx& c, DType t, const void* dy, const void*
 
 bool cudnn_conv_backward_filter(const Ctx& c, DType t, const void* dy, const void* x, void* dw, const Window& win,
                                 int64_t O) {
-  if (!usable(c, t, win)) return false;
+  if (!usable(c, t, win, O)) return false;
   Descs d(win, O);
   const int algo = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
       2, c, win, O,
       [&](cudnnConvolutionBwdFilterAlgoPerf_t* p, int cap, int* n) {
         BRAID_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle(c), d.x, d.y, d.conv, d.w, cap, n, p));
       },
-      accurate_filter);
+      accurate_filter,
+      [&](cudnnConvolutionBwdFilterAlgo_t a) {
+        size_t bytes = 0;
+        const cudnnStatus_t st = cudnnGetConvolutionBackwardFilterWorkspaceSize(handle(c), d.x, d.y, d.conv, d.w, a, &bytes);
+        if (st != CUDNN_STATUS_SUCCESS) return SIZE_MAX;  // not for this shape
+        return bytes;
+      });
   if (algo < 0) return false;
   const float one = 1.f, zero = 0.f;
   BRAID_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle(c), &one, d.x, x, d.y, dy, d.conv,

@@ -11,8 +11,9 @@
 //
 // Layout per block: 4 warps, each owning 16 rows of the 64-row tile, so every product a warp needs reads its own
 // rows and the shared tiles; the elementwise steps (scale, mask, exp, dropout) run on the warp's rows in
-// shared memory, two lanes per row (32 columns each). Head dims 32, 64 and 128 (other dims take the staged
-// path: flash_attention_supported).
+// shared memory a row at a time, the lanes over its columns (consecutive addresses: no bank conflicts), row
+// maxima and sums by warp shuffles. Head dims 32, 64 and 128 (other dims take the staged path:
+// flash_attention_supported).
 #include <mma.h>
 
 #include <cmath>
@@ -45,6 +46,16 @@ template <>
 __device__ inline bf16 to_h<bf16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ inline f16 to_h<f16>(float v) { return __float2half_rn(v); }
+
+// Max and sum over the warp's 32 lanes, every lane getting the result (a fixed shuffle tree: deterministic).
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 // dst (64 x DH, 16-bit) <- rows [row0, row0 + 64) of an f32 matrix with leading dimension ld (zeros past T).
 template <typename H, int DH>
@@ -145,10 +156,13 @@ __global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* c
   const uint64_t plane_base = s.mask_base + static_cast<uint64_t>((b * s.h + hh) * s.t * s.t);
 
   load_tile<H, DH>(sq, base, i0, s.t, ld);
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t i = i0 + w * 16 + r;
-  for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) so[r * DH + c] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  for (int x = lane; x < 16 * DH; x += 32) so[x] = 0.f;
+  // Row r of the warp's 16 (query i0 + 16 w + r): running max m[r] and sum l[r], the same in every lane. Lanes
+  // hold columns: lane and lane + 32 of a score row, lane + 32 k of an output row (no shared-memory bank
+  // conflicts; row reductions by warp shuffles in a fixed order).
+  float m[16], l[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
   const int64_t last = s.causal ? it : n_tiles - 1;
   for (int64_t jt = 0; jt <= last; ++jt) {
     const int64_t j0 = jt * kTile;
@@ -158,30 +172,31 @@ __global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* c
     __syncthreads();
     rows_times_tile_t<H, DH>(sq + w * 16 * DH, sk, ss);
     __syncwarp();
-    // scale and mask this lane's 32 scores of row r; the row's new max over both lanes
-    float mx = -INFINITY;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      int64_t j = j0 + c;
-      bool valid = j < s.t && (!s.causal || j <= i);
-      float v = valid ? ss[r * kTile + c] * s.scale : -INFINITY;
-      ss[r * kTile + c] = v;
-      mx = fmaxf(mx, v);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const int64_t i = i0 + w * 16 + r;
+      float v[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {  // scale and mask
+        const int64_t j = j0 + lane + 32 * k;
+        const bool valid = j < s.t && (!s.causal || j <= i);
+        v[k] = valid ? ss[r * kTile + lane + 32 * k] * s.scale : -INFINITY;
+      }
+      const float m_new = fmaxf(m[r], warp_max(fmaxf(v[0], v[1])));
+      const float alpha = m_new == -INFINITY ? 1.f : expf(m[r] - m_new);  // m = -inf, m_new finite: 0
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int c = lane + 32 * k;
+        float pv = v[k] == -INFINITY ? 0.f : expf(v[k] - m_new);
+        sum += pv;  // the softmax's sum is before dropout
+        if (s.p > 0 && pv != 0.f) pv = kept(s.key, plane_base, s.t, i, j0 + c, s.p) ? pv * s.keep_scale : 0.f;
+        sp[r * kTile + c] = to_h<H>(pv);
+      }
+      l[r] = l[r] * alpha + warp_sum(sum);
+      m[r] = m_new;
+      for (int c = lane; c < DH; c += 32) so[r * DH + c] *= alpha;
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_new = fmaxf(m, mx);
-    const float alpha = m_new == -INFINITY ? 1.f : expf(m - m_new);  // m = -inf, m_new finite: 0
-    float sum = 0.f;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      float v = ss[r * kTile + c];
-      float pv = v == -INFINITY ? 0.f : expf(v - m_new);
-      sum += pv;
-      if (s.p > 0 && pv != 0.f) pv = kept(s.key, plane_base, s.t, i, j0 + c, s.p) ? pv * s.keep_scale : 0.f;
-      sp[r * kTile + c] = to_h<H>(pv);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) so[r * DH + c] *= alpha;
     __syncwarp();
     // ss <- P V (16 x DH), then O += it
     FragC acc[DH / 16];
@@ -191,14 +206,17 @@ __global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* c
 #pragma unroll
     for (int n = 0; n < DH / 16; ++n) wm::store_matrix_sync(ss + n * 16, acc[n], DH, wm::mem_row_major);
     __syncwarp();
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) so[r * DH + c] += ss[r * DH + c];
+    for (int x = lane; x < 16 * DH; x += 32) so[x] += ss[x];
     __syncwarp();
   }
-  if (i < s.t) {
-    const float inv = 1.f / l;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const int64_t i = i0 + w * 16 + r;
+    if (i >= s.t) continue;  // the same for every lane
+    const float inv = 1.f / l[r];
     float* out = context + (b * s.t + i) * s.d + hh * DH;
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) out[c] = so[r * DH + c] * inv;
-    if (half == 0) lse[(b * s.h + hh) * s.t + i] = m + logf(l);
+    for (int c = lane; c < DH; c += 32) out[c] = so[r * DH + c] * inv;
+    if (lane == 0) lse[(b * s.h + hh) * s.t + i] = m[r] + logf(l[r]);
   }
 }
 
@@ -260,8 +278,6 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, cons
     wm::fill_fragment(dk[n], 0.f);
     wm::fill_fragment(dv[n], 0.f);
   }
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t j = j0 + w * 16 + r;
   for (int64_t it = s.causal ? jt : 0; it < n_tiles; ++it) {
     const int64_t i0 = it * kTile;
     __syncthreads();
@@ -276,18 +292,24 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, cons
     rows_times_tile_t<H, DH>(sk + w * 16 * DH, sq, ss);
     rows_times_tile_t<H, DH>(sv + w * 16 * DH, sdo, sg);
     __syncwarp();
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      int64_t i = i0 + c;
-      bool valid = i < s.t && j < s.t && (!s.causal || j <= i);
-      float pv = valid ? expf(ss[r * kTile + c] * s.scale - sl[c]) : 0.f;
-      float dp = sg[r * kTile + c], pz = pv;
-      if (s.p > 0) {
-        bool keep = valid && kept(s.key, plane_base, s.t, i, j, s.p);
-        pz = keep ? pv * s.keep_scale : 0.f;
-        dp = keep ? dp * s.keep_scale : 0.f;
+    // Row r: key j0 + 16 w + r; lanes hold the queries (columns) lane and lane + 32.
+    for (int r = 0; r < 16; ++r) {
+      const int64_t j = j0 + w * 16 + r;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int c = lane + 32 * k;
+        const int64_t i = i0 + c;
+        const bool valid = i < s.t && j < s.t && (!s.causal || j <= i);
+        const float pv = valid ? expf(ss[r * kTile + c] * s.scale - sl[c]) : 0.f;
+        float dp = sg[r * kTile + c], pz = pv;
+        if (s.p > 0) {
+          const bool keep = valid && kept(s.key, plane_base, s.t, i, j, s.p);
+          pz = keep ? pv * s.keep_scale : 0.f;
+          dp = keep ? dp * s.keep_scale : 0.f;
+        }
+        spz[r * kTile + c] = to_h<H>(pz);
+        sds[r * kTile + c] = to_h<H>(pv * (dp - sd[c]));
       }
-      spz[r * kTile + c] = to_h<H>(pz);
-      sds[r * kTile + c] = to_h<H>(pv * (dp - sd[c]));
     }
     __syncwarp();
     accumulate_rows_times_tile<H, DH>(dv, spz, sdo);
@@ -299,9 +321,11 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, cons
     wm::store_matrix_sync(sg + n * 16, dv[n], DH, wm::mem_row_major);
   }
   __syncwarp();
-  if (j < s.t) {
+  for (int r = 0; r < 16; ++r) {
+    const int64_t j = j0 + w * 16 + r;
+    if (j >= s.t) continue;
     float* out = dqkv + (b * s.t + j) * ld + hh * DH;
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) {
+    for (int c = lane; c < DH; c += 32) {
       out[s.d + c] = ss[r * DH + c] * s.scale;
       out[2 * s.d + c] = sg[r * DH + c];
     }
@@ -341,8 +365,6 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
   FragC dq[DH / 16];
 #pragma unroll
   for (int n = 0; n < DH / 16; ++n) wm::fill_fragment(dq[n], 0.f);
-  const int r = lane >> 1, half = lane & 1;
-  const int64_t i = i0 + w * 16 + r;
   const int64_t last = s.causal ? it : n_tiles - 1;
   for (int64_t jt = 0; jt <= last; ++jt) {
     const int64_t j0 = jt * kTile;
@@ -353,14 +375,20 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
     rows_times_tile_t<H, DH>(sq + w * 16 * DH, sk, ss);
     rows_times_tile_t<H, DH>(sdo + w * 16 * DH, sv, sg);
     __syncwarp();
-    const float lr = sl[w * 16 + r], dr = sd[w * 16 + r];
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      int64_t jj = j0 + c;
-      bool valid = i < s.t && jj < s.t && (!s.causal || jj <= i);
-      float pv = valid ? expf(ss[r * kTile + c] * s.scale - lr) : 0.f;
-      float dp = sg[r * kTile + c];
-      if (s.p > 0) dp = valid && kept(s.key, plane_base, s.t, i, jj, s.p) ? dp * s.keep_scale : 0.f;
-      sds[r * kTile + c] = to_h<H>(pv * (dp - dr));
+    // Row r: query i0 + 16 w + r; lanes hold the keys (columns) lane and lane + 32.
+    for (int r = 0; r < 16; ++r) {
+      const int64_t i = i0 + w * 16 + r;
+      const float lr = sl[w * 16 + r], dr = sd[w * 16 + r];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int c = lane + 32 * k;
+        const int64_t jj = j0 + c;
+        const bool valid = i < s.t && jj < s.t && (!s.causal || jj <= i);
+        const float pv = valid ? expf(ss[r * kTile + c] * s.scale - lr) : 0.f;
+        float dp = sg[r * kTile + c];
+        if (s.p > 0) dp = valid && kept(s.key, plane_base, s.t, i, jj, s.p) ? dp * s.keep_scale : 0.f;
+        sds[r * kTile + c] = to_h<H>(pv * (dp - dr));
+      }
     }
     __syncwarp();
     accumulate_rows_times_tile<H, DH>(dq, sds, sk);
@@ -368,9 +396,11 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
 #pragma unroll
   for (int n = 0; n < DH / 16; ++n) wm::store_matrix_sync(ss + n * 16, dq[n], DH, wm::mem_row_major);
   __syncwarp();
-  if (i < s.t) {
+  for (int r = 0; r < 16; ++r) {
+    const int64_t i = i0 + w * 16 + r;
+    if (i >= s.t) continue;
     float* out = dqkv + (b * s.t + i) * ld + hh * DH;
-    for (int c = half * (DH / 2); c < (half + 1) * (DH / 2); ++c) out[c] = ss[r * DH + c] * s.scale;
+    for (int c = lane; c < DH; c += 32) out[c] = ss[r * DH + c] * s.scale;
   }
 }
 
@@ -431,22 +461,27 @@ void backward_dim(const Ctx& c, int64_t dh, const float* qkv, const float* dc, c
   else backward_as<H, 128>(c, qkv, dc, lse, dsum, dqkv, B, s);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// The tiles are read as float4: every tensor 16-byte aligned (the memory plan aligns values to 64 bytes).
+void check_aligned(std::initializer_list<const void*> tensors) {
+  for (const void* p : tensors)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      throw InternalError("flash attention: a tensor is not 16-byte aligned (the memory plan aligns to 64)");
+}
 
 }  // namespace
 
 void set_flash_attention(bool on) { g_flash = on; }
 
-bool flash_attention_supported(const Ctx& c, DType t, int64_t dh, std::initializer_list<const void*> tensors) {
-  if (!g_flash || t != DType::f32 || c.autocast == nullptr || !(dh == 32 || dh == 64 || dh == 128)) return false;
-  for (const void* p : tensors)
-    if (!aligned16(p)) return false;  // the tiles are read as float4
-  return true;
+// By shape, type and mode only, so that a forward and its backward always take the same path (the backward's
+// recomputed probabilities must be normalised by the forward's lse of the same products).
+bool flash_attention_supported(const Ctx& c, DType t, int64_t B, int64_t dh) {
+  return g_flash && t == DType::f32 && c.autocast != nullptr && (dh == 32 || dh == 64 || dh == 128) && B <= 65535;
 }
 
 void flash_attention_forward(const Ctx& c, const void* qkv, void* context, void* lse, int64_t B, int64_t T_, int64_t d,
                              int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
+  check_aligned({qkv, context});
   const Shape4 s = shape_of(T_, d, h, causal, p, key, mask_base);
   auto q = static_cast<const float*>(qkv);
   auto o = static_cast<float*>(context);
@@ -461,6 +496,7 @@ void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qk
                               const void* lse, void* dqkv, int64_t B, int64_t T_, int64_t d, int64_t h, bool causal,
                               double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
+  check_aligned({dcontext, qkv, context, dqkv});
   if (c.workspace_bytes < flash_attention_backward_workspace(B, T_, h))
     throw InternalError("attention_grad (flash): CUDA workspace of " + std::to_string(c.workspace_bytes) +
                         " bytes, needs " + std::to_string(flash_attention_backward_workspace(B, T_, h)));

@@ -184,10 +184,11 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
                         uint64_t key, uint64_t mask_base);
 size_t attention_backward_workspace(DType t, int64_t B, int64_t T, int64_t h);
 // The fused path of both (flash_attention.cu), which attention_forward/backward take by themselves when
-// flash_attention_supported: autocast over f32 values, head dim 32, 64 or 128, tensors 16-byte aligned, not
-// switched off. set_flash_attention(false) makes every call take the staged path (tests compare the two).
+// flash_attention_supported: autocast over f32 values, head dim 32, 64 or 128, at most 65535 samples, not
+// switched off (by shape and mode only: a forward and its backward take the same path). set_flash_attention(false)
+// makes every call take the staged path (tests compare the two).
 void set_flash_attention(bool on);
-bool flash_attention_supported(const Ctx& c, DType t, int64_t dh, std::initializer_list<const void*> tensors);
+bool flash_attention_supported(const Ctx& c, DType t, int64_t B, int64_t dh);
 void flash_attention_forward(const Ctx& c, const void* qkv, void* context, void* lse, int64_t B, int64_t T, int64_t d,
                              int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
 void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qkv, const void* context,
