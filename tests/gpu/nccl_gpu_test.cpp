@@ -128,3 +128,72 @@ TEST(Nccl, CollectivesMatchInProcess) {
     EXPECT_EQ(std::memcmp(got.reduce_f32[static_cast<size_t>(r)].raw(), got.reduce_f32[0].raw(), got.reduce_f32[0].bytes()), 0);
   }
 }
+
+// Several processes (NcclWorld::join): each thread stands for a process, its host world an in-process one (in a
+// job, the TCP world of braid launch), one GPU each. The unique id travels over the host world; the collectives
+// then match the in-process reference as above, and a split of the whole world (its id shared over the host
+// world's split) all-reduces again. On a machine with one GPU this is a world of one.
+TEST(Nccl, JoinOverAHostWorld) {
+  BRAID_REQUIRE_GPU();
+  const int n = cuda::device_count();
+  Results ref, got;
+  resize(ref, n);
+  resize(got, n);
+  std::vector<double> split_sum(static_cast<size_t>(n), 0.0);
+  {
+    InProcWorld world(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        auto comm = world.communicator(r);
+        run_rank(*comm, n, ref, [](Tensor t) { return t; }, [](const Tensor& t) { return t.clone(); });
+      });
+    for (auto& t : threads) t.join();
+  }
+  InProcWorld hosts(n);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto host = hosts.communicator(r);
+        auto world = NcclWorld::join(*host, r);
+        auto comm = world->communicator(r);
+        cuda::set_device(r);
+        cuda::DeviceArena arena(r, size_t{64} << 20);
+        cuda::Stream stream(r);
+        auto up = [&](const Tensor& h) {
+          Tensor t = Tensor::view(arena.take(h.bytes(), "nccl test"), h.desc());
+          stream.upload(t.raw(), h.raw(), h.bytes());
+          stream.synchronize();
+          return t;
+        };
+        auto down = [&](const Tensor& d) {
+          Tensor h = Tensor::empty(d.desc());
+          stream.download(h.raw(), d.raw(), d.bytes());
+          return h;
+        };
+        run_rank(*comm, n, got, up, down);
+        std::vector<int> all;
+        for (int k = 0; k < n; ++k) all.push_back(k);
+        auto sub = comm->split(all);
+        Tensor one = up(Tensor::empty({Shape{1}, DType::f64}));
+        Tensor h = Tensor::empty({Shape{1}, DType::f64});
+        h.data<double>()[0] = r + 1;
+        stream.upload(one.raw(), h.raw(), 8);
+        stream.synchronize();
+        sub->all_reduce(one);
+        split_sum[static_cast<size_t>(r)] = get_as_double(down(one), 0);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+    EXPECT_NEAR(get_as_double(got.reduce_f32[static_cast<size_t>(r)], 3), get_as_double(ref.reduce_f32[static_cast<size_t>(r)], 3), 1e-5);
+    for (int64_t i = 0; i < 5; ++i)
+      EXPECT_EQ(got.reduce_i64[static_cast<size_t>(r)].data<int64_t>()[i], ref.reduce_i64[static_cast<size_t>(r)].data<int64_t>()[i]);
+    EXPECT_EQ(split_sum[static_cast<size_t>(r)], n * (n + 1) / 2.0);
+  }
+}

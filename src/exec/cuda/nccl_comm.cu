@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,8 @@ struct NcclState {
   std::string reason;
   // split(): the unique id of each (ranks, n-th split of those ranks), made by the first member to arrive.
   std::map<std::pair<std::vector<int>, int>, ncclUniqueId> split_ids;
+  // Several processes (NcclWorld::join): the job's host world, over which split()s share their ids.
+  exec::Communicator* host = nullptr;
 };
 
 }  // namespace detail
@@ -75,6 +78,15 @@ ChunkGeom geom(const Tensor& whole, int axis, int parts) {
   for (int a = ax + 1; a < s.rank(); ++a) inner *= static_cast<size_t>(s[a]);
   g.chunk = static_cast<size_t>(s[ax] / parts) * inner * dtype_size(whole.dtype());
   return g;
+}
+
+// Rank 0's NCCL unique id to every rank of `host` (its bytes as 32-bit integers through a broadcast).
+void share_id(Communicator& host, ncclUniqueId& id) {
+  static_assert(sizeof(ncclUniqueId) % 4 == 0, "ncclUniqueId is whole 32-bit words");
+  Tensor t = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(sizeof(ncclUniqueId) / 4)}, DType::i32});
+  if (host.rank() == 0) std::memcpy(t.raw(), &id, sizeof id);
+  host.broadcast(t, 0);
+  std::memcpy(&id, t.raw(), sizeof id);
 }
 
 class NcclCommunicator : public Communicator {
@@ -181,7 +193,12 @@ class NcclCommunicator : public Communicator {
     enter();
     int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
     ncclUniqueId id;
-    {
+    std::unique_ptr<Communicator> group;
+    if (host_) {  // several processes: the group's first rank makes the id, the same group of the host world carries it
+      group = host_->split(ranks);
+      if (me == 0) BRAID_NCCL_CHECK(ncclGetUniqueId(&id));
+      share_id(*group, id);
+    } else {
       std::lock_guard<std::mutex> lock(st_->mu);
       int seq = split_count_[ranks]++;
       auto key = std::make_pair(ranks, seq);
@@ -197,9 +214,12 @@ class NcclCommunicator : public Communicator {
     BRAID_NCCL_CHECK(ncclCommInitRank(&sub, static_cast<int>(ranks.size()), id, me));
     auto c = std::make_unique<NcclCommunicator>(st_, me, sub, device_, static_cast<int>(ranks.size()));
     c->owns_comm_ = true;
+    c->host_group_ = std::move(group);  // its own splits share ids over it
+    c->host_ = c->host_group_.get();
     return c;
   }
   void do_abort(const std::string& reason) override {
+    if (st_->host) st_->host->abort(reason);  // the other processes' waits on the host world end too
     {
       std::lock_guard<std::mutex> lock(st_->mu);
       if (!st_->aborted) {
@@ -268,6 +288,11 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::map<std::vector<int>, int> split_count_;
+  // Several processes: this communicator's group of the host world (null in one process).
+  std::unique_ptr<Communicator> host_group_;
+  Communicator* host_ = nullptr;
+
+  friend class exec::NcclWorld;
 };
 
 }  // namespace
@@ -279,6 +304,24 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, NcclOptions options) : sta
   BRAID_NCCL_CHECK(ncclCommInitAll(state_->comms.data(), static_cast<int>(devices.size()), devices.data()));
 }
 
+std::unique_ptr<NcclWorld> NcclWorld::join(Communicator& host, int device, NcclOptions options) {
+  std::unique_ptr<NcclWorld> w(new NcclWorld());
+  w->state_ = std::make_shared<detail::NcclState>();
+  auto& st = *w->state_;
+  st.options = options;
+  st.host = &host;
+  const int n = host.size(), rank = host.rank();
+  st.devices.assign(static_cast<size_t>(n), -1);
+  st.devices[static_cast<size_t>(rank)] = device;
+  st.comms.assign(static_cast<size_t>(n), nullptr);
+  ncclUniqueId id;
+  if (rank == 0) BRAID_NCCL_CHECK(ncclGetUniqueId(&id));
+  share_id(host, id);
+  BRAID_CUDA_CHECK(cudaSetDevice(device));
+  BRAID_NCCL_CHECK(ncclCommInitRank(&st.comms[static_cast<size_t>(rank)], n, id, rank));
+  return w;
+}
+
 NcclWorld::~NcclWorld() {
   for (auto c : state_->comms)
     if (c) ncclCommDestroy(c);
@@ -288,8 +331,11 @@ int NcclWorld::size() const { return static_cast<int>(state_->devices.size()); }
 
 std::unique_ptr<Communicator> NcclWorld::communicator(int rank) {
   BRAID_ASSERT(rank >= 0 && rank < size(), "nccl rank ", rank, " of ", size());
-  return std::make_unique<NcclCommunicator>(state_, rank, state_->comms[static_cast<size_t>(rank)],
-                                            state_->devices[static_cast<size_t>(rank)], size());
+  BRAID_ASSERT(state_->comms[static_cast<size_t>(rank)] != nullptr, "nccl rank ", rank, " is in another process");
+  auto c = std::make_unique<NcclCommunicator>(state_, rank, state_->comms[static_cast<size_t>(rank)],
+                                              state_->devices[static_cast<size_t>(rank)], size());
+  c->host_ = state_->host;
+  return c;
 }
 
 void NcclWorld::abort(const std::string& reason) {

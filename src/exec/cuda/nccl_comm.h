@@ -34,6 +34,12 @@ class NcclWorld {
  public:
   // One rank per listed device (rank i on devices[i]).
   explicit NcclWorld(const std::vector<int>& devices, NcclOptions options = {});
+  // Several processes: this process is rank host.rank() of host.size(), on `device`. Rank 0 makes NCCL's unique id
+  // and `host` (the job's world: TCP between processes, or in-process) broadcasts it; every process calls join
+  // with its own communicator of the same world. Later split()s share their ids over host.split() of the same
+  // ranks, so `host` must outlive the world and must not be in use by another thread while a split runs. Only
+  // communicator(host.rank()) exists in this process.
+  static std::unique_ptr<NcclWorld> join(Communicator& host, int device, NcclOptions options = {});
   ~NcclWorld();
   NcclWorld(const NcclWorld&) = delete;
   NcclWorld& operator=(const NcclWorld&) = delete;
@@ -43,6 +49,7 @@ class NcclWorld {
   void abort(const std::string& reason);
 
  private:
+  NcclWorld() = default;
   std::shared_ptr<detail::NcclState> state_;
 };
 
