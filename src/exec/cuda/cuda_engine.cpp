@@ -63,7 +63,8 @@ class CudaEngine final : public DeviceEngine {
       co.device = rep->device;
       try {
         rep->exec = std::make_unique<CudaExecutor>(train_, store_, keep, ExecutorOptions{}, co);
-        rep->opt = std::make_unique<CudaOptimizer>(*rep->exec, cfg_.optimizer, static_cast<int>(micro_batches));
+        // Several replicas: accumulators even for one micro-batch, so that the gradients are one block to all-reduce.
+        rep->opt = std::make_unique<CudaOptimizer>(*rep->exec, cfg_.optimizer, static_cast<int>(micro_batches), n > 1);
       } catch (const cuda::DeviceOutOfMemory& e) {
         throw UserError(at, std::string(e.what()) + ": the training graph at a micro-batch of " + std::to_string(share_) +
                                 " samples" + (n > 1 ? " per replica" : "") +
@@ -121,10 +122,11 @@ class CudaEngine final : public DeviceEngine {
         rep.loss_sum += scalar(rep.loss) / static_cast<double>(m_count);
         rep.opt->accumulate(static_cast<int>(m), scale);
       }
-      if (scale != 1 && rep.opt->micro_batches() == 1) rep.opt->scale_grads(1.0 / scale);
-      if (rep.comm) {
+      if (scale != 1 && !rep.opt->accumulates()) rep.opt->scale_grads(1.0 / scale);
+      if (rep.comm) {  // one all-reduce of the accumulator block, then the average
         rep.exec->stream().synchronize();
-        for (Tensor g : rep.opt->gradients()) rep.comm->all_reduce(g);
+        Tensor flat = rep.opt->flat_gradients();
+        rep.comm->all_reduce(flat);
         rep.opt->scale_grads(1.0 / static_cast<double>(reps_.size()));
       }
       rep.norm = need_norm ? rep.opt->grad_norm() : -1;

@@ -11,13 +11,13 @@ namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
-CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches)
-    : ex_(ex), spec_(spec), micro_batches_(std::max(micro_batches, 1)) {
+CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches, bool accumulators)
+    : ex_(ex), spec_(spec), micro_batches_(std::max(micro_batches, 1)), accumulate_(accumulators || micro_batches > 1) {
   if (spec.type != "adamw" && spec.type != "sgd")
     throw UserError(SourceLoc{}, "optimizer '" + spec.type + "' has no device implementation", "use adamw or sgd");
   const graph::Graph& g = ex.graph();
   const bool adamw = spec.type == "adamw", momentum = !adamw && spec.momentum != 0;
-  const int state = (adamw ? 2 : momentum ? 1 : 0) + (micro_batches_ > 1 ? 1 : 0);
+  const int state = (adamw ? 2 : momentum ? 1 : 0) + (accumulate_ ? 1 : 0);
   size_t bytes = 4096;
   for (const auto& p : g.params())
     if (p.grad.valid()) {
@@ -28,6 +28,17 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
   arena_ = std::make_unique<cuda::DeviceArena>(ex.stream().device(), bytes);
   table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "optimizer table");
   norm_ = static_cast<double*>(arena_->take(sizeof(double), "gradient norm"));
+  // The accumulators in one block (each on a 256-byte boundary, the gaps zero), so that data parallelism
+  // all-reduces them as one tensor (flat_gradients).
+  char* acc_next = nullptr;
+  if (accumulate_) {
+    size_t acc_bytes = 0;
+    for (const auto& p : g.params())
+      if (p.grad.valid()) acc_bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4);
+    acc_next = static_cast<char*>(arena_->take(std::max<size_t>(acc_bytes, 4), "gradient accumulators"));
+    ex.stream().memset(acc_next, 0, std::max<size_t>(acc_bytes, 4));
+    flat_ = Tensor::view(acc_next, TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(acc_bytes, 4) / 4)}, DType::f32});
+  }
   std::vector<cuda::ParamSlot> slots;
   for (const auto& p : g.params()) {
     if (!p.grad.valid()) continue;
@@ -46,8 +57,9 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
       ex.stream().memset(q, 0, nb);
       return q;
     };
-    if (micro_batches_ > 1) {
-      float* acc = zeroed("gradient accumulator");
+    if (accumulate_) {
+      auto* acc = reinterpret_cast<float*>(acc_next);
+      acc_next += align256(nb);
       accum_.emplace_back(p.grad, acc);
       s.g = acc;
     } else {
@@ -60,7 +72,6 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
       s.m = zeroed("momentum_buffer");
     }
     max_n_ = std::max(max_n_, s.n);
-    grads_.push_back(Tensor::view(const_cast<float*>(s.g), TensorDesc{Shape{s.n}, DType::f32}));  // ours to write: accumulator or graph gradient
     slots.push_back(s);
     states_.push_back(State{p.name, s.m, s.v, s.n});
   }
@@ -76,7 +87,7 @@ CudaOptimizer::~CudaOptimizer() = default;
 size_t CudaOptimizer::device_bytes() const { return arena_->used(); }
 
 void CudaOptimizer::accumulate(int mb, double loss_scale, int slot) {
-  if (micro_batches_ == 1) {
+  if (!accumulate_) {
     BRAID_ASSERT(slot == 0, "one micro-batch a step runs in slot 0 (the update reads its gradients in place)");
     return;
   }

@@ -19,16 +19,21 @@ namespace braid::exec {
 
 class CudaOptimizer {
  public:
-  // Every parameter of ex's graph that has a gradient. micro_batches > 1: accumulate() sums each micro-batch's
-  // gradients into fp32 accumulators; 1: the update reads the graph's gradient values in place.
-  CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches = 1);
+  // Every parameter of ex's graph that has a gradient. micro_batches > 1 (or `accumulators`): accumulate() sums each
+  // micro-batch's gradients into fp32 accumulators, one contiguous block (flat_gradients); else the update reads
+  // the graph's gradient values in place.
+  CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches = 1, bool accumulators = false);
   ~CudaOptimizer();
   // After micro-batch mb's run (slot 0): dst = g / (M loss_scale) (mb 0) or dst += g / (M loss_scale): the run's
-  // gradients were of the loss times loss_scale (CudaExecutor::set_loss_scale). A no-op with one micro-batch (then
+  // gradients were of the loss times loss_scale (CudaExecutor::set_loss_scale). A no-op without accumulators (then
   // the caller divides by the loss scale with scale_grads).
   // `slot`: the executor slot the micro-batch ran in (plans keep several micro-batches in flight).
   void accumulate(int mb, double loss_scale = 1, int slot = 0);
   int micro_batches() const { return micro_batches_; }
+  bool accumulates() const { return accumulate_; }
+  // With accumulators: all of them as one f32 tensor (the gaps between them zero), for one all-reduce; else
+  // undefined.
+  const Tensor& flat_gradients() const { return flat_; }
   // One update of every parameter at learning rate lr; enqueued on the executor's stream, not synchronised.
   void step(double lr);
   int64_t steps_taken() const { return step_; }
@@ -42,9 +47,6 @@ class CudaOptimizer {
   void set_norm_params(const std::function<bool(const std::string&)>& counted);
   // Those gradients *= k (clipping: k = max_norm / (norm + 1e-6) when below 1).
   void scale_grads(double k);
-  // Those gradients as device f32 tensors (views), parameter order: the accumulators, or the graph's gradient
-  // values with one micro-batch. Data-parallel replicas all-reduce them before the update.
-  const std::vector<Tensor>& gradients() const { return grads_; }
   // The state (exp_avg, exp_avg_sq / momentum_buffer, by parameter name as exec::Optimizer names them) and the
   // step count, to a host optimizer over the same parameters and back from one. upload() of a host optimizer
   // that has taken no step leaves the device state zero (its tensors are not initialised until its first step).
@@ -55,6 +57,8 @@ class CudaOptimizer {
   CudaExecutor& ex_;
   io::OptimizerSpec spec_;
   int micro_batches_;
+  bool accumulate_;
+  Tensor flat_;
   std::unique_ptr<cuda::DeviceArena> arena_;
   void* table_ = nullptr;
   int count_ = 0;
@@ -75,7 +79,6 @@ class CudaOptimizer {
   template <typename StateMap, typename Copy>
   void each_state(StateMap& state, const Copy& copy) const;
   double* norm_ = nullptr;  // grad_norm's device sum
-  std::vector<Tensor> grads_;
 };
 
 }  // namespace braid::exec

@@ -94,7 +94,8 @@ class CudaPlanEngine final : public DeviceEngine {
         co.device = d.gpu;
         try {
           c.exec = std::make_unique<CudaExecutor>(p.g, d.store, p.keep, eo, co);
-          c.opt = std::make_unique<CudaOptimizer>(*c.exec, cfg_.optimizer, micro_batches_);
+          // Data-parallel stages: accumulators even for one micro-batch, one block to all-reduce.
+          c.opt = std::make_unique<CudaOptimizer>(*c.exec, cfg_.optimizer, micro_batches_, p.dp > 1);
         } catch (const cuda::DeviceOutOfMemory& e) {
           throw UserError(at, std::string(e.what()) + ": stage " + std::to_string(p.stage) + " on device " +
                                   std::to_string(d.id) + " (cuda:" + std::to_string(d.gpu) + ") does not fit",
@@ -363,7 +364,7 @@ class CudaPlanEngine final : public DeviceEngine {
           c.exec->set_trace_micro_batch(mb);
           c.exec->run_backward(slot, cfg_.train.seed, stream, offset);
           c.opt->accumulate(c.backwards, job.loss_scale, slot);
-          if (++c.backwards == M && M == 1 && job.loss_scale != 1) c.opt->scale_grads(1.0 / job.loss_scale);
+          if (++c.backwards == M && !c.opt->accumulates() && job.loss_scale != 1) c.opt->scale_grads(1.0 / job.loss_scale);
           if (p.stage == 0) c.slots.release(mb);  // nothing to send back: the micro-batch is done
           break;
         }
@@ -413,7 +414,8 @@ class CudaPlanEngine final : public DeviceEngine {
         case InstrKind::AllReduceGrads: {
           if (p.dp <= 1) break;
           c.exec->stream().synchronize();  // the accumulation is on the executor's stream
-          for (Tensor g : c.opt->gradients()) c.data_comm->all_reduce(g, ReduceOp::Avg);
+          Tensor flat = c.opt->flat_gradients();  // every gradient of the stage, one all-reduce
+          c.data_comm->all_reduce(flat, ReduceOp::Avg);
           break;
         }
         case InstrKind::OptimizerStep:
