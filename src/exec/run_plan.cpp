@@ -46,10 +46,14 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
       planner::Cluster cl = planner::cluster_preset("h200x8", {}, at);
       cl.devices_per_node = dev.count;
       cl.nodes = 1;
+      // bf16 / f16 autocast: the f32 graph's products run on the 16-bit tensor cores (the GEMMs dominate).
+      const bool autocast = cfg.train.precision != "f32";
+      if (autocast) cl.device.peak_flops["f32"] = cl.device.peak_flops.at(cfg.train.precision == "f16" ? "f16" : "bf16");
       gpu_model = planner::analytic_cost_model(cl);
       model = gpu_model.get();
-      r.cost_model = "analytic, " + std::to_string(dev.count) + " x " + cl.device.name +
-                     " in one node (assumed for every cuda device: no GPU calibration yet)";
+      r.cost_model = "analytic, " + std::to_string(dev.count) + " x " + cl.device.name + " in one node" +
+                     (autocast ? ", " + cfg.train.precision + " tensor-core peak" : std::string()) +
+                     " (assumed for every cuda device: no GPU calibration yet)";
     } else {
       cm = cpu_cost_model(dev.count);
       model = cm.model.get();

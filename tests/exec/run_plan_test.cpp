@@ -1,0 +1,62 @@
+// run_plan() for cuda devices: plan: auto plans several GPUs on the analytic model of an H200 node (with the
+// run's precision: bf16 autocast at the tensor-core peak), one GPU gets no plan, and a plan file for cuda devices
+// is read and validated against the run's device list (a GPU may be listed once per plan device).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "exec/run_plan.h"
+#include "io/run_config.h"
+
+using namespace braid;
+
+namespace {
+
+std::string write_run() {
+  const auto dir = std::filesystem::temp_directory_path() / "braid_run_plan_test";
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "run.yaml").string();
+  std::ofstream f(file);
+  f << "model: " << BRAID_SOURCE_DIR << "/models/tiny_gpt.yaml\n"
+    << "data:\n  train: {format: synthetic, samples: 256}\n"
+    << "train: {batch: 32, steps: 2}\n"
+    << "optimizer: {type: adamw, lr: 1.0e-3}\n";
+  return file;
+}
+
+}  // namespace
+
+TEST(RunPlan, SeveralCudaDevicesArePlannedOnTheAnalyticH200Model) {
+  const std::string run = write_run();
+  io::RunConfig cfg = io::load_run_or_model(run, {"devices=cuda:0-3", "train.precision=bf16"});
+  auto r = exec::run_plan(cfg);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->automatic);
+  EXPECT_LE(r->plan.summary.devices, 4);
+  EXPECT_EQ(r->plan.summary.data_parallel * r->plan.summary.micro_batch * r->plan.summary.micro_batches, 32);
+  EXPECT_NE(r->cost_model.find("h200"), std::string::npos) << r->cost_model;
+  EXPECT_NE(r->cost_model.find("bf16 tensor-core peak"), std::string::npos) << r->cost_model;
+  EXPECT_GT(r->prediction.step_time_s, 0);
+  io::RunConfig one = io::load_run_or_model(run, {"devices=cuda:0"});
+  EXPECT_FALSE(exec::run_plan(one).has_value());
+}
+
+TEST(RunPlan, APlanFileForCudaDevicesIsValidatedAgainstTheDeviceList) {
+  const std::string run = write_run();
+  const std::string plan = std::string(BRAID_SOURCE_DIR) + "/tests/plans/tiny_gpt_dp2_pp2_1f1b.yaml";
+  io::RunConfig cfg = io::load_run_or_model(run, {"devices=cuda:0,0,0,0", "parallel.plan=" + plan});
+  auto r = exec::run_plan(cfg);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(r->automatic);
+  EXPECT_EQ(r->plan.summary.devices, 4);
+  EXPECT_NE(r->cost_model.find("not predicted"), std::string::npos) << r->cost_model;
+  io::RunConfig two = io::load_run_or_model(run, {"devices=cuda:0,0", "parallel.plan=" + plan});
+  try {
+    exec::run_plan(two);
+    ADD_FAILURE() << "a plan of 4 devices accepted for 2";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
