@@ -29,7 +29,8 @@ struct TrainCase {
   std::string run_file;
 };
 
-TrainCase write_run(const std::string& name) {
+// tiny_gpt (2 layers, d 64, seq 32, dropout 0.1) on synthetic data; `train` is the run file's train mapping.
+TrainCase write_run(const std::string& name, const std::string& train = "{batch: 8, micro_batch: 4, steps: 10, seed: 3}") {
   TrainCase c;
   c.dir = std::filesystem::temp_directory_path() / ("braid_train_gpu_" + name);
   std::filesystem::remove_all(c.dir);
@@ -39,7 +40,7 @@ TrainCase write_run(const std::string& name) {
   f << "model: " << braid::testing::source_dir() << "/models/tiny_gpt.yaml\n"
     << "vars: {n_layer: 2, d: 64, seq: 32, dropout: 0.1}\n"
     << "data:\n  train: {format: synthetic, samples: 256}\n  eval: {format: synthetic, samples: 32}\n"
-    << "train: {batch: 8, micro_batch: 4, steps: 10, seed: 3}\n"
+    << "train: " << train << "\n"
     << "optimizer: {type: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5}\n"
     << "lr_schedule: {type: cosine, warmup_steps: 3}\n"
     << "eval: {batches: 2}\n";
@@ -276,20 +277,7 @@ TEST(TrainGpu, DataParallelNeedsADivisibleMicroBatch) {
 TEST(TrainGpu, PlansOnOneGpuMatchTheSamePlansOnTheCpu) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
-  TrainCase c;
-  c.dir = std::filesystem::temp_directory_path() / "braid_train_gpu_plans";
-  std::filesystem::remove_all(c.dir);
-  std::filesystem::create_directories(c.dir);
-  c.run_file = (c.dir / "run.yaml").string();
-  {
-    std::ofstream f(c.run_file);
-    f << "model: " << braid::testing::source_dir() << "/models/tiny_gpt.yaml\n"
-      << "vars: {n_layer: 2, d: 64, seq: 32, dropout: 0.1}\n"
-      << "data:\n  train: {format: synthetic, samples: 256}\n  eval: {format: synthetic, samples: 32}\n"
-      << "train: {batch: 32, steps: 4, seed: 5}\n"
-      << "optimizer: {type: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5}\n"
-      << "eval: {batches: 1}\n";
-  }
+  TrainCase c = write_run("plans", "{batch: 32, steps: 4, seed: 5}");
   for (const char* plan : {"tiny_gpt_dp2_pp2_1f1b", "tiny_gpt_tp2_pp2_gpipe", "tiny_gpt_pp4_interleaved"}) {
     SCOPED_TRACE(plan);
     const std::string file = braid::testing::source_dir() + "/tests/plans/" + plan + ".yaml";
