@@ -3,6 +3,7 @@
 #include "exec/cuda/cuda_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -61,6 +62,23 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     workspace_bytes_ = std::max(workspace_bytes_, ws);
     if (cuda_.autocast()) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
   }
+  // Activations two or more GEMMs read whole (see lookup_): their 16-bit copies, per slot.
+  std::vector<ValueId> act_copies;
+  size_t act_copy_bytes = 0;
+  if (cuda_.autocast() && activation_copies_allowed()) {
+    std::vector<int> uses(g.values().size(), 0);
+    for (const auto& n : g.nodes()) {
+      const std::string& op = n.op->name;
+      if (op == "linear" || op == "linear_dx") ++uses[n.inputs[0].idx()];
+      if (op == "linear_dw") ++uses[n.inputs[0].idx()], ++uses[n.inputs[1].idx()];
+    }
+    for (const auto& v : g.values())
+      if (uses[v.id.idx()] >= 2 && v.kind == graph::ValueKind::Activation && v.desc.dtype == DType::f32 &&
+          v.producer.valid()) {
+        act_copies.push_back(v.id);
+        act_copy_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
+      }
+  }
   // 2. One arena: shared activations, slots, parameters and buffers, workspace.
   const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
   size_t param_bytes = 0;
@@ -71,7 +89,8 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
         param_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
     }
   const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
-                       align256(workspace_bytes_) + align256(autocast_bytes_) + 4096;
+                       align256(workspace_bytes_) + align256(autocast_bytes_) +
+                       act_copy_bytes * static_cast<size_t>(options.slots) + 4096;
   stream_ = std::make_unique<cuda::Stream>(cuda_.device);
   arena_ = std::make_unique<cuda::DeviceArena>(cuda_.device, total);
   char* base = static_cast<char*>(arena_->take(shared + slot_bytes * static_cast<size_t>(options.slots), "activations"));
@@ -102,9 +121,46 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
     }
   }
-  std::sort(shadows_.begin(), shadows_.end(), [](const cuda::Bf16Shadow& a, const cuda::Bf16Shadow& b) {
-    return std::less<const void*>()(a.src, b.src);
-  });
+  auto by_src = [](const cuda::Bf16Shadow& a, const cuda::Bf16Shadow& b) { return std::less<const void*>()(a.src, b.src); };
+  std::sort(shadows_.begin(), shadows_.end(), by_src);
+  // Per slot: the lookup (parameters' copies and the activations'), which copies to cast after each node, and which
+  // to drop because the node writes their bytes.
+  act_shadows_ = !act_copies.empty();
+  lookup_.assign(views_.size(), shadows_);
+  act_n_.assign(views_.size(), std::vector<int64_t>(shadows_.size(), 0));
+  cast_after_.assign(views_.size(), std::vector<std::vector<size_t>>(g.nodes().size()));
+  drop_after_.assign(views_.size(), std::vector<std::vector<size_t>>(g.nodes().size()));
+  for (size_t sl = 0; sl < views_.size() && act_shadows_; ++sl) {
+    std::vector<std::pair<cuda::Bf16Shadow, ValueId>> entries;
+    for (const auto& p : shadows_) entries.push_back({p, ValueId()});
+    for (ValueId v : act_copies) {
+      const int64_t n = g.value(v).desc.numel();
+      entries.push_back({cuda::Bf16Shadow{views_[sl][v.idx()].raw(), arena_->take(static_cast<size_t>(n) * 2, "16-bit activation copy"), 0}, v});
+    }
+    std::stable_sort(entries.begin(), entries.end(), [&](const auto& a, const auto& b) { return by_src(a.first, b.first); });
+    auto& look = lookup_[sl];
+    look.clear();
+    act_n_[sl].clear();
+    for (const auto& [e, v] : entries) {
+      look.push_back(e);
+      act_n_[sl].push_back(v.valid() ? g.value(v).desc.numel() : 0);
+    }
+    for (const auto& n : g.nodes())
+      for (ValueId o : n.outputs) {
+        const char* lo = static_cast<const char*>(views_[sl][o.idx()].raw());
+        const char* hi = lo + g.value(o).desc.bytes();
+        for (size_t k = 0; k < entries.size(); ++k) {
+          if (!entries[k].second.valid()) continue;
+          if (entries[k].second == o) {
+            cast_after_[sl][n.id.idx()].push_back(k);
+            continue;
+          }
+          const char* a = static_cast<const char*>(look[k].src);
+          const char* b = a + act_n_[sl][k] * 4;
+          if (lo < b && a < hi) drop_after_[sl][n.id.idx()].push_back(k);
+        }
+      }
+  }
   for (const auto& in : g.inputs())
     for (auto& st : staging_) st[in.idx()] = Tensor::empty(g.value(in).desc);
   for (ValueId v : keep)
@@ -200,6 +256,11 @@ void CudaExecutor::fetch(ValueId v, const Tensor& out, int slot) const {
   stream_->download(out.raw(), d.raw(), d.bytes());
 }
 
+bool CudaExecutor::activation_copies_allowed() {
+  const char* v = std::getenv("BRAID_ACTIVATION_COPIES");  // "0": every GEMM casts its activation operands (A/B)
+  return !(v && std::string(v) == "0");
+}
+
 void CudaExecutor::set_device_fed(const std::vector<ValueId>& inputs) {
   device_fed_.assign(g_.values().size(), false);
   for (ValueId v : inputs)
@@ -207,6 +268,10 @@ void CudaExecutor::set_device_fed(const std::vector<ValueId>& inputs) {
 }
 
 void CudaExecutor::stage_inputs(int slot) {
+  auto& look = lookup_[static_cast<size_t>(slot)];
+  const auto& act_n = act_n_[static_cast<size_t>(slot)];
+  for (size_t k = 0; k < look.size(); ++k)  // a new run: no activation copy is current yet
+    if (act_n[k] > 0) look[k].n = 0;
   for (const auto& in : g_.inputs()) {
     if (!device_fed_.empty() && device_fed_[in.idx()]) continue;
     const Tensor& h = staging_[static_cast<size_t>(slot)][in.idx()];
@@ -303,10 +368,11 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
   ctx.autocast = autocast_;
   ctx.autocast_bytes = autocast_bytes_;
   ctx.autocast_type = autocast_type();
-  if (!shadows_.empty()) {
+  auto& look = lookup_[static_cast<size_t>(slot)];
+  if (!look.empty()) {
     if (!shadows_fresh_) refresh_shadows();
-    ctx.shadows = shadows_.data();
-    ctx.shadow_count = static_cast<int>(shadows_.size());
+    ctx.shadows = look.data();
+    ctx.shadow_count = static_cast<int>(look.size());
   }
   const uint64_t run_key = hash_key(seed, rng_stream);
   const auto& nodes = g_.nodes();
@@ -325,6 +391,14 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
       if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
         const Tensor& seed = outs[i][0];
         cuda::fill(ctx, seed.dtype(), seed.raw(), seed.numel(), loss_scale_);
+      }
+    }
+    if (act_shadows_) {
+      for (size_t k : drop_after_[static_cast<size_t>(slot)][i]) look[k].n = 0;  // its bytes now hold another value
+      for (size_t k : cast_after_[static_cast<size_t>(slot)][i]) {
+        const int64_t n = act_n_[static_cast<size_t>(slot)][k];
+        cuda::cast(ctx, DType::f32, look[k].src, autocast_type(), look[k].dst, n);
+        look[k].n = n;
       }
     }
     if (after_node_) {

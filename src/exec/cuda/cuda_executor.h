@@ -92,6 +92,7 @@ class CudaExecutor {
   void stage_inputs(int slot);
   void finish_run(int slot);
   void refresh_shadows();
+  static bool activation_copies_allowed();
 
   const graph::Graph& g_;
   ParamStore& params_;
@@ -112,6 +113,15 @@ class CudaExecutor {
   std::vector<ValueId> keep_;
   std::vector<std::pair<size_t, Tensor>> param_views_;                // (store index, device view)
   std::vector<cuda::Bf16Shadow> shadows_;                             // 16-bit parameter copies, by src
+  // Under autocast, 16-bit copies of activations that two or more GEMMs read whole (a linear's input, read again by
+  // its weight gradient; the gradient dy that linear_dx and linear_dw both read): cast once, right after the node
+  // that produces them, instead of at every GEMM. Per slot: lookup_ holds the parameters' copies and these, sorted
+  // by src, for the GEMMs (Ctx::shadows); an activation's entry is valid (n > 0) from its cast until a node writes
+  // any of its bytes again (the memory plan gives dead values' bytes to others) or the next run starts.
+  std::vector<std::vector<cuda::Bf16Shadow>> lookup_;               // [slot]
+  std::vector<std::vector<int64_t>> act_n_;                         // [slot][lookup index]: elements (0: a parameter)
+  std::vector<std::vector<std::vector<size_t>>> cast_after_, drop_after_;  // [slot][node]: lookup indices
+  bool act_shadows_ = false;
   size_t loss_seed_ = SIZE_MAX;  // the node seeding the loss's gradient (ones_like of the loss), if any
   double loss_scale_ = 1;
   bool shadows_fresh_ = false;

@@ -60,12 +60,13 @@ int64_t span_of(int64_t batch, int64_t s, int64_t rows, int64_t ld, int64_t cols
 
 // Casts `n` f32 elements at x to c.autocast_type at the autocast scratch's offset *at (advanced, 256-aligned).
 const void* stage_autocast(const Ctx& c, const void* x, int64_t n, size_t* at) {
-  if (c.shadow_count > 0) {  // a parameter with a current 16-bit copy: no cast
+  if (c.shadow_count > 0) {  // a parameter or activation with a current 16-bit copy: no cast
     const Bf16Shadow* end = c.shadows + c.shadow_count;
     const Bf16Shadow* s = std::lower_bound(c.shadows, end, x, [](const Bf16Shadow& a, const void* p) {
       return std::less<const void*>()(a.src, p);
     });
-    if (s != end && s->src == x && n <= s->n) return s->dst;
+    for (; s != end && s->src == x; ++s)  // values sharing bytes at different times: the current one has n > 0
+      if (n <= s->n) return s->dst;
   }
   size_t bytes = (static_cast<size_t>(n) * 2 + 255) / 256 * 256;
   if (*at + bytes > c.autocast_bytes)

@@ -46,11 +46,12 @@ struct Ctx {
   // trainer's dynamic loss scaling keeping small gradients above fp16's underflow; an overflow is an inf the
   // loss scaler sees).
   DType autocast_type = DType::bf16;
-  // Under autocast: autocast_type copies of f32 tensors that many GEMMs read (the parameters), kept current by
-  // their owners (CudaExecutor casts them once after an upload; the device optimizer writes them with each
-  // update), sorted by src. A GEMM operand starting at src and spanning at most n elements is read from dst
-  // instead of being cast again: the same values (round to nearest even), one cast per update instead of one
-  // per GEMM use.
+  // Under autocast: autocast_type copies of f32 tensors that many GEMMs read (the parameters; activations that
+  // several GEMMs read whole), kept current by their owners (CudaExecutor casts parameters once after an upload
+  // and activations after the node producing them; the device optimizer writes the parameters' with each update),
+  // sorted by src. A GEMM operand starting at src and spanning at most n elements is read from dst instead of
+  // being cast again: the same values (round to nearest even). n = 0 marks a copy that is not current (several
+  // entries may share a src: values that use the same bytes at different times).
   const Bf16Shadow* shadows = nullptr;
   int shadow_count = 0;
 };
