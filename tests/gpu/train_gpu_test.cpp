@@ -4,6 +4,7 @@
 // checkpoint gives the straight run's later losses; bf16 autocast trains within 1e-2 of the fp32 CPU run, and so
 // does fp16 with dynamic loss scaling, whose scale travels in checkpoints and whose overflows skip steps.
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -289,4 +290,20 @@ TEST(TrainGpu, PlansOnOneGpuMatchTheSamePlansOnTheCpu) {
     ASSERT_EQ(gpu.eval.size(), cpu.eval.size());
     for (size_t k = 0; k < cpu.eval.size(); ++k) EXPECT_NEAR(gpu.eval[k].second, cpu.eval[k].second, 1e-4);
   }
+}
+
+// Autocast's activation copies (cast once after the producer, CudaExecutor's lookup) hold the values the GEMMs
+// would cast themselves: bf16 training with them and without (BRAID_ACTIVATION_COPIES=0) gives the same losses
+// (to 1e-6 relative: cuBLAS may pick another algorithm for other addresses), with dropout and two micro-batches.
+TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("act_copies");
+  exec::TrainResult with = train_on(c, "cuda:0", {"train.precision=bf16"}, {}, "with");
+  ::setenv("BRAID_ACTIVATION_COPIES", "0", 1);
+  exec::TrainResult without = train_on(c, "cuda:0", {"train.precision=bf16"}, {}, "without");
+  ::unsetenv("BRAID_ACTIVATION_COPIES");
+  ASSERT_EQ(with.losses.size(), without.losses.size());
+  for (size_t k = 0; k < with.losses.size(); ++k)
+    EXPECT_NEAR(with.losses[k], without.losses[k], 1e-6 * std::abs(without.losses[k])) << "step " << k;
 }
