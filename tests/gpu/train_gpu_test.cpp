@@ -294,7 +294,8 @@ TEST(TrainGpu, PlansOnOneGpuMatchTheSamePlansOnTheCpu) {
 
 // Autocast's activation copies (cast once after the producer, CudaExecutor's lookup) hold the values the GEMMs
 // would cast themselves: bf16 training with them and without (BRAID_ACTIVATION_COPIES=0) gives the same losses
-// (to 1e-6 relative: cuBLAS may pick another algorithm for other addresses), with dropout and two micro-batches.
+// (to 1e-4 relative: cuBLAS may pick another algorithm for other addresses, and AdamW magnifies rounding), with
+// dropout and two micro-batches; a stale copy would be off by far more.
 TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
@@ -305,5 +306,5 @@ TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
   ::unsetenv("BRAID_ACTIVATION_COPIES");
   ASSERT_EQ(with.losses.size(), without.losses.size());
   for (size_t k = 0; k < with.losses.size(); ++k)
-    EXPECT_NEAR(with.losses[k], without.losses[k], 1e-6 * std::abs(without.losses[k])) << "step " << k;
+    EXPECT_NEAR(with.losses[k], without.losses[k], 1e-4 * std::abs(without.losses[k])) << "step " << k;
 }
