@@ -81,6 +81,27 @@ double program_flops(const graph::Graph& g) {
 
 }  // namespace
 
+void add_stage_params(const StageProgram& p, int tensor_rank, uint64_t seed, ParamStore& store) {
+  for (const auto& pi : p.g.params())
+    init_shard(store.add(pi.name, pi.spec, pi.grad.valid()).value, shard_of(p, pi.name), pi.spec.init, seed, tensor_rank);
+}
+
+std::vector<Tensor> stage_model_inputs(const StageProgram& p, const io::ModelSpec& m, int slots, int64_t micro,
+                                       const std::function<Tensor(const std::string&, int)>& input) {
+  std::vector<Tensor> views;
+  for (int s = 0; s < slots; ++s)
+    for (const auto& mi : m.inputs) {
+      if (std::find(p.model_inputs.begin(), p.model_inputs.end(), mi.name) != p.model_inputs.end()) {
+        views.push_back(input(mi.name, s));
+      } else {
+        std::vector<int64_t> dims{micro};
+        dims.insert(dims.end(), mi.shape.begin(), mi.shape.end());
+        views.push_back(Tensor::empty(TensorDesc{Shape(dims), mi.dtype}));
+      }
+    }
+  return views;
+}
+
 PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan,
                        uint64_t seed, PlanRunnerOptions options, const PlanWorld* world)
     : plan_(plan),
@@ -120,11 +141,7 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       c.prog = &p;
       c.replica = static_cast<int>(k) / p.tp;
       c.tensor_rank = static_cast<int>(k) % p.tp;
-      // Parameters: drawn whole from the run's seed, as on one device, then this device's slice kept.
-      for (const auto& pi : p.g.params()) {
-        const ParamShard& sh = shard_of(p, pi.name);
-        init_shard(d.store.add(pi.name, pi.spec, pi.grad.valid()).value, sh, pi.spec.init, seed, c.tensor_rank);
-      }
+      add_stage_params(p, c.tensor_rank, seed, d.store);
       for (const auto& pi : p.g.params())
         if (pi.grad.valid()) c.grads.emplace_back(pi.grad, d.store.index_of(pi.name));
       if (p.dp > 1) make_buckets(c, d.store, options.bucket_bytes);
@@ -137,17 +154,8 @@ PlanRunner::PlanRunner(const io::ModelSpec& m, const io::OptimizerSpec& opt, con
       if (c.grads_in_store)
         for (const auto& [grad, entry] : c.grads) eo.external.emplace_back(grad, d.store.entries()[entry].grad);
       c.exec = std::make_unique<Executor>(p.g, d.store, p.keep, eo);
-      // The dataset fills every model input in model order: the ones the stage does not read go to scratch.
-      for (int s = 0; s < eo.slots; ++s)
-        for (const auto& mi : m.inputs) {
-          if (std::find(p.model_inputs.begin(), p.model_inputs.end(), mi.name) != p.model_inputs.end()) {
-            c.model_inputs.push_back(c.exec->input(mi.name, s));
-          } else {
-            std::vector<int64_t> dims{micro_};
-            dims.insert(dims.end(), mi.shape.begin(), mi.shape.end());
-            c.model_inputs.push_back(Tensor::empty(TensorDesc{Shape(dims), mi.dtype}));
-          }
-        }
+      c.model_inputs = stage_model_inputs(p, m, eo.slots, micro_,
+                                          [&](const std::string& name, int slot) { return c.exec->input(name, slot); });
       c.num_model_inputs = m.inputs.size();
       d.chunks.push_back(std::move(c));
     }

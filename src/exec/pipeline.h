@@ -52,6 +52,14 @@ struct PlanWorld {
 void scatter_stage(const StageProgram& p, int tensor_rank, const ParamStore& full, const Optimizer* full_opt,
                    ParamStore& store, Optimizer* opt);
 
+// Stage program p's shards of every parameter and buffer at `tensor_rank`, drawn whole from the run's seed as one
+// device would and sliced, added to `store`.
+void add_stage_params(const StageProgram& p, int tensor_rank, uint64_t seed, ParamStore& store);
+// The dataset's views for one stage executor of `slots` slots: every model input in model order, slot by slot; the
+// ones the stage reads from `input(name, slot)` (its executor's), the others scratch of `micro` samples.
+std::vector<Tensor> stage_model_inputs(const StageProgram& p, const io::ModelSpec& m, int slots, int64_t micro,
+                                       const std::function<Tensor(const std::string&, int)>& input);
+
 class PlanRunner {
  public:
   // Lowers `plan` (validated) and builds every device's programs, parameters (initialised from `seed` as the

@@ -56,8 +56,38 @@ void run_rank(Communicator& comm, int n, Results& r, Up up, Down down) {
   comm.barrier();
 }
 
+// Device memory of one rank for the test: host tensors up (uploaded, synchronised) and down (copied back).
+struct RankMemory {
+  explicit RankMemory(int device) : arena(device, size_t{64} << 20), stream(device) {}
+  Tensor up(const Tensor& h) {
+    Tensor t = Tensor::view(arena.take(h.bytes(), "nccl test"), h.desc());
+    stream.upload(t.raw(), h.raw(), h.bytes());
+    stream.synchronize();
+    return t;
+  }
+  Tensor down(const Tensor& d) {
+    Tensor h = Tensor::empty(d.desc());
+    stream.download(h.raw(), d.raw(), d.bytes());
+    return h;
+  }
+  cuda::DeviceArena arena;
+  cuda::Stream stream;
+};
+
 void resize(Results& r, int n) {
   for (auto* v : {&r.reduce_f32, &r.reduce_i64, &r.gather, &r.scatter, &r.a2a, &r.bcast}) v->resize(static_cast<size_t>(n));
+}
+
+// The in-process backend's results on the same values: the reference.
+void reference(int n, Results& ref) {
+  InProcWorld world(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto comm = world.communicator(r);
+      run_rank(*comm, n, ref, [](Tensor t) { return t; }, [](const Tensor& t) { return t.clone(); });
+    });
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace
@@ -70,16 +100,7 @@ TEST(Nccl, CollectivesMatchInProcess) {
   Results ref, got;
   resize(ref, n);
   resize(got, n);
-  {
-    InProcWorld world(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        auto comm = world.communicator(r);
-        run_rank(*comm, n, ref, [](Tensor t) { return t; }, [](const Tensor& t) { return t.clone(); });
-      });
-    for (auto& t : threads) t.join();
-  }
+  reference(n, ref);
   {
     NcclWorld world(devices);
     std::vector<std::unique_ptr<Communicator>> comms;
@@ -90,20 +111,9 @@ TEST(Nccl, CollectivesMatchInProcess) {
       threads.emplace_back([&, r] {
         try {
           cuda::set_device(r);
-          cuda::DeviceArena arena(r, size_t{64} << 20);
-          cuda::Stream stream(r);
-          auto up = [&](const Tensor& h) {
-            Tensor t = Tensor::view(arena.take(h.bytes(), "nccl test"), h.desc());
-            stream.upload(t.raw(), h.raw(), h.bytes());
-            stream.synchronize();
-            return t;
-          };
-          auto down = [&](const Tensor& d) {
-            Tensor h = Tensor::empty(d.desc());
-            stream.download(h.raw(), d.raw(), d.bytes());
-            return h;
-          };
-          run_rank(*comms[static_cast<size_t>(r)], n, got, up, down);
+          RankMemory mem(r);
+          run_rank(*comms[static_cast<size_t>(r)], n, got, [&](const Tensor& h) { return mem.up(h); },
+                   [&](const Tensor& d) { return mem.down(d); });
         } catch (const std::exception& e) {
           errors[static_cast<size_t>(r)] = e.what();
         }
@@ -140,16 +150,7 @@ TEST(Nccl, JoinOverAHostWorld) {
   resize(ref, n);
   resize(got, n);
   std::vector<double> split_sum(static_cast<size_t>(n), 0.0);
-  {
-    InProcWorld world(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        auto comm = world.communicator(r);
-        run_rank(*comm, n, ref, [](Tensor t) { return t; }, [](const Tensor& t) { return t.clone(); });
-      });
-    for (auto& t : threads) t.join();
-  }
+  reference(n, ref);
   InProcWorld hosts(n);
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -160,30 +161,16 @@ TEST(Nccl, JoinOverAHostWorld) {
         auto world = NcclWorld::join(*host, r);
         auto comm = world->communicator(r);
         cuda::set_device(r);
-        cuda::DeviceArena arena(r, size_t{64} << 20);
-        cuda::Stream stream(r);
-        auto up = [&](const Tensor& h) {
-          Tensor t = Tensor::view(arena.take(h.bytes(), "nccl test"), h.desc());
-          stream.upload(t.raw(), h.raw(), h.bytes());
-          stream.synchronize();
-          return t;
-        };
-        auto down = [&](const Tensor& d) {
-          Tensor h = Tensor::empty(d.desc());
-          stream.download(h.raw(), d.raw(), d.bytes());
-          return h;
-        };
-        run_rank(*comm, n, got, up, down);
+        RankMemory mem(r);
+        run_rank(*comm, n, got, [&](const Tensor& h) { return mem.up(h); }, [&](const Tensor& d) { return mem.down(d); });
         std::vector<int> all;
         for (int k = 0; k < n; ++k) all.push_back(k);
         auto sub = comm->split(all);
-        Tensor one = up(Tensor::empty({Shape{1}, DType::f64}));
         Tensor h = Tensor::empty({Shape{1}, DType::f64});
         h.data<double>()[0] = r + 1;
-        stream.upload(one.raw(), h.raw(), 8);
-        stream.synchronize();
+        Tensor one = mem.up(h);
         sub->all_reduce(one);
-        split_sum[static_cast<size_t>(r)] = get_as_double(down(one), 0);
+        split_sum[static_cast<size_t>(r)] = get_as_double(mem.down(one), 0);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
       }

@@ -72,12 +72,7 @@ class CudaPlanEngine final : public DeviceEngine {
         c.prog = &p;
         c.replica = static_cast<int>(k) / p.tp;
         c.tensor_rank = static_cast<int>(k) % p.tp;
-        // Parameters: drawn whole from the run's seed, as on one device, then this device's slice kept.
-        for (const auto& pi : p.g.params()) {
-          const ParamShard& sh = shard_of(p, pi.name);
-          init_shard(d.store.add(pi.name, pi.spec, pi.grad.valid()).value, sh, pi.spec.init, cfg_.train.seed,
-                     c.tensor_rank);
-        }
+        add_stage_params(p, c.tensor_rank, cfg_.train.seed, d.store);  // whole from the seed, then sliced
         d.chunks.push_back(std::move(c));
       }
     // Executors and optimizers once every chunk of a device is in its store (the executors upload from it).
@@ -110,17 +105,8 @@ class CudaPlanEngine final : public DeviceEngine {
           const ParamShard& sh = shard_of(p, name);
           return c.replica == 0 && !sh.buffer && shard_counts(sh, c.tensor_rank);
         });
-        // The dataset fills every model input in model order: the ones the stage does not read go to scratch.
-        for (int s = 0; s < eo.slots; ++s)
-          for (const auto& mi : cfg_.model.inputs) {
-            if (std::find(p.model_inputs.begin(), p.model_inputs.end(), mi.name) != p.model_inputs.end()) {
-              c.model_inputs.push_back(c.exec->input(mi.name, s));
-            } else {
-              std::vector<int64_t> dims{micro_};
-              dims.insert(dims.end(), mi.shape.begin(), mi.shape.end());
-              c.model_inputs.push_back(Tensor::empty(TensorDesc{Shape(dims), mi.dtype}));
-            }
-          }
+        c.model_inputs = stage_model_inputs(p, cfg_.model, eo.slots, micro_,
+                                            [&](const std::string& name, int slot) { return c.exec->input(name, slot); });
         c.num_model_inputs = cfg_.model.inputs.size();
         if (p.loss.valid()) c.loss = Tensor::empty(p.g.value(p.loss).desc);
       }
