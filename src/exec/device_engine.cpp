@@ -40,7 +40,8 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
 }
 
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
-                                                 bool multi, graph::Graph* g, ParamStore& store, const planner::Plan* plan) {
+                                                 bool multi, graph::Graph* g, ParamStore& store, const planner::Plan* plan,
+                                                 Communicator* world, int rank) {
   const SourceLoc at{cfg.path, 0, 0};
   DeviceEngineFactory factory = device_engine(dev.kind);
   if (!factory)
@@ -52,8 +53,10 @@ std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const
                     "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
                         " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel GPUs",
                     "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
-  if (multi)
-    throw UserError(at, "devices " + cfg.devices + ": a job of several processes trains on cpu devices in this version",
+  if (multi && !plan)
+    throw UserError(at, "devices " + cfg.devices + ": a job of several processes on GPUs needs a plan over one device "
+                        "per process",
+                    "list one GPU per process (devices: cuda:0-3 for 4 processes; parallel.plan auto plans it), or "
                     "start one process (without braid launch): it drives every listed GPU");
   graph::BuildOptions bo;
   bo.with_backward = true;
@@ -61,7 +64,7 @@ std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const
   *g = graph::build_graph(cfg.model, plan ? plan->summary.micro_batch : micro / std::max(dev.count, 1), bo);
   graph::verify(*g);
   store.create(*g, cfg.train.seed);
-  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro, plan});
+  return factory(DeviceEngineArgs{cfg, dev.ids, *g, store, micro, plan, multi ? world : nullptr, rank});
 }
 
 }  // namespace braid::exec

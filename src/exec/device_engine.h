@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/comm/comm.h"
 #include "exec/optimizer.h"
 #include "exec/param_store.h"
 #include "graph/ir.h"
@@ -47,6 +48,8 @@ class DeviceEngine {
   // Figures of the training so far for the metrics file's step records (fp16: loss_scale, skipped_steps).
   virtual std::vector<std::pair<std::string, double>> step_metrics() const { return {}; }
   virtual size_t device_bytes() const = 0;
+  // Whether `flag` is true in any process of the job (every process calls it, between steps); one process: flag.
+  virtual bool any(bool flag) { return flag; }
 };
 
 struct DeviceEngineArgs {
@@ -56,6 +59,10 @@ struct DeviceEngineArgs {
   ParamStore& store;            // created and initialised; the engine uploads it
   int64_t micro = 0;            // samples per micro-batch
   const planner::Plan* plan = nullptr;  // a plan file's plan over the devices (null: one replica per device)
+  // A job of several processes (braid launch; with a plan only): the job's world and this process's rank, which is
+  // its plan device. Its collectives (to_host, any) are called by every process at the same points.
+  Communicator* world = nullptr;
+  int rank = 0;
 };
 using DeviceEngineFactory = std::unique_ptr<DeviceEngine> (*)(const DeviceEngineArgs&);
 
@@ -70,12 +77,14 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev);
 // share of a micro-batch (micro / dev.count samples; all of it on one device) into *g (no CPU executor: its arena
 // would hold every activation of a model sized for a GPU), its parameters created in `store` from the run's seed,
 // and the engine registered for dev.kind, which runs one replica per listed device (a device listed twice holds
-// two). With `plan` (a plan file's, validated: run_plan) the engine runs the plan's stages on the listed devices
-// and *g is the whole model's graph for one replica's micro-batch (plan.summary.micro_batch samples). UserError
-// (exit status 2) for a build without the backend, a micro-batch the devices do not divide or a job of several
-// processes (`multi`).
+// two). With `plan` (a plan file's or the planner's: run_plan) the engine runs the plan's stages on the listed
+// devices and *g is the whole model's graph for one replica's micro-batch (plan.summary.micro_batch samples); in a
+// job of several processes (`multi`: `world`, `rank`) this process runs plan device `rank`. UserError (exit
+// status 2) for a build without the backend, a micro-batch the devices do not divide, or a job of several
+// processes without a plan.
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
                                                  bool multi, graph::Graph* g, ParamStore& store,
-                                                 const planner::Plan* plan = nullptr);
+                                                 const planner::Plan* plan = nullptr, Communicator* world = nullptr,
+                                                 int rank = 0);
 
 }  // namespace braid::exec

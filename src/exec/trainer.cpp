@@ -174,23 +174,14 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   if (!on_accelerator && cfg.train.precision != "f32")  // said, not refused: a GPU run file may be tried on a CPU
     std::fprintf(stderr, "braid: warning: %s: train.precision %s is mixed precision on cuda devices; devices %s train in f32\n",
                  cfg.path.c_str(), cfg.train.precision.c_str(), cfg.devices.c_str());
-  graph::Graph device_graph;
-  std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
-  if (on_accelerator) {
-    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, plan ? &*plan : nullptr);
-  } else if (dp_degree > 1 && !plan) {
-    dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
-  } else {
-    own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed,
-                             RunnerOptions{.grads_in_store = !plan && num_micro == 1});
-  }
   PlanWorld world;  // between processes: this process is device `rank`, on the job's world communicator
   if (multi) {
     if (!plan)
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       "a job of " + std::to_string(opts.world->size()) + " processes needs a plan over " +
                           std::to_string(opts.world->size()) + " devices",
-                      "set devices: cpu:" + std::to_string(opts.world->size()) +
+                      "set devices: cpu:" + std::to_string(opts.world->size()) + " or cuda:0-" +
+                          std::to_string(opts.world->size() - 1) +
                           " (with parallel.plan auto or a plan file): one device per process");
     if (plan->summary.devices != opts.world->size())
       throw UserError(SourceLoc{cfg.path, 0, 0},
@@ -199,6 +190,17 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                       "start one process per device of the plan");
     world.local = {opts.rank};
     world.communicator = [&opts](int) { return borrow(*opts.world); };
+  }
+  graph::Graph device_graph;
+  std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
+  if (on_accelerator) {
+    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, plan ? &*plan : nullptr,
+                                opts.world, opts.rank);
+  } else if (dp_degree > 1 && !plan) {
+    dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
+  } else {
+    own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed,
+                             RunnerOptions{.grads_in_store = !plan && num_micro == 1});
   }
   if (plan && !engine) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
                                               PlanRunnerOptions{cfg.parallel.sync_batch_norm}, multi ? &world : nullptr);
@@ -213,12 +215,19 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       topts.rank = opts.rank;
       topts.process_name = "rank " + std::to_string(opts.rank) + (opts.trace_host.empty() ? "" : " (" + opts.trace_host + ")");
       topts.clock_offset_ns = opts.trace_clock_offset_ns;
-      const int d = opts.rank, n = pr->devices();
-      tracer = std::make_unique<io::TraceRecorder>(
-          std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (cpu)"},
-                                         {n + d, "device " + std::to_string(d) + " all-reduce"}},
-          topts);
-      pr->set_trace(d, &tracer->lane(d), &tracer->lane(n + d));
+      const int d = opts.rank;
+      if (pr) {
+        const int n = pr->devices();
+        tracer = std::make_unique<io::TraceRecorder>(
+            std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (cpu)"},
+                                           {n + d, "device " + std::to_string(d) + " all-reduce"}},
+            topts);
+        pr->set_trace(d, &tracer->lane(d), &tracer->lane(n + d));
+      } else {  // a GPU: the engine's device
+        tracer = std::make_unique<io::TraceRecorder>(
+            std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (" + devspec.kind + ")"}}, topts);
+        engine->set_trace(&tracer->lane(d));
+      }
       lane0 = &tracer->lane(d);
     } else {
       auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), on_accelerator ? devspec.kind : "cpu");
@@ -394,6 +403,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (eval_now) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Eval, {}, {}, "eval"});
       if (pr) pr->gather(store, nullptr);
+      if (engine && multi) engine->to_host(store, nullptr);  // a collective: every process, then rank 0 evaluates
       if (rank0) ev = evaluator.run(seed);
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
@@ -419,7 +429,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     state.wall_time_s += std::chrono::duration<double>(Clock::now() - step_start).count();
     step_start = Clock::now();
     bool stop = StopSignals::stop_requested() || (opts.stop_after > 0 && step + 1 >= opts.stop_after && step + 1 < total_steps);
-    if (multi) stop = pr->any(stop);  // a signal reaches the ranks at different steps: stop all at one
+    if (multi) stop = pr ? pr->any(stop) : engine->any(stop);  // a signal reaches the ranks at different steps
     bool due = cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0;
     if (due || stop || step + 1 == total_steps) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Checkpoint, {}, {}, "save"});

@@ -59,14 +59,20 @@ class CudaPlanEngine final : public DeviceEngine {
     copts_.f16 = cfg_.train.precision == "f16";
     copts_.mirror_keep = false;
     const std::vector<int> slots = stage_slots(schedule_);
+    // In one process every plan device is here; in a job of several (a.world), this process's rank only.
+    host_ = a.world;
+    local_index_.assign(static_cast<size_t>(n), -1);
     for (int id = 0; id < n; ++id) {
+      if (host_ && id != a.rank) continue;
+      local_index_[static_cast<size_t>(id)] = static_cast<int>(devices_.size());
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->id = id;
       devices_.back()->gpu = a.devices[static_cast<size_t>(id)];
     }
     for (const StageProgram& p : programs_)
       for (size_t k = 0; k < p.devices.size(); ++k) {
-        Device& d = *devices_.at(static_cast<size_t>(p.devices[k]));
+        if (!local_of(p.devices[k])) continue;
+        Device& d = *local_of(p.devices[k]);
         d.position = p.stage % plan_.summary.pipeline_stages;
         Chunk c;
         c.prog = &p;
@@ -115,12 +121,19 @@ class CudaPlanEngine final : public DeviceEngine {
       d.arena = std::make_unique<cuda::DeviceArena>(d.gpu, 256);
       d.sums = Tensor::view(d.arena->take(2 * sizeof(double), "loss and norm"), TensorDesc{Shape{2}, DType::f64});
     }
-    std::vector<int> gpus;
-    for (auto& d : devices_) gpus.push_back(d->gpu);
+    std::vector<int> gpus(a.devices.begin(), a.devices.begin() + n);  // every plan device's, local or not
     std::vector<int> sorted = gpus;
     std::sort(sorted.begin(), sorted.end());
     distinct_ = static_cast<int>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
-    if (distinct_ < n) {
+    if (host_) {  // several processes: NCCL joined over the job's world, or that world itself through host memory
+      Device& d = *devices_[0];
+      if (distinct_ < n) {
+        d.world = host_staged(borrow(*host_), *d.comm_stream);
+      } else {
+        nccl_ = NcclWorld::join(*host_, d.gpu);
+        d.world = nccl_->communicator(d.id);
+      }
+    } else if (distinct_ < n) {
       host_world_ = std::make_unique<InProcWorld>(n, InProcOptions{std::chrono::milliseconds(300'000), micro_batches_ + 1});
       for (auto& d : devices_) d->world = host_staged(host_world_->communicator(d->id), *d->comm_stream);
     } else {
@@ -171,20 +184,50 @@ class CudaPlanEngine final : public DeviceEngine {
       }
     }
     cuda::set_device(devices_[0]->gpu);
-    // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice) into the whole tensors.
+    // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice) into the whole tensors: in
+    // plan device 0's process; a shard of another process travels over the job's world (exec/pipeline.cpp's
+    // gather, the same order and tags in every process).
+    Device* root = local_of(0);
+    int shard_index = 0;
     for (const StageProgram& p : programs_)
       for (int t = 0; t < p.tp; ++t) {
-        Device& mine = *devices_.at(static_cast<size_t>(p.devices[static_cast<size_t>(t)]));
+        const int owner = p.devices[static_cast<size_t>(t)];
+        Device* mine = local_of(owner);
         for (const auto& sh : p.params) {
           if (!shard_counts(sh, t)) continue;
-          std::vector<std::pair<Tensor, Tensor*>> parts{{mine.store.find(sh.name)->value, &full.find(sh.name)->value}};
-          if (full_opt && !sh.buffer)
-            if (auto it = mine.opt->state().find(sh.name); it != mine.opt->state().end())
-              for (auto& [key, st] : it->second) parts.emplace_back(st, &full_opt->state().at(sh.name).at(key));
-          for (auto& [part, whole] : parts) put_shard(part, *whole, sh, t);
+          int tag = (1 << 28) + 8 * shard_index++;
+          if (!mine && !root) continue;
+          std::vector<Tensor> owned;  // value, then optimizer state in key order
+          if (mine) {
+            owned.push_back(mine->store.find(sh.name)->value);
+            if (full_opt && !sh.buffer)
+              if (auto it = mine->opt->state().find(sh.name); it != mine->opt->state().end())
+                for (const auto& [key, st] : it->second) owned.push_back(st);
+          }
+          std::vector<Tensor*> wholes;
+          if (root) {
+            wholes.push_back(&full.find(sh.name)->value);
+            if (full_opt && !sh.buffer)
+              if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
+                for (auto& [key, st] : it->second) wholes.push_back(&st);
+          }
+          const size_t count = mine ? owned.size() : wholes.size();
+          for (size_t k = 0; k < count; ++k, ++tag) {
+            Tensor part;
+            if (mine && root) {
+              part = owned[k];
+            } else if (mine) {
+              host_->send(owned[k], 0, tag);
+              continue;
+            } else {
+              part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
+              host_->recv(part, owner, tag);
+            }
+            put_shard(part, *wholes[k], sh, t);
+          }
         }
       }
-    if (full_opt) {
+    if (full_opt && root) {
       full_opt->set_steps_taken(devices_[0]->chunks[0].opt->steps_taken());
       full_opt->loss_scale = copts_.f16 ? scaler_.state() : LossScaleState{};
     }
@@ -207,7 +250,19 @@ class CudaPlanEngine final : public DeviceEngine {
 
   // The whole evaluation graph on device 0's GPU, its parameters gathered through the host store.
   std::vector<std::pair<std::string, double>> evaluate(io::Dataset& data, std::span<const int64_t> idx) override {
-    return eval_->run(data, idx, devices_[0]->chunks[0].opt->steps_taken(), [&] { to_host(store_, nullptr); });
+    // In a job of several processes the trainer has gathered on every rank before plan device 0's evaluates
+    // (to_host is a collective): the store is current.
+    return eval_->run(data, idx, devices_[0]->chunks[0].opt->steps_taken(), [&] {
+      if (!host_) to_host(store_, nullptr);
+    });
+  }
+
+  bool any(bool flag) override {
+    if (!host_) return flag;
+    Tensor t = Tensor::empty(TensorDesc{Shape{1}, DType::f64});
+    t.data<double>()[0] = flag ? 1.0 : 0.0;
+    host_->all_reduce(t, ReduceOp::Max);  // the job's world, idle between steps
+    return t.data<double>()[0] > 0;
   }
 
   void set_trace(io::TraceLane* lane) override {
@@ -286,6 +341,11 @@ class CudaPlanEngine final : public DeviceEngine {
     double lr = 0, clip = 0, loss_scale = 1;
   };
 
+
+  Device* local_of(int id) const {
+    const int i = local_index_.at(static_cast<size_t>(id));
+    return i < 0 ? nullptr : devices_[static_cast<size_t>(i)].get();
+  }
 
   int device_at(int stage, int replica, int tensor_rank) const {
     return stage_device(programs_.at(static_cast<size_t>(stage)), replica, tensor_rank);
@@ -437,7 +497,9 @@ class CudaPlanEngine final : public DeviceEngine {
   int dp_ = 1, micro_batches_ = 1;
   int64_t micro_ = 1;
   CudaExecutorOptions copts_;
-  std::vector<std::unique_ptr<Device>> devices_;  // by plan device id
+  std::vector<std::unique_ptr<Device>> devices_;  // the local plan devices, by id
+  std::vector<int> local_index_;                  // per plan device id: index in devices_, -1 in another process
+  Communicator* host_ = nullptr;                  // the job's world (several processes), else null
   int distinct_ = 1;
   std::unique_ptr<NcclWorld> nccl_;
   std::unique_ptr<InProcWorld> host_world_;
