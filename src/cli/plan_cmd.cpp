@@ -12,6 +12,7 @@
 #include "exec/calibrate.h"
 #include "graph/build.h"
 #include "io/run_config.h"
+#include "exec/run_plan.h"
 #include "planner/cluster.h"
 #include "planner/search.h"
 
@@ -97,13 +98,14 @@ int plan(const PlanArgs& a, FILE* out) {
     DeviceSpec spec;
     std::string err;
     if (!parse_devices(devices, &spec, &err)) throw UserError(cli, "--devices: " + err);
-    if (spec.kind != "cpu")
-      throw UserError(cli, "braid plan --devices takes cpu:N; plan GPUs with --cluster",
-                      "e.g. --cluster h200x8 or --cluster dgx-a100-80gb:4");
-    exec::CpuModel cm = exec::cpu_cost_model(spec.count);
-    model = std::move(cm.model);
+    if (spec.kind == "cpu") {
+      exec::CpuModel cm = exec::cpu_cost_model(spec.count);
+      model = std::move(cm.model);
+      model_note = cm.description;
+    } else {  // the model `braid train` plans cuda devices with (exec/run_plan.h)
+      model = exec::gpu_cost_model(cfg, spec.count, &model_note);
+    }
     cluster = model->cluster();
-    model_note = cm.description;
   }
   // 2. The forward graph, the pins of the run's plan file, the search.
   graph::BuildOptions bo;

@@ -9,6 +9,21 @@
 
 namespace braid::exec {
 
+std::unique_ptr<planner::CostModel> gpu_cost_model(const io::RunConfig& cfg, int count, std::string* description) {
+  // The planner's preset (datasheet peaks, NVLink) sized to the run's devices; the prediction is the datasheet's.
+  planner::Cluster cl = planner::cluster_preset("h200x8", {}, SourceLoc{cfg.path, 0, 0});
+  cl.devices_per_node = count;
+  cl.nodes = 1;
+  cl.name = "cuda:" + std::to_string(count) + " (as h200)";
+  // bf16 / f16 autocast: the f32 graph's products run on the 16-bit tensor cores (the GEMMs dominate).
+  const bool autocast = cfg.train.precision != "f32";
+  if (autocast) cl.device.peak_flops["f32"] = cl.device.peak_flops.at(cfg.train.precision == "f16" ? "f16" : "bf16");
+  *description = "analytic, " + std::to_string(count) + " x " + cl.device.name + " in one node" +
+                 (autocast ? ", " + cfg.train.precision + " tensor-core peak" : std::string()) +
+                 " (assumed for every cuda device: no GPU calibration yet)";
+  return planner::analytic_cost_model(cl);
+}
+
 std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   const SourceLoc at{cfg.path, 0, 0};
   planner::DeviceSpec dev;
@@ -41,19 +56,8 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     CpuModel cm;
     const planner::CostModel* model = nullptr;
     if (dev.kind != "cpu") {
-      // GPUs: the analytic model of one node of H200-class GPUs (the planner's preset: datasheet peaks, NVLink),
-      // sized to the run's devices. braid does not calibrate GPUs yet, so the prediction is the datasheet's.
-      planner::Cluster cl = planner::cluster_preset("h200x8", {}, at);
-      cl.devices_per_node = dev.count;
-      cl.nodes = 1;
-      // bf16 / f16 autocast: the f32 graph's products run on the 16-bit tensor cores (the GEMMs dominate).
-      const bool autocast = cfg.train.precision != "f32";
-      if (autocast) cl.device.peak_flops["f32"] = cl.device.peak_flops.at(cfg.train.precision == "f16" ? "f16" : "bf16");
-      gpu_model = planner::analytic_cost_model(cl);
+      gpu_model = gpu_cost_model(cfg, dev.count, &r.cost_model);
       model = gpu_model.get();
-      r.cost_model = "analytic, " + std::to_string(dev.count) + " x " + cl.device.name + " in one node" +
-                     (autocast ? ", " + cfg.train.precision + " tensor-core peak" : std::string()) +
-                     " (assumed for every cuda device: no GPU calibration yet)";
     } else {
       cm = cpu_cost_model(dev.count);
       model = cm.model.get();

@@ -4,6 +4,7 @@
 // with the cost model's prediction of its step time, for the closed loop (trainer) and bench.
 // nullopt: one device, or plan auto where the planner finds nothing (the caller falls back to DataParallel).
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,5 +25,10 @@ struct RunPlan {
 };
 
 std::optional<RunPlan> run_plan(const io::RunConfig& cfg);
+
+// The cost model `plan: auto` (and `braid plan`) uses for `count` cuda devices: the analytic model of one node of
+// H200-class GPUs (the h200x8 preset sized to count), its products at the 16-bit tensor-core peak when the run's
+// precision is bf16 or f16. *description says so. braid does not calibrate GPUs yet.
+std::unique_ptr<planner::CostModel> gpu_cost_model(const io::RunConfig& cfg, int count, std::string* description);
 
 }  // namespace braid::exec

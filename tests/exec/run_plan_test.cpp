@@ -60,3 +60,20 @@ TEST(RunPlan, APlanFileForCudaDevicesIsValidatedAgainstTheDeviceList) {
     EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
   }
 }
+
+// braid plan --devices cuda:N and braid train plan cuda devices on the same model: the same description and cluster.
+TEST(RunPlan, GpuCostModelIsTheOneTrainPlansWith) {
+  const std::string run = write_run();
+  io::RunConfig cfg = io::load_run_or_model(run, {"devices=cuda:0-3", "train.precision=bf16"});
+  std::string description;
+  auto model = exec::gpu_cost_model(cfg, 4, &description);
+  EXPECT_EQ(model->cluster().devices(), 4);
+  EXPECT_NEAR(model->cluster().device.peak_flops.at("f32"), model->cluster().device.peak_flops.at("bf16"), 1);
+  auto r = exec::run_plan(cfg);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->cost_model, description);
+  io::RunConfig f32 = io::load_run_or_model(run, {"devices=cuda:0-3"});
+  auto m32 = exec::gpu_cost_model(f32, 4, &description);
+  EXPECT_LT(m32->cluster().device.peak_flops.at("f32"), m32->cluster().device.peak_flops.at("bf16") / 10);
+  EXPECT_EQ(description.find("tensor-core"), std::string::npos) << description;
+}
