@@ -45,3 +45,25 @@ TEST(Autodiff, InputsDoNotGetGradients) {
   append_backward(g);  // nothing is trainable: no backward nodes at all
   EXPECT_EQ(g.nodes().size(), before);
 }
+
+// dropout with p = 0 passes its gradient through (no mul by its all-ones mask); with p > 0 the mask multiplies it.
+TEST(Autodiff, DropoutOffPassesTheGradientThrough) {
+  for (double p : {0.0, 0.25}) {
+    Graph g(2);
+    ValueId x = g.add_input("x", TensorDesc{Shape{2, 3}});
+    ValueId w = g.add_param("lay", param("w", Shape{3}));
+    ValueId h = g.add_node(op("mul"), {}, {x, w}, 1, "lay", "lay", {}, false)[0];
+    ops::Attrs a{{"p", p}};
+    ops::complete_attrs(op("dropout"), a);
+    ValueId d = g.add_node(op("dropout"), a, {h}, 1, "drop", "drop", {}, false)[0];
+    ValueId o = g.add_node(op("add"), {}, {d, d}, 2, "sum", "sum", {}, false)[0];
+    g.outputs.emplace_back("loss", o);
+    append_backward(g);
+    verify(g);
+    int muls = 0;
+    for (const auto& n : g.nodes())
+      if (n.backward && n.op->name == "mul" && n.name.find("drop") != std::string::npos) ++muls;
+    EXPECT_EQ(muls, p == 0 ? 0 : 1) << "p " << p;
+    ASSERT_TRUE(g.params()[0].grad.valid());
+  }
+}

@@ -46,7 +46,9 @@ void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> i
 }
 
 void dropout_grad_rule(GradCtx& c) {
-  if (c.dout[0].valid() && c.needs[0]) c.din[0] = c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
+  if (!c.dout[0].valid() || !c.needs[0]) return;
+  // p = 0 (a model's dropout switched off): the mask is all ones, the gradient passes through unchanged.
+  c.din[0] = c.attrs.f("p") == 0 ? c.dout[0] : c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
 }
 
 // data: x S(0) -> y, mask S(0). True only because the executor sets KernelCtx::batch_offset on each shard to
