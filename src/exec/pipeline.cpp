@@ -533,53 +533,63 @@ void PlanRunner::run_step(Device& d, const Job& job) {
   d.opt->step(job.lr);
 }
 
-void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) {
+void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
+                   Communicator* host, ParamStore& full, Optimizer* full_opt) {
   // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice), in one order all processes
   // agree on: programs, then their devices, then parameters. Device 0's process assembles; a shard of another
-  // process travels over the world communicators (the workers are idle, so the main thread may use them).
-  Device* root = local_of(0);
+  // process travels over `host` (the devices are idle, so the caller's thread may use it).
+  const ShardHolder root = local(0);
   int shard_index = 0;  // counts the same shards in every process: message tags agree
-  for (const StageProgram& p : programs_)
+  for (const StageProgram& p : programs)
     for (int t = 0; t < p.tp; ++t) {
       const int owner = p.devices[static_cast<size_t>(t)];  // replica 0
-      Device* mine = local_of(owner);
+      const ShardHolder mine = local(owner);
       for (const auto& sh : p.params) {
         if (!shard_counts(sh, t)) continue;
         int tag = (1 << 28) + 8 * shard_index++;
-        if (!mine && !root) continue;
+        if (!mine.store && !root.store) continue;
         // The tensors of this shard: value, then optimizer state in key order.
-        std::vector<std::pair<Tensor, Tensor*>> parts;  // (the owner's shard or a buffer, the whole tensor)
         std::vector<Tensor> owned;
-        if (mine) {
-          owned.push_back(mine->store.find(sh.name)->value);
-          if (full_opt && !sh.buffer)
-            if (auto it = std::as_const(*mine->opt).state().find(sh.name); it != mine->opt->state().end())
+        if (mine.store) {
+          owned.push_back(mine.store->find(sh.name)->value);
+          if (full_opt && !sh.buffer && mine.opt)
+            if (auto it = std::as_const(*mine.opt).state().find(sh.name); it != mine.opt->state().end())
               for (const auto& [key, st] : it->second) owned.push_back(st);
         }
         std::vector<Tensor*> wholes;
-        if (root) {
+        if (root.store) {
           wholes.push_back(&full.find(sh.name)->value);
           if (full_opt && !sh.buffer)
             if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
               for (auto& [key, st] : it->second) wholes.push_back(&st);
         }
-        const size_t count = mine ? owned.size() : wholes.size();
+        const size_t count = mine.store ? owned.size() : wholes.size();
         for (size_t k = 0; k < count; ++k, ++tag) {
           Tensor part;
-          if (mine && root) {
+          if (mine.store && root.store) {
             part = owned[k];
-          } else if (mine) {
-            mine->world->send(owned[k], 0, tag);
+          } else if (mine.store) {
+            host->send(owned[k], 0, tag);
             continue;
           } else {
             part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
-            root->world->recv(part, owner, tag);
+            host->recv(part, owner, tag);
           }
           put_shard(part, *wholes[k], sh, t);
         }
       }
     }
-  if (full_opt && root) full_opt->set_steps_taken(devices_[0]->opt->steps_taken());
+}
+
+void PlanRunner::gather(ParamStore& full, Optimizer* full_opt) {
+  gather_shards(
+      programs_,
+      [&](int id) {
+        Device* d = local_of(id);
+        return d ? ShardHolder{&d->store, d->opt.get()} : ShardHolder{};
+      },
+      devices_[0]->world.get(), full, full_opt);  // between processes each holds one device: its world
+  if (full_opt && local_of(0)) full_opt->set_steps_taken(devices_[0]->opt->steps_taken());
 }
 
 void scatter_stage(const StageProgram& p, int tensor_rank, const ParamStore& full, const Optimizer* full_opt,

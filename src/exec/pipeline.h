@@ -60,6 +60,17 @@ void add_stage_params(const StageProgram& p, int tensor_rank, uint64_t seed, Par
 std::vector<Tensor> stage_model_inputs(const StageProgram& p, const io::ModelSpec& m, int slots, int64_t micro,
                                        const std::function<Tensor(const std::string&, int)>& input);
 
+// A plan device's host copies of its shards, or none (a device of another process).
+struct ShardHolder {
+  ParamStore* store = nullptr;
+  Optimizer* opt = nullptr;
+};
+// Every shard that counts (replica 0's; tensor rank 0's unless sliced) into the whole tensors, in plan device 0's
+// process: `local(id)` gives this process's devices' copies; shards of other processes arrive over `host` (the
+// job's world; unused when every device is local). A collective of every process of the job.
+void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
+                   Communicator* host, ParamStore& full, Optimizer* full_opt);
+
 class PlanRunner {
  public:
   // Lowers `plan` (validated) and builds every device's programs, parameters (initialised from `seed` as the

@@ -184,49 +184,16 @@ class CudaPlanEngine final : public DeviceEngine {
       }
     }
     cuda::set_device(devices_[0]->gpu);
-    // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice) into the whole tensors: in
-    // plan device 0's process; a shard of another process travels over the job's world (exec/pipeline.cpp's
-    // gather, the same order and tags in every process).
-    Device* root = local_of(0);
-    int shard_index = 0;
-    for (const StageProgram& p : programs_)
-      for (int t = 0; t < p.tp; ++t) {
-        const int owner = p.devices[static_cast<size_t>(t)];
-        Device* mine = local_of(owner);
-        for (const auto& sh : p.params) {
-          if (!shard_counts(sh, t)) continue;
-          int tag = (1 << 28) + 8 * shard_index++;
-          if (!mine && !root) continue;
-          std::vector<Tensor> owned;  // value, then optimizer state in key order
-          if (mine) {
-            owned.push_back(mine->store.find(sh.name)->value);
-            if (full_opt && !sh.buffer)
-              if (auto it = mine->opt->state().find(sh.name); it != mine->opt->state().end())
-                for (const auto& [key, st] : it->second) owned.push_back(st);
-          }
-          std::vector<Tensor*> wholes;
-          if (root) {
-            wholes.push_back(&full.find(sh.name)->value);
-            if (full_opt && !sh.buffer)
-              if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
-                for (auto& [key, st] : it->second) wholes.push_back(&st);
-          }
-          const size_t count = mine ? owned.size() : wholes.size();
-          for (size_t k = 0; k < count; ++k, ++tag) {
-            Tensor part;
-            if (mine && root) {
-              part = owned[k];
-            } else if (mine) {
-              host_->send(owned[k], 0, tag);
-              continue;
-            } else {
-              part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
-              host_->recv(part, owner, tag);
-            }
-            put_shard(part, *wholes[k], sh, t);
-          }
-        }
-      }
+    // Every shard that counts into the whole tensors, in plan device 0's process; shards of other processes
+    // arrive over the job's world.
+    gather_shards(
+        programs_,
+        [&](int id) {
+          Device* d = local_of(id);
+          return d ? ShardHolder{&d->store, d->opt.get()} : ShardHolder{};
+        },
+        host_, full, full_opt);
+    const bool root = local_of(0) != nullptr;
     if (full_opt && root) {
       full_opt->set_steps_taken(devices_[0]->chunks[0].opt->steps_taken());
       full_opt->loss_scale = copts_.f16 ? scaler_.state() : LossScaleState{};
