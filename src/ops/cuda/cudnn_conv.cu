@@ -4,11 +4,12 @@
 // (no FFT or Winograd, whose rounding differs more), chosen among cuDNN's heuristics by determinism
 // (CUDNN_DETERMINISTIC, so runs repeat bit for bit) and by the workspace the op already has (the im2col column
 // matrix's bytes). When none qualifies the caller falls back to im2col + cuBLAS (kernels_spatial.cpp), the
-// previous path. Descriptors are made per call (host-side structs); the algorithm choice is cached per shape.
+// previous path. Descriptors and the algorithm choice are made once per shape and kept.
 #include <cudnn.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -109,6 +110,18 @@ int choose(int dir, const Ctx& c, const Window& w, int64_t O, Get get, Ok ok, Si
   return pick;
 }
 
+// The descriptors of one convolution shape, made at its first call and kept for the process (host structs; a
+// training step makes none).
+const Descs& descs_of(const Window& w, int64_t O) {
+  using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  static auto* made = new std::map<Shape, std::unique_ptr<Descs>>();  // never freed: outlives every stream
+  const Shape k{w.B, w.C, w.H, w.W, O, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw};
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& d = (*made)[k];
+  if (!d) d = std::make_unique<Descs>(w, O);
+  return *d;
+}
+
 bool usable(const Ctx& c, DType t, const Window& w, int64_t O) {
   // fp32 values without autocast (autocast keeps the im2col path's 16-bit GEMMs); every tensor within the
   // 2^31 elements of cuDNN's int API (x, y and the filter).
@@ -124,7 +137,7 @@ cudnnHandle_t handle(const Ctx& c) { return static_cast<cudnnHandle_t>(c.cudnn);
 bool cudnn_conv_forward(const Ctx& c, DType t, const void* x, const void* w, void* y, const Window& win, int64_t O,
                         bool accumulate) {
   if (!usable(c, t, win, O)) return false;
-  Descs d(win, O);
+  const Descs& d = descs_of(win, O);
   const int algo = choose<cudnnConvolutionFwdAlgoPerf_t>(
       0, c, win, O,
       [&](cudnnConvolutionFwdAlgoPerf_t* p, int cap, int* n) {
@@ -148,7 +161,7 @@ bool cudnn_conv_forward(const Ctx& c, DType t, const void* x, const void* w, voi
 bool cudnn_conv_backward_data(const Ctx& c, DType t, const void* dy, const void* w, void* dx, const Window& win,
                               int64_t O) {
   if (!usable(c, t, win, O)) return false;
-  Descs d(win, O);
+  const Descs& d = descs_of(win, O);
   const int algo = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
       1, c, win, O,
       [&](cudnnConvolutionBwdDataAlgoPerf_t* p, int cap, int* n) {
@@ -172,7 +185,7 @@ bool cudnn_conv_backward_data(const Ctx& c, DType t, const void* dy, const void*
 bool cudnn_conv_backward_filter(const Ctx& c, DType t, const void* dy, const void* x, void* dw, const Window& win,
                                 int64_t O) {
   if (!usable(c, t, win, O)) return false;
-  Descs d(win, O);
+  const Descs& d = descs_of(win, O);
   const int algo = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
       2, c, win, O,
       [&](cudnnConvolutionBwdFilterAlgoPerf_t* p, int cap, int* n) {

@@ -21,6 +21,9 @@
 #include <cstdlib>
 #include <string>
 #include <initializer_list>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "ops/cuda/device_util.cuh"
 
@@ -404,9 +407,14 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
   }
 }
 
-// Launch helpers: the kernel's dynamic shared memory above 48 KiB needs the opt-in, once per kernel.
+// Launch helpers: the kernel's dynamic shared memory above 48 KiB needs the opt-in, once per kernel and device
+// (a driver call, not repeated at every launch of a training step).
 template <typename K>
-void allow_smem(K kernel, size_t bytes) {
+void allow_smem(const Ctx& c, K kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.emplace(reinterpret_cast<const void*>(kernel), c.device).second) return;
   BRAID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
@@ -427,7 +435,7 @@ Shape4 shape_of(int64_t T_, int64_t d, int64_t h, bool causal, double p, uint64_
 template <typename H, int DH>
 void forward_as(const Ctx& c, const float* qkv, float* context, float* lse, int64_t B, const Shape4& s) {
   constexpr size_t smem = fwd_smem<DH>();
-  allow_smem(flash_fwd<H, DH>, smem);
+  allow_smem(c, flash_fwd<H, DH>, smem);
   dim3 grid(static_cast<unsigned>((s.t + kTile - 1) / kTile), static_cast<unsigned>(s.h), static_cast<unsigned>(B));
   flash_fwd<H, DH><<<grid, kThreads, smem, stream_of(c)>>>(qkv, context, lse, s);
   BRAID_LAUNCH_CHECK("flash_fwd");
@@ -437,8 +445,8 @@ template <typename H, int DH>
 void backward_as(const Ctx& c, const float* qkv, const float* dc, const float* lse, const float* dsum, float* dqkv,
                  int64_t B, const Shape4& s) {
   constexpr size_t smem = bwd_smem<DH>();
-  allow_smem(flash_bwd_dkv<H, DH>, smem);
-  allow_smem(flash_bwd_dq<H, DH>, smem);
+  allow_smem(c, flash_bwd_dkv<H, DH>, smem);
+  allow_smem(c, flash_bwd_dq<H, DH>, smem);
   dim3 grid(static_cast<unsigned>((s.t + kTile - 1) / kTile), static_cast<unsigned>(s.h), static_cast<unsigned>(B));
   flash_bwd_dkv<H, DH><<<grid, kThreads, smem, stream_of(c)>>>(qkv, dc, lse, dsum, dqkv, s);
   BRAID_LAUNCH_CHECK("flash_bwd_dkv");
