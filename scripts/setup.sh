@@ -16,7 +16,8 @@ packages=(
   build-essential cmake ninja-build pkg-config         # toolchain
   libyaml-cpp-dev libcli11-dev libhdf5-dev zlib1g-dev  # model files, CLI, checkpoints, gzip datasets
   libboost-dev libgtest-dev libopenblas-openmp-dev     # Asio (src/dist), tests, CPU GEMM (OpenMP build)
-  libdnnl-dev                                          # CPU float GEMM (oneDNN, faster single-threaded here)
+  libdnnl-dev ocl-icd-opencl-dev                       # CPU float GEMM (oneDNN, faster single-threaded here;
+                                                       # its CMake config requires OpenCL, only recommended)
   dataset-fashion-mnist                                # the default demo's data
   python3 python3-torch python3-numpy python3-h5py python3-yaml  # PyTorch reference tests
   python3-matplotlib                                   # scripts/bench plots
