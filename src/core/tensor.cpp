@@ -1,6 +1,8 @@
 // DType tables, shape printing and Tensor storage.
 #include "core/tensor.h"
 
+#include "core/half.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -101,6 +103,55 @@ void set_from_double(const Tensor& t, int64_t i, double v) {
     case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
     case DType::i64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
     default: BRAID_ASSERT(false, "set_from_double on ", dtype_name(t.dtype()));
+  }
+}
+
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+float load_f(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: BRAID_ASSERT(false, "load_f on ", dtype_name(t));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void convert_float(const Tensor& from, const Tensor& to) {
+  BRAID_ASSERT(from.shape() == to.shape() && is_float(from.dtype()) && is_float(to.dtype()), "convert_float ",
+               from.desc().str(), " into ", to.desc().str());
+  const int64_t n = from.numel();
+  if (from.dtype() == to.dtype()) {
+    Tensor(to).copy_from(from);  // a view of the same memory
+    return;
+  }
+  if (from.dtype() == DType::f64) {  // f64 -> f32 -> 16-bit would round twice; only f64 -> f32 is needed
+    BRAID_ASSERT(to.dtype() == DType::f32, "convert_float f64 into ", dtype_name(to.dtype()));
+    for (int64_t i = 0; i < n; ++i) to.data<float>()[i] = static_cast<float>(from.data<double>()[i]);
+    return;
+  }
+  if (to.dtype() == DType::f64) {
+    for (int64_t i = 0; i < n; ++i) to.data<double>()[i] = load_f(from.dtype(), from.raw(), i);
+    return;
+  }
+  auto* out = to.raw();
+  switch (to.dtype()) {
+    case DType::f32:
+      for (int64_t i = 0; i < n; ++i) static_cast<float*>(out)[i] = load_f(from.dtype(), from.raw(), i);
+      break;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_bf16(load_f(from.dtype(), from.raw(), i));
+      break;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(out)[i] = f32_to_f16(load_f(from.dtype(), from.raw(), i));
+      break;
+    default: BRAID_ASSERT(false, "convert_float into ", dtype_name(to.dtype()));
   }
 }
 

@@ -103,4 +103,12 @@ class Tensor {
 double get_as_double(const Tensor& t, int64_t i);
 void set_from_double(const Tensor& t, int64_t i, double v);
 
+inline bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+// The dtype parameters, gradients of parameters and statistics keep when values are `t`: f32 for 16-bit values
+// (mixed precision: fp32 master weights), `t` otherwise.
+inline DType master_dtype(DType t) { return is_half(t) ? DType::f32 : t; }
+// Copies `from` into `to` (same shape, any floating dtypes: f32, f64, bf16, f16), converting each element;
+// narrowing rounds to nearest even (core/half.h).
+void convert_float(const Tensor& from, const Tensor& to);
+
 }  // namespace braid

@@ -104,6 +104,17 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     BRAID_ASSERT(n.op->cpu != nullptr || n.op->collective, "op ", n.op->name, " has no CPU kernel");
     node_keys_.push_back(name_hash(graph::rng_name(n)));
   }
+  // Graphs with 16-bit values (graph::BuildOptions::half): the CPU kernels are f32/f64, so a node that touches
+  // bf16 or f16 values (but cast) runs on f32 copies of them, its 16-bit outputs rounded back (round to nearest
+  // even): the values the GPU computes, rounded at the same places. A reference path, not a fast one.
+  widen_.assign(g.nodes().size(), 0);
+  for (const auto& n : g.nodes()) {
+    if (n.op->name == "cast" || n.op->collective) continue;
+    bool half = false;
+    for (ValueId v : n.inputs) half = half || is_half(g.value(v).desc.dtype);
+    for (ValueId v : n.outputs) half = half || is_half(g.value(v).desc.dtype);
+    widen_[n.id.idx()] = half ? 1 : 0;
+  }
   fuse_.assign(g.nodes().size(), 0);
   if (options.fuse && fusion_allowed_by_env())
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
@@ -114,7 +125,8 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
                            b.inputs[0] == a.outputs[0];
       const bool dw_db = a.op->name == "linear_dw" && b.op->name == "linear_db" && b.inputs.size() == 1 &&
                          b.inputs[0] == a.inputs[0];
-      if (fuse_[i] != 0 || !(lin_act || dw_db) || a.backward != b.backward || !f32) continue;
+      if (fuse_[i] != 0 || !(lin_act || dw_db) || a.backward != b.backward || !f32 || widen_[i] || widen_[i + 1])
+        continue;
       // The second node's outputs are written while the first node's threads still read its inputs and write
       // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
       // node in the bytes of a value whose last reader is the first node (an eval graph's linear input).
@@ -214,6 +226,22 @@ void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& i
   }
 }
 
+void Executor::run_widened(const graph::Node& n, const ops::KernelCtx& ctx, const std::vector<Tensor>& in,
+                           const std::vector<Tensor>& out) {
+  auto widened = [](const Tensor& t) {
+    return is_half(t.dtype()) ? Tensor::empty({t.shape(), DType::f32}) : t;
+  };
+  std::vector<Tensor> win, wout;
+  for (const Tensor& t : in) {
+    win.push_back(widened(t));
+    if (is_half(t.dtype())) convert_float(t, win.back());
+  }
+  for (const Tensor& t : out) wout.push_back(widened(t));  // kernels write every element of their outputs
+  n.op->cpu(ctx, n.attrs, win, wout);
+  for (size_t k = 0; k < out.size(); ++k)
+    if (is_half(out[k].dtype())) convert_float(wout[k], out[k]);
+}
+
 void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
                          size_t from, size_t to) {
   ops::KernelCtx ctx;
@@ -241,7 +269,10 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     } else {
       ctx.rng_key = hash_key(run_key, node_keys_[i]);
       ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
-      n.op->cpu(ctx, n.attrs, ins[i], outs[i]);
+      if (widen_[i])
+        run_widened(n, ctx, ins[i], outs[i]);
+      else
+        n.op->cpu(ctx, n.attrs, ins[i], outs[i]);
     }
     if (after_node_) (*after_node_)(i);
     if (node_seconds_) {

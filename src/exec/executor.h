@@ -72,12 +72,16 @@ class Executor {
   void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
                  size_t to);
   void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  // A node of 16-bit values on f32 copies (see widen_).
+  void run_widened(const graph::Node& n, const ops::KernelCtx& ctx, const std::vector<Tensor>& in,
+                   const std::vector<Tensor>& out);
   const graph::Graph& g_;
   MemoryPlan plan_;
   Tensor arena_, workspace_;
   std::vector<std::vector<Tensor>> views_;                  // [slot][value]
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
   std::vector<uint64_t> node_keys_;
+  std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
   std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
   std::vector<size_t> fused_heads_;
   io::TraceLane* trace_ = nullptr;

@@ -65,9 +65,15 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, 
   }
   for (const auto& n : g.nodes()) {
     if (!n.op->workspace) continue;
+    // 16-bit values are sized as f32: the CPU runs such nodes on f32 copies (Executor, 16-bit values).
+    auto wide = [&](ValueId v) {
+      TensorDesc d = g.value(v).desc;
+      d.dtype = master_dtype(d.dtype);
+      return d;
+    };
     std::vector<TensorDesc> in, out;
-    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
-    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    for (ValueId v : n.inputs) in.push_back(wide(v));
+    for (ValueId v : n.outputs) out.push_back(wide(v));
     plan.workspace_bytes = std::max(plan.workspace_bytes, n.op->workspace(n.attrs, in, out));
   }
   return plan;

@@ -11,6 +11,7 @@ struct Builder {
   const io::ModelSpec& model;
   Graph& g;
   Diagnostics& diags;
+  DType half = DType::f32;  // BuildOptions::half
   const ops::Registry& reg = ops::Registry::get();
   std::map<std::string, ValueId> values;  // value names visible to `from`
 
@@ -45,6 +46,29 @@ struct Builder {
       }
     }
     return std::nullopt;
+  }
+
+  // Graphs with 16-bit values: casts the layer's floating data inputs to the dtypes its op's autocast rule asks
+  // for; the cast nodes belong to the layer (named "<layer>/cast<k>", input k).
+  void autocast_inputs(const ops::OpDef& op, const io::LayerSpec& l, std::vector<ValueId>& inputs,
+                       std::vector<TensorDesc>& data) {
+    bool any_full = false;
+    for (const auto& d : data) any_full = any_full || d.dtype == DType::f32;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const DType t = data[k].dtype;
+      if (!is_float(t)) continue;
+      DType want = t;
+      switch (op.autocast) {
+        case ops::Autocast::Half: want = t == DType::f32 ? half : t; break;
+        case ops::Autocast::F32: want = is_half(t) ? DType::f32 : t; break;
+        case ops::Autocast::Follow: want = is_half(t) && any_full ? DType::f32 : t; break;
+      }
+      if (want == t) continue;
+      const ops::OpDef& cast = reg.at("cast");
+      ops::Attrs a{{"dtype", std::string(dtype_name(want))}};
+      inputs[k] = g.add_node(cast, a, {inputs[k]}, 1, l.name + "/cast" + std::to_string(k), l.name, l.loc, false)[0];
+      data[k] = g.value(inputs[k]).desc;
+    }
   }
 
   // Adds one layer (or metric); returns its main value or kNoValue after reporting errors.
@@ -103,6 +127,7 @@ struct Builder {
       inputs.push_back(it->second);
       data.push_back(g.value(it->second).desc);
     }
+    if (half != DType::f32) autocast_inputs(*op, l, inputs, data);
     // Parameters, with `init:` overrides.
     std::vector<ops::ParamSpec> params;
     try {
@@ -165,7 +190,8 @@ struct Builder {
 Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts) {
   Graph g(batch);
   Diagnostics diags;
-  Builder b{model, g, diags, ops::Registry::get(), {}};
+  BRAID_ASSERT(opts.half == DType::f32 || is_half(opts.half), "BuildOptions::half is bf16, f16 or f32 (off)");
+  Builder b{model, g, diags, opts.half, ops::Registry::get(), {}};
   // 1. Model inputs, with the batch axis in front.
   for (const auto& in : model.inputs) {
     std::vector<int64_t> dims{batch};

@@ -12,6 +12,12 @@ namespace braid::graph {
 struct BuildOptions {
   bool with_metrics = false;   // add the model's metrics (for evaluation graphs)
   bool with_backward = false;  // run autodiff (training graphs)
+  // 16-bit values (bf16 or f16; f32: off): mixed precision by graph, as torch.autocast. Before each layer's node,
+  // `cast` nodes convert its floating data inputs as its op's autocast rule says (ops::Autocast: GEMM ops take
+  // 16-bit inputs, precision-sensitive ops f32, elementwise and shape ops follow their inputs); parameters,
+  // their gradients, statistics and the loss stay f32. Values between the GEMM ops (the MLP's hidden layer,
+  // attention's qkv and context, their gradients) are then 16-bit in memory: half the bytes of f32.
+  DType half = DType::f32;
 };
 
 // Throws UserError with every error found.

@@ -170,6 +170,13 @@ struct BadSample {
 };
 
 // ---- the op --------------------------------------------------------------------------------------------
+// What a graph with 16-bit values (graph::BuildOptions::half: precision bf16 / f16 on GPUs) does with the op's
+// floating data inputs, as torch.autocast's op lists: F32 casts them to f32 (norms, softmax, losses, pools:
+// precision-sensitive); Half casts them to the 16-bit type (the GEMM ops; their parameters stay f32 master
+// weights, master_dtype); Follow runs in the inputs' dtype (elementwise and shape ops), casting 16-bit inputs
+// to f32 when they are mixed with f32 ones.
+enum class Autocast : uint8_t { F32, Half, Follow };
+
 using ParamsFn = std::vector<ParamSpec> (*)(const Attrs&, std::span<const TensorDesc> data_inputs);
 using InferFn = std::vector<TensorDesc> (*)(const Attrs&, std::span<const TensorDesc> inputs);
 using GradFn = void (*)(GradCtx&);
@@ -208,6 +215,7 @@ struct OpDef {
   // A communication op (comm_*: reshards of plan lowering): the executor runs it on the communicator of
   // the group its `group` attribute names; it has no CPU kernel.
   bool collective = false;
+  Autocast autocast = Autocast::F32;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.
   double torch_rtol = 1e-5;

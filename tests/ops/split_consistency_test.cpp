@@ -61,6 +61,23 @@ TEST(SplitConsistency, EverySignatureOfEveryOpReassemblesTheUnsplitResult) {
     }
   }
 
+  // cast comes from graphs with 16-bit values (graph::BuildOptions::half), not from a public op's samples: its
+  // signatures are checked on a call of its own (f64 -> f32, an exact narrowing for these values).
+  {
+    Call call;
+    call.op = "cast";
+    call.attrs = ops::Attrs{{"dtype", std::string("f32")}};
+    Tensor x = Tensor::empty({Shape{4, 6, 2}, DType::f64});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = 0.25 * static_cast<double>(i % 9) - 1.0;
+    call.inputs = {x};
+    Coverage& c = cov["cast"];
+    ++c.calls;
+    for (const auto& r : check_call_splits(call, rng)) {
+      c.offered.insert(r.name);
+      if (!r.shards.empty()) c.checked.insert(r.name);
+    }
+  }
+
   for (const auto& name : kLoweringOnly) EXPECT_NE(Registry::get().find(name), nullptr) << name << " is gone";
   int ops = 0, sigs = 0;
   for (const auto* def : Registry::get().all()) {

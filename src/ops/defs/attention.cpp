@@ -73,7 +73,7 @@ void check_attention(const Attrs& a, const TensorDesc& x) {
 std::vector<ParamSpec> attention_params(const Attrs& a, std::span<const TensorDesc> in) {
   check_attention(a, in[0]);
   int64_t d = in[0].shape[2];
-  DType t = in[0].dtype;
+  DType t = master_dtype(in[0].dtype);  // 16-bit inputs: f32 master weights
   double xavier = std::sqrt(6.0 / static_cast<double>(d + 3 * d)), lin = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<ParamSpec> p{{"in_proj_weight", {Shape{3 * d, d}, t}, InitSpec::uniform(-xavier, xavier)}};
   if (a.b("bias")) p.push_back({"in_proj_bias", {Shape{3 * d}, t}, InitSpec::zeros()});
@@ -90,9 +90,10 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
   BRAID_ASSERT(in.size() == (bias ? 5u : 3u), "attention takes x and ", bias ? 4 : 2, " parameters");
   int64_t b = x.shape[0], t = x.shape[1], d = x.shape[2], h = a.i("heads");
   auto expect = [&](int i, Shape s, const char* name) {
-    if (in[static_cast<size_t>(i)].shape != s || in[static_cast<size_t>(i)].dtype != x.dtype)
+    const DType pt = master_dtype(x.dtype);
+    if (in[static_cast<size_t>(i)].shape != s || in[static_cast<size_t>(i)].dtype != pt)
       throw OpError(std::string("attention ") + name + " is " + in[static_cast<size_t>(i)].str() + " but input " +
-                    x.str() + " needs " + TensorDesc{s, x.dtype}.str());
+                    x.str() + " needs " + TensorDesc{s, pt}.str());
   };
   expect(ix.w_in, Shape{3 * d, d}, "in_proj_weight");
   expect(ix.w_out, Shape{d, d}, "out_proj.weight");
@@ -386,6 +387,7 @@ void register_attention(Registry& r) {
   {
     OpDef d;
     d.name = "attention";
+    d.autocast = Autocast::Half;
     d.doc = "multi-head self-attention on x [B, T, d] (nn.MultiheadAttention, batch_first, query = key = value)";
     d.attrs = {heads, causal, dropout,
                {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "projection biases"}};

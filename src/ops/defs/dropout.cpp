@@ -81,6 +81,7 @@ std::vector<BadSample> dropout_bad() {
 void register_dropout(Registry& r) {
   OpDef d;
   d.name = "dropout";
+  d.autocast = Autocast::Follow;
   d.doc = "zeroes elements with probability p in training and scales the rest by 1/(1-p); identity in eval";
   d.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "probability of zeroing, in [0, 1)"}};
   d.public_outputs = 1;  // output 1: the scaled mask, saved for backward

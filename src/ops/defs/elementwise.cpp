@@ -311,8 +311,24 @@ void ones_like_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor>, std:
   });
 }
 
+// ---- cast: between floating dtypes (graphs with 16-bit values, graph/build.h) -----------------------------
+std::vector<TensorDesc> cast_infer(const Attrs& a, std::span<const TensorDesc> in) {
+  if (!is_float(in[0].dtype)) throw OpError("cast takes a floating-point input, got " + in[0].str());
+  auto t = parse_dtype(a.s("dtype"));
+  if (!t || !is_float(*t)) throw OpError("cast to '" + a.s("dtype") + "': not a floating dtype");
+  return {TensorDesc{in[0].shape, *t}};
+}
+void cast_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
+  convert_float(in[0], out[0]);
+}
+void cast_grad(GradCtx& c) {
+  if (c.dout[0].valid() && c.needs[0])
+    c.din[0] = c.g.emit("cast", {{"dtype", std::string(dtype_name(c.g.desc(c.inputs[0]).dtype))}}, {c.dout[0]})[0];
+}
+
 OpDef unary_def(const std::string& name, CpuKernel k, GradFn g, std::string doc) {
   OpDef d;
+  d.autocast = Autocast::Follow;
   d.name = name;
   d.doc = std::move(doc);
   d.infer = infer_same;
@@ -350,6 +366,7 @@ void register_elementwise(Registry& r) {
     d.splits = broadcast_splits;
     d.cost = nary_cost;
     d.cpu = add_cpu;
+    d.autocast = Autocast::Follow;
     d.samples = add_samples;
     d.bad_samples = add_bad;
     r.add(d);
@@ -381,6 +398,17 @@ void register_elementwise(Registry& r) {
     d.infer = infer_first;
     d.splits = same_splits;
     d.cpu = ones_like_cpu;
+    r.add(d);
+  }
+  {
+    OpDef d = internal_op("cast", "converts between floating dtypes (round to nearest even when narrowing)", 1);
+    d.attrs = {{"dtype", AttrKind::String, std::nullopt, false, {"f32", "f64", "bf16", "f16"}, 0, false, false,
+                "the output's dtype"}};
+    d.differentiable = true;
+    d.infer = cast_infer;
+    d.grad = cast_grad;
+    d.splits = same_splits;  // not partial sums: rounding each part differs from rounding their sum
+    d.cpu = cast_cpu;
     r.add(d);
   }
   std::vector<AttrSpec> gelu_attrs{{"approximate", AttrKind::String, AttrValue(std::string("none")), false,

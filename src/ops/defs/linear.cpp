@@ -31,8 +31,9 @@ std::vector<ParamSpec> linear_params(const Attrs& a, std::span<const TensorDesc>
   check_linear_input(in[0]);
   int64_t fin = in[0].shape.back(), fout = a.i("out");
   double bound = 1.0 / std::sqrt(static_cast<double>(fin));
-  std::vector<ParamSpec> p{{"weight", {Shape{fout, fin}, in[0].dtype}, InitSpec::uniform(-bound, bound)}};
-  if (a.b("bias")) p.push_back({"bias", {Shape{fout}, in[0].dtype}, InitSpec::uniform(-bound, bound)});
+  const DType t = master_dtype(in[0].dtype);  // 16-bit inputs: f32 master weights
+  std::vector<ParamSpec> p{{"weight", {Shape{fout, fin}, t}, InitSpec::uniform(-bound, bound)}};
+  if (a.b("bias")) p.push_back({"bias", {Shape{fout}, t}, InitSpec::uniform(-bound, bound)});
   return p;
 }
 
@@ -51,8 +52,9 @@ std::vector<TensorDesc> linear_infer(const Attrs& a, std::span<const TensorDesc>
     throw OpError("input " + x.str() + " has " + str(fin) + " features but the weight " + w.str() + " expects " +
                       str(w.shape[1]),
                   "the previous layer produces " + str(fin) + " features; the weight was made for " + str(w.shape[1]));
-  if (w.dtype != x.dtype) throw OpError("linear weight " + w.str() + " and input " + x.str() + " differ in dtype");
-  if (in.size() == 3 && (in[2].shape != Shape{fout} || in[2].dtype != x.dtype))
+  if (w.dtype != master_dtype(x.dtype))
+    throw OpError("linear weight " + w.str() + " and input " + x.str() + " differ in dtype");
+  if (in.size() == 3 && (in[2].shape != Shape{fout} || in[2].dtype != w.dtype))
     throw OpError("linear bias is " + in[2].str() + " but out = " + str(fout) + " needs [" + str(fout) + "]");
   Shape y = x.shape;
   y[y.rank() - 1] = fout;
@@ -211,7 +213,7 @@ std::vector<SplitSignature> dx_splits(const Attrs&, std::span<const TensorDesc> 
 std::vector<TensorDesc> dw_infer(const Attrs&, std::span<const TensorDesc> in) {
   BRAID_ASSERT(in[0].numel() / in[0].shape.back() == in[1].numel() / in[1].shape.back(), "linear_dw: dy ",
                in[0].str(), " vs x ", in[1].str());
-  return {TensorDesc{Shape{in[0].shape.back(), in[1].shape.back()}, in[0].dtype}};
+  return {TensorDesc{Shape{in[0].shape.back(), in[1].shape.back()}, master_dtype(in[0].dtype)}};
 }
 
 void dw_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -235,7 +237,7 @@ std::vector<SplitSignature> dw_splits(const Attrs&, std::span<const TensorDesc> 
 
 // ---- linear_db(dy) -> db = sum of dy over all leading axes -------------------------------------------------
 std::vector<TensorDesc> db_infer(const Attrs&, std::span<const TensorDesc> in) {
-  return {TensorDesc{Shape{in[0].shape.back()}, in[0].dtype}};
+  return {TensorDesc{Shape{in[0].shape.back()}, master_dtype(in[0].dtype)}};
 }
 
 size_t db_workspace(const Attrs&, std::span<const TensorDesc>, std::span<const TensorDesc> out) {
@@ -308,6 +310,7 @@ OpDef internal_def(const std::string& name, std::string doc, int inputs, InferFn
 void register_linear(Registry& r) {
   OpDef d;
   d.name = "linear";
+  d.autocast = Autocast::Half;
   d.doc = "y = x W^T + b over the last axis (nn.Linear); weight [out, in], bias [out]";
   d.attrs = {{"out", AttrKind::Int, std::nullopt, false, {}, 0, true, false, "output features"},
              {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "add a learned bias"}};

@@ -356,6 +356,7 @@ OpDef shape_def(const std::string& name, std::string doc) {
   d.name = name;
   d.doc = std::move(doc);
   d.cost = copy_cost;
+  d.autocast = Autocast::Follow;
   return d;
 }
 
