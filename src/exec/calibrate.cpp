@@ -300,7 +300,10 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   const double weight_s_per_byte = bw > 0 ? 2 / bw : 0;
   p.weight_s_per_byte = weight_s_per_byte;
   p.cache_bytes = cache_bytes();
-  p.cache_bandwidth = quietly(quiet, "cache bandwidth", [&]() { return measure_cache_bandwidth(n); });
+  // Never below the memory bandwidth: a copy in cache is not slower than one through memory, and a measurement
+  // saying so (a VM reporting its host's last-level cache, of which this guest holds far less; a noisy spell)
+  // would make the roofline charge small working sets more than large ones.
+  p.cache_bandwidth = std::max(bw, quietly(quiet, "cache bandwidth", [&]() { return measure_cache_bandwidth(n); }));
   const double cache_share = p.cache_bytes / 2 / n;
   if (o.log) std::fprintf(o.log, "  cache bandwidth %.1f GB/s per device (read + write, %.0f KiB buffers)\n",
                           p.cache_bandwidth / 1e9, cache_share / 2 / 1024);

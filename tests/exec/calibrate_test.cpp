@@ -44,8 +44,9 @@ TEST(Calibrate, ShortRunGivesAUsableProfile) {
     EXPECT_GT(p.optimizer_warm_s_per_byte.at(states), 0) << states;
   }
   EXPECT_GT(p.cache_bytes, 0);
-  // Copies within a worker's share of the last-level cache run faster than copies through memory.
-  EXPECT_GT(p.cache_bandwidth, p.cpu.memory_bandwidth);
+  // Copies within a worker's share of the last-level cache are not slower than copies through memory (the
+  // calibration keeps the larger: on a VM that reports its host's cache the two measure the same thing).
+  EXPECT_GE(p.cache_bandwidth, p.cpu.memory_bandwidth);
   // Packing weights from memory: both bytes (read and written) at the measured bandwidth.
   EXPECT_DOUBLE_EQ(p.weight_s_per_byte, 2 / p.cpu.memory_bandwidth);
   // Turns on a core: measured only where two devices share one (cpu:2 on this machine's cores or more: 0).

