@@ -100,8 +100,11 @@ TEST(HalfValues, BuilderCastsAsAutocast) {
     if (n.op->name == "add")  // the residual stream stays f32: the 16-bit branch is cast up
       for (ValueId v : n.inputs) EXPECT_EQ(t.g.value(v).desc.dtype, DType::f32) << n.name;
   }
-  // Per block: ln1 -> attention, attention -> res1, ln2 -> fc, drop -> res2; then ln_f -> logits, logits -> loss.
-  EXPECT_EQ(casts, 2 * 4 + 2 + 2 * 4 + 2);  // forward casts and their backward casts
+  // Per block: ln1 -> attention, attention -> res1, ln2 -> fc, drop -> res2; then ln_f -> logits, logits -> loss;
+  // each with its backward cast; and the dropout's backward (dy * its f32 mask) casts dy up and dx down.
+  EXPECT_EQ(casts, 2 * (2 * 4 + 2) + 2 * 2);
+  for (const auto& n : t.g.nodes())
+    if (n.op->name == "dropout") EXPECT_EQ(t.g.value(n.outputs[1]).desc.dtype, DType::f32) << "the mask of " << n.name;
   bool named = false;
   for (const auto& n : t.g.nodes()) named = named || (n.name == "h.0.fc/cast0" && n.layer == "h.0.fc");
   EXPECT_TRUE(named) << "the cast before h.0.fc is h.0.fc/cast0, of that layer";
@@ -144,4 +147,28 @@ TEST(HalfValues, CpuRunOfABf16GraphIsCloseToTheF32Graph) {
   std::printf("bf16 values on the CPU: loss %.6f (f32 %.6f), worst gradient %s at %.2e L2 relative\n", lh, lf,
               worst_name.c_str(), worst);
   EXPECT_GT(worst, 0.0);  // the graph does round: it is not the f32 graph in disguise
+}
+
+// The GPU benchmark's model (GPT-2-124M shapes, batch 4 x 1024): the training graph's activation memory (the
+// memory plan's peak, parameters and gradients of parameters apart) with bf16 values against f32 values.
+TEST(HalfValues, Gpt2ActivationMemoryFalls) {
+  const std::string file = std::string(BRAID_SOURCE_DIR) + "/models/bench/gpt2_124m.yaml";
+  Diagnostics d;
+  io::ModelSpec m = io::load_model(file, {}, d);
+  d.throw_if_any();
+  size_t bytes[2] = {0, 0};
+  for (int half = 0; half < 2; ++half) {
+    graph::BuildOptions bo;
+    bo.with_backward = true;
+    bo.half = half ? DType::bf16 : DType::f32;
+    graph::Graph g = graph::build_graph(m, 4, bo);
+    std::vector<ValueId> keep{g.loss()};
+    for (const auto& p : g.params())
+      if (p.grad.valid()) keep.push_back(p.grad);
+    bytes[half] = exec::plan_memory(g, keep).arena_bytes;
+  }
+  std::printf("gpt2-124m batch 4 x 1024 training graph: activations %.2f GiB with f32 values, %.2f GiB with bf16 "
+              "values (%.2fx)\n", bytes[0] / 1073741824.0, bytes[1] / 1073741824.0,
+              static_cast<double>(bytes[1]) / static_cast<double>(bytes[0]));
+  EXPECT_LT(bytes[1], bytes[0] * 8 / 10);
 }

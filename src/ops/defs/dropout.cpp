@@ -18,7 +18,9 @@ std::vector<TensorDesc> infer_dropout(const Attrs& a, std::span<const TensorDesc
                   "p is the probability of zeroing an element; p = 0 disables dropout");
   if (!is_float(in[0].dtype)) throw OpError("input must be floating point, got " + in[0].str());
   if (in[0].shape.rank() < 1) throw OpError("input " + in[0].str() + " has no batch axis");
-  return {in[0], in[0]};  // y, scaled mask
+  // y, scaled mask; the mask of 16-bit values stays f32 (1 / (1 - p) is not a bf16 number: a rounded mask would
+  // scale the backward differently from the forward)
+  return {in[0], TensorDesc{in[0].shape, master_dtype(in[0].dtype)}};
 }
 
 // x: any shape, batch axis first. Element i of this tensor has global index ctx.batch_offset * per_sample + i.
@@ -48,7 +50,19 @@ void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> i
 void dropout_grad_rule(GradCtx& c) {
   if (!c.dout[0].valid() || !c.needs[0]) return;
   // p = 0 (a model's dropout switched off): the mask is all ones, the gradient passes through unchanged.
-  c.din[0] = c.attrs.f("p") == 0 ? c.dout[0] : c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
+  if (c.attrs.f("p") == 0) {
+    c.din[0] = c.dout[0];
+    return;
+  }
+  const DType t = c.g.desc(c.dout[0]).dtype, m = c.g.desc(c.outputs[1]).dtype;
+  if (t == m) {
+    c.din[0] = c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
+    return;
+  }
+  // 16-bit values, f32 mask: dy * mask in f32, rounded once
+  ValueId dy = c.g.emit("cast", {{"dtype", std::string(dtype_name(m))}}, {c.dout[0]})[0];
+  ValueId dx = c.g.emit("mul", {}, {dy, c.outputs[1]})[0];
+  c.din[0] = c.g.emit("cast", {{"dtype", std::string(dtype_name(t))}}, {dx})[0];
 }
 
 // data: x S(0) -> y, mask S(0). True only because the executor sets KernelCtx::batch_offset on each shard to
