@@ -119,10 +119,22 @@ T16=$(bench_torch --bf16)
 # of the fused kernels, for their gain; only while time is left.
 S16=""
 if [ "$SECONDS" -lt 480 ]; then S16=$(BRAID_FLASH_ATTENTION=0 bench_braid 1); else echo "staged-attention bench skipped: ${SECONDS} s used" | tee -a "$LOG"; fi
+# bf16 with f32 values between ops (BRAID_BF16_VALUES=0: GEMM-level autocast only), for the bf16 values' gain.
+A16=""
+if [ "$SECONDS" -lt 510 ]; then A16=$(BRAID_BF16_VALUES=0 bench_braid 1); else echo "f32-values bench skipped: ${SECONDS} s used" | tee -a "$LOG"; fi
+# A larger batch (BIG, default 16) in bf16, both sides: MFU depends on it; only while time is left.
+BIG=${BIG:-16}
+G16=""; H16=""
+if [ "$SECONDS" -lt 490 ]; then  # two benches of at most 45 s each: the table still prints before 10 minutes
+  G16=$(BATCH=$BIG bench_braid 1)
+  H16=$(BATCH=$BIG bench_torch --bf16)
+else
+  echo "batch $BIG benches skipped: ${SECONDS} s used" | tee -a "$LOG"
+fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-python3 - "$B32" "$B16" "$T32" "$T16" "$GPU" "$BATCH" "$S16" <<'PY' | tee -a "$LOG"
+python3 - "$B32" "$B16" "$T32" "$T16" "$GPU" "$BATCH" "$S16" "$A16" "$G16" "$H16" "$BIG" <<'PY' | tee -a "$LOG"
 import re, sys
-b32, b16, t32, t16, gpu, batch, s16 = sys.argv[1:8]
+b32, b16, t32, t16, gpu, batch, s16, a16, g16, h16, big = sys.argv[1:12]
 def get(s, k):
     m = re.search(k + r"=([-0-9.]+)", s)
     return float(m.group(1)) if m else None
@@ -135,7 +147,8 @@ mfu = lambda x: f"{100 * x * flops_per_token / peak:.1f}%" if x else "n/a"
 print(f"{gpu or 'unknown GPU'}, batch {batch} x seq 1024, training step = fwd + bwd + fused AdamW")
 print(f"{'':15} {'tokens/s':>10} {'MFU':>6} {'vs torch':>8}   loss first -> after 1 update -> last")
 for name, s, ref in (("braid fp32", b32, t32), ("braid bf16", b16, t16), ("bf16 staged att", s16, t16),
-                     ("pytorch fp32", t32, t32), ("pytorch bf16", t16, t16)):
+                     ("bf16 f32 values", a16, t16), ("pytorch fp32", t32, t32), ("pytorch bf16", t16, t16),
+                     (f"braid bf16 b{big}", g16, h16), (f"torch bf16 b{big}", h16, h16)):
     x, r = get(s, "tokens_per_s"), get(ref, "tokens_per_s")
     ratio = f"{x / r:.2f}" if x and r else "n/a"
     print(f"{name:15} {fmt(x):>10} {mfu(x):>6} {ratio:>8}   {get(s, 'loss_first')} -> {get(s, 'loss_second')} -> {get(s, 'loss_last')}")

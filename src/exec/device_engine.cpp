@@ -2,6 +2,8 @@
 #include "exec/device_engine.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <mutex>
 
@@ -39,6 +41,12 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
   return planner::parse_devices(cfg.devices, dev, &err) && dev->kind != "cpu";
 }
 
+DType device_value_dtype(const io::RunConfig& cfg, bool plan) {
+  const char* env = std::getenv("BRAID_BF16_VALUES");
+  const bool off = env != nullptr && std::string(env) == "0";
+  return cfg.train.precision == "bf16" && !plan && !off ? DType::bf16 : DType::f32;
+}
+
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
                                                  bool multi, graph::Graph* g, ParamStore& store, const planner::Plan* plan,
                                                  Communicator* world, int rank) {
@@ -60,6 +68,7 @@ std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const
                     "start one process (without braid launch): it drives every listed GPU");
   graph::BuildOptions bo;
   bo.with_backward = true;
+  bo.half = device_value_dtype(cfg, plan != nullptr);
   // One replica's share of a micro-batch; under a plan, the whole model for one replica's micro-batch.
   *g = graph::build_graph(cfg.model, plan ? plan->summary.micro_batch : micro / std::max(dev.count, 1), bo);
   graph::verify(*g);

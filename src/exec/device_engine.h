@@ -82,6 +82,11 @@ bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev);
 // job of several processes (`multi`: `world`, `rank`) this process runs plan device `rank`. UserError (exit
 // status 2) for a build without the backend, a micro-batch the devices do not divide, or a job of several
 // processes without a plan.
+// The dtype of the values between ops in the graphs of a GPU run without a plan (graph::BuildOptions::half):
+// bf16 under precision bf16, f32 otherwise. BRAID_BF16_VALUES=0 in the environment keeps f32 values with
+// GEMM-level autocast (A/B runs). fp16 runs keep f32 values; plans over GPUs (lowered graphs) do too.
+DType device_value_dtype(const io::RunConfig& cfg, bool plan);
+
 std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const planner::DeviceSpec& dev, int64_t micro,
                                                  bool multi, graph::Graph* g, ParamStore& store,
                                                  const planner::Plan* plan = nullptr, Communicator* world = nullptr,

@@ -38,6 +38,10 @@ TEST(GpuBench, Gpt2TrainStep) {
   d.throw_if_any();
   graph::BuildOptions bo;
   bo.with_backward = true;
+  // bf16: values between ops in bf16 as `braid train` (BRAID_BF16_VALUES=0: f32 values, GEMM-level autocast).
+  const char* values = std::getenv("BRAID_BF16_VALUES");
+  const bool bf16_values = bf16 && !(values && std::string(values) == "0");
+  if (bf16_values) bo.half = DType::bf16;
   graph::Graph g = graph::build_graph(m, batch, bo);
   exec::ParamStore store;
   store.create(g, 1);
@@ -86,7 +90,7 @@ TEST(GpuBench, Gpt2TrainStep) {
   std::printf("BENCH tokens_per_s=%.1f params=%lld precision=%s batch=%lld accum=%d loss_first=%.4f loss_second=%.4f "
               "loss_last=%.4f device_bytes=%zu\n",
               static_cast<double>(steps) * static_cast<double>(accum * batch * 1024) / s,
-              static_cast<long long>(params), bf16 ? "bf16" : "fp32", static_cast<long long>(batch), accum, loss_first,
+              static_cast<long long>(params), bf16 ? (bf16_values ? "bf16" : "bf16-autocast") : "fp32", static_cast<long long>(batch), accum, loss_first,
               loss_second, loss_last, ex.device_bytes() + opt.device_bytes());
   EXPECT_TRUE(std::isfinite(loss_last));
   // The first update must lower the loss. Not the last: this configuration (GPT-2 init, lr 6e-4 without warmup)

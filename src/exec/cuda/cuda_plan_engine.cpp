@@ -143,7 +143,7 @@ class CudaPlanEngine final : public DeviceEngine {
     name_ = cuda::device_name(devices_[0]->gpu);
     CudaExecutorOptions eo = copts_;
     eo.device = devices_[0]->gpu;
-    eval_ = std::make_unique<DeviceEvaluator>(cfg_, store_, eo);
+    eval_ = std::make_unique<DeviceEvaluator>(cfg_, store_, eo, /*plan=*/true);
     cuda::set_device(devices_[0]->gpu);
   }
 

@@ -1,6 +1,7 @@
 // DeviceEvaluator (device_eval.h).
 #include "exec/cuda/device_eval.h"
 
+#include "exec/device_engine.h"
 #include "exec/runner.h"
 #include "graph/build.h"
 #include "graph/verify.h"
@@ -8,8 +9,9 @@
 
 namespace braid::exec {
 
-DeviceEvaluator::DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options)
-    : cfg_(cfg), store_(store), options_(options) {
+DeviceEvaluator::DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options,
+                                 bool plan)
+    : cfg_(cfg), store_(store), options_(options), plan_(plan) {
   options_.mirror_keep = true;  // the loss and metrics: scalars
 }
 
@@ -22,6 +24,7 @@ std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& da
     e = std::make_unique<Eval>();
     graph::BuildOptions bo;
     bo.with_metrics = true;
+    bo.half = options_.bf16 ? device_value_dtype(cfg_, plan_) : DType::f32;  // as the training graph
     e->g = graph::build_graph(cfg_.model, b, bo);
     graph::verify(e->g);
     std::vector<ValueId> keep{e->g.loss()};

@@ -19,8 +19,9 @@ namespace braid::exec {
 
 class DeviceEvaluator {
  public:
-  // `store`: the whole model's host parameters; `options`: the run's (device, precision).
-  DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options);
+  // `store`: the whole model's host parameters; `options`: the run's (device, precision); `plan`: training runs a
+  // plan (its graphs keep f32 values, device_value_dtype; evaluation does as training does).
+  DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options, bool plan = false);
   // The loss and metrics of one batch. `version` identifies the training state (the optimizer's step count);
   // when it differs from the one an executor last uploaded, `refresh` brings `store` up to date first.
   std::vector<std::pair<std::string, double>> run(io::Dataset& data, std::span<const int64_t> idx, int64_t version,
@@ -38,6 +39,7 @@ class DeviceEvaluator {
   const io::RunConfig& cfg_;
   ParamStore& store_;
   CudaExecutorOptions options_;
+  bool plan_ = false;
   std::map<int64_t, std::unique_ptr<Eval>> evals_;  // by batch size
 };
 

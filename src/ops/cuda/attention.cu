@@ -112,7 +112,7 @@ void attention_forward(const Ctx& c, DType t, const void* qkv, void* context, vo
                        int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
   if (flash_attention_supported(c, t, B, d / h)) {
-    flash_attention_forward(c, qkv, context, lse, B, T_, d, h, causal, p, key, mask_base);
+    flash_attention_forward(c, t, qkv, context, lse, B, T_, d, h, causal, p, key, mask_base);
     return;
   }
   check_workspace(c, attention_forward_workspace(t, T_, h), "attention");
@@ -159,7 +159,7 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
                         uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
   if (flash_attention_supported(c, t, B, d / h)) {
-    flash_attention_backward(c, dcontext, qkv, context, lse, dqkv, B, T_, d, h, causal, p, key, mask_base);
+    flash_attention_backward(c, t, dcontext, qkv, context, lse, dqkv, B, T_, d, h, causal, p, key, mask_base);
     return;
   }
   check_workspace(c, attention_backward_workspace(t, B, T_, h), "attention_grad");

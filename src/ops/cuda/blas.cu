@@ -92,6 +92,14 @@ struct LtDescs {
   }
 };
 
+// The largest power of two up to 256 dividing the address (cuBLASLt's alignment preferences).
+uint32_t alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
 // Returns false when cuBLASLt has no algorithm for this problem (the caller falls back).
 bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
                int64_t fout, Epilogue e) {
@@ -128,6 +136,17 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   size_t ws = c.blas_workspace_bytes;
   BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                           sizeof(ws)));
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise; values of the memory plan are 64-byte
+  // aligned (16-bit activations are GEMM operands directly in graphs with bf16 values), so say what they are.
+  const uint32_t align_a = alignment_of(w), align_b = alignment_of(x), align_cd = alignment_of(y);
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                          sizeof(align_a)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                          sizeof(align_b)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd,
+                                                          sizeof(align_cd)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd,
+                                                          sizeof(align_cd)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
@@ -197,7 +216,9 @@ void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bia
 
 size_t colsum_workspace(int64_t rows, int64_t cols) { return static_cast<size_t>(chunks_of(rows) * cols) * 8; }
 
-void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out) {
+const void* autocast_operand(const Ctx& c, const void* x, int64_t n, size_t* at) { return stage_autocast(c, x, n, at); }
+
+void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out, DType out_t) {
   if (cols == 0) return;
   if (c.workspace_bytes < colsum_workspace(rows, cols))
     throw InternalError("colsum: CUDA workspace of " + std::to_string(c.workspace_bytes) + " bytes, needs " +
@@ -211,6 +232,9 @@ void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, vo
       colsum_partial<T><<<grid, 256, 0, stream_of(c)>>>(static_cast<const T*>(x), part, rows, cols);
       BRAID_LAUNCH_CHECK("colsum_partial");
     }
+  });
+  dispatch(out_t, "colsum", [&](auto tag) {
+    using T = decltype(tag);
     colsum_finish<T><<<blocks_for(cols), 256, 0, stream_of(c)>>>(part, static_cast<T*>(out), chunks, cols);
     BRAID_LAUNCH_CHECK("colsum_finish");
   });

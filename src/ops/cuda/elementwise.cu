@@ -110,13 +110,13 @@ __global__ void act_grad_kernel(Act k, const T* dy, const T* x, const T* y, T* d
   BRAID_GRID_LOOP(i, n) dx[i] = from_f<T>(to_f(dy[i]) * act_deriv(k, to_f(x[i]), to_f(y[i])));
 }
 
-template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, T* mask, int64_t n, double p, bool active, uint64_t key,
+template <typename T, typename M>
+__global__ void dropout_kernel(const T* x, T* y, M* mask, int64_t n, double p, bool active, uint64_t key,
                                uint64_t base, float scale) {
   BRAID_GRID_LOOP(i, n) {
     float m = 1.f;
     if (active) m = uniform_at(key, base + static_cast<uint64_t>(i)) >= p ? scale : 0.f;
-    mask[i] = from_f<T>(m);
+    mask[i] = from_f<M>(m);
     y[i] = from_f<T>(__fmul_rn(to_f(x[i]), m));
   }
 }
@@ -193,15 +193,22 @@ void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x
   });
 }
 
-void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, int64_t n, double p, bool active,
-             uint64_t key, uint64_t base) {
+void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, DType mask_t, int64_t n, double p,
+             bool active, uint64_t key, uint64_t base) {
   if (n == 0) return;
+  if (mask_t != t && mask_t != DType::f32)
+    throw InternalError("dropout of " + std::string(dtype_name(t)) + " values with a " +
+                        std::string(dtype_name(mask_t)) + " mask");
   dispatch(t, "dropout", [&](auto tag) {
     using T = decltype(tag);
-    // The CPU computes the scale as T(1 / (1 - p)) in double, then rounds to T.
+    // The CPU computes the scale as T(1 / (1 - p)) in double, then rounds to T (f32: the mask of 16-bit values).
     float scale = static_cast<float>(1.0 / (1.0 - p));
-    dropout_kernel<T><<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const T*>(x), static_cast<T*>(y),
-                                                                static_cast<T*>(mask), n, p, active, key, base, scale);
+    if (mask_t == t)
+      dropout_kernel<T, T><<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                     static_cast<T*>(mask), n, p, active, key, base, scale);
+    else
+      dropout_kernel<T, float><<<blocks_for(n), 256, 0, stream_of(c)>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), static_cast<float*>(mask), n, p, active, key, base, scale);
     BRAID_LAUNCH_CHECK("dropout_kernel");
   });
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <initializer_list>
 #include <mutex>
+#include <type_traits>
 #include <set>
 #include <utility>
 
@@ -60,19 +61,26 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// dst (64 x DH, 16-bit) <- rows [row0, row0 + 64) of an f32 matrix with leading dimension ld (zeros past T).
-template <typename H, int DH>
-__device__ void load_tile(H* dst, const float* src, int64_t row0, int64_t t, int64_t ld) {
+// dst (64 x DH, 16-bit) <- rows [row0, row0 + 64) of a matrix of values V (f32: rounded to H; H itself: copied)
+// with leading dimension ld (zeros past T).
+template <typename H, int DH, typename V>
+__device__ void load_tile(H* dst, const V* src, int64_t row0, int64_t t, int64_t ld) {
   constexpr int kQuads = kTile * DH / 4;
   for (int idx = threadIdx.x; idx < kQuads; idx += kThreads) {
     int r = idx / (DH / 4), c = (idx % (DH / 4)) * 4;
     int64_t row = row0 + r;
-    float4 v = row < t ? *reinterpret_cast<const float4*>(src + row * ld + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     H* o = dst + r * DH + c;
-    o[0] = to_h<H>(v.x);
-    o[1] = to_h<H>(v.y);
-    o[2] = to_h<H>(v.z);
-    o[3] = to_h<H>(v.w);
+    if constexpr (std::is_same<V, float>::value) {
+      float4 v = row < t ? *reinterpret_cast<const float4*>(src + row * ld + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      o[0] = to_h<H>(v.x);
+      o[1] = to_h<H>(v.y);
+      o[2] = to_h<H>(v.z);
+      o[3] = to_h<H>(v.w);
+    } else {  // 16-bit values (bf16 graphs): four at a time, 8 bytes
+      static_assert(std::is_same<V, H>::value, "16-bit values load as the tile's own type");
+      uint2 v = row < t ? *reinterpret_cast<const uint2*>(src + row * ld + c) : make_uint2(0u, 0u);
+      *reinterpret_cast<uint2*>(o) = v;
+    }
   }
 }
 
@@ -140,8 +148,8 @@ constexpr size_t fwd_smem() {
   return 3 * kTile * DH * 2 + kWarps * (f * 4 + 16 * kTile * 2 + 16 * DH * 4);
 }
 
-template <typename H, int DH>
-__global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* context, float* lse, Shape4 s) {
+template <typename H, int DH, typename V>
+__global__ void __launch_bounds__(kThreads) flash_fwd(const V* qkv, V* context, float* lse, Shape4 s) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kF = 16 * (DH > kTile ? DH : kTile);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -155,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* c
   float* ss = reinterpret_cast<float*>(mine);
   H* sp = reinterpret_cast<H*>(mine + kF * 4);
   float* so = reinterpret_cast<float*>(mine + kF * 4 + 16 * kTile * 2);
-  const float* base = qkv + b * s.t * ld + hh * DH;
+  const V* base = qkv + b * s.t * ld + hh * DH;
   const uint64_t plane_base = s.mask_base + static_cast<uint64_t>((b * s.h + hh) * s.t * s.t);
 
   load_tile<H, DH>(sq, base, i0, s.t, ld);
@@ -217,24 +225,25 @@ __global__ void __launch_bounds__(kThreads) flash_fwd(const float* qkv, float* c
     const int64_t i = i0 + w * 16 + r;
     if (i >= s.t) continue;  // the same for every lane
     const float inv = 1.f / l[r];
-    float* out = context + (b * s.t + i) * s.d + hh * DH;
-    for (int c = lane; c < DH; c += 32) out[c] = so[r * DH + c] * inv;
+    V* out = context + (b * s.t + i) * s.d + hh * DH;
+    for (int c = lane; c < DH; c += 32) out[c] = from_f<V>(so[r * DH + c] * inv);
     if (lane == 0) lse[(b * s.h + hh) * s.t + i] = m[r] + logf(l[r]);
   }
 }
 
 // ---- backward -------------------------------------------------------------------------------------------------
 // D[(b h + hh) T + i] = rowsum(dO * O) over the head's DH features: one warp per row, fixed order.
-__global__ void rowsum_do_o(const float* dc, const float* o, float* dsum, int64_t B, int64_t t, int64_t d, int64_t h,
+template <typename V>
+__global__ void rowsum_do_o(const V* dc, const V* o, float* dsum, int64_t B, int64_t t, int64_t d, int64_t h,
                             int64_t dh) {
   int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;  // over B h T
   int lane = threadIdx.x & 31;
   if (row >= B * h * t) return;
   int64_t i = row % t, hh = (row / t) % h, b = row / (t * h);
-  const float* x = dc + (b * t + i) * d + hh * dh;
-  const float* y = o + (b * t + i) * d + hh * dh;
+  const V* x = dc + (b * t + i) * d + hh * dh;
+  const V* y = o + (b * t + i) * d + hh * dh;
   float v = 0.f;
-  for (int64_t e = lane; e < dh; e += 32) v += x[e] * y[e];
+  for (int64_t e = lane; e < dh; e += 32) v += to_f(x[e]) * to_f(y[e]);
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   if (lane == 0) dsum[row] = v;
 }
@@ -248,9 +257,9 @@ constexpr size_t bwd_smem() {
 // dK, dV of one key tile: the warp's 16 keys against every query tile that sees them. Works on the transposed
 // scores S^T (keys x queries) so each product uses the warp's own rows: S^T = K_w Q^T, dPd^T = V_w dO^T,
 // P^T = exp(s S^T - lse), dS^T = P^T (Z dPd^T - D); dV += (P Z)^T dO, dK += s dS^T Q.
-template <typename H, int DH>
-__global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, const float* dc, const float* lse,
-                                                          const float* dsum, float* dqkv, Shape4 s) {
+template <typename H, int DH, typename V>
+__global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const V* qkv, const V* dc, const float* lse,
+                                                          const float* dsum, V* dqkv, Shape4 s) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kF = 16 * (DH > kTile ? DH : kTile);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -267,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, cons
   float* sg = ss + kF;
   H* spz = reinterpret_cast<H*>(sg + kF);
   H* sds = spz + 16 * kTile;
-  const float* base = qkv + b * s.t * ld + hh * DH;
-  const float* dcb = dc + b * s.t * s.d + hh * DH;
+  const V* base = qkv + b * s.t * ld + hh * DH;
+  const V* dcb = dc + b * s.t * s.d + hh * DH;
   const float* lrow = lse + (b * s.h + hh) * s.t;
   const float* drow = dsum + (b * s.h + hh) * s.t;
   const uint64_t plane_base = s.mask_base + static_cast<uint64_t>((b * s.h + hh) * s.t * s.t);
@@ -327,19 +336,19 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dkv(const float* qkv, cons
   for (int r = 0; r < 16; ++r) {
     const int64_t j = j0 + w * 16 + r;
     if (j >= s.t) continue;
-    float* out = dqkv + (b * s.t + j) * ld + hh * DH;
+    V* out = dqkv + (b * s.t + j) * ld + hh * DH;
     for (int c = lane; c < DH; c += 32) {
-      out[s.d + c] = ss[r * DH + c] * s.scale;
-      out[2 * s.d + c] = sg[r * DH + c];
+      out[s.d + c] = from_f<V>(ss[r * DH + c] * s.scale);
+      out[2 * s.d + c] = from_f<V>(sg[r * DH + c]);
     }
   }
 }
 
 // dQ of one query tile: the warp's 16 rows against the key tiles they see. S = Q_w K^T, dPd = dO_w V^T,
 // P = exp(s S - lse), dS = P (Z dPd - D), dQ += s dS K.
-template <typename H, int DH>
-__global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const float* dc, const float* lse,
-                                                         const float* dsum, float* dqkv, Shape4 s) {
+template <typename H, int DH, typename V>
+__global__ void __launch_bounds__(kThreads) flash_bwd_dq(const V* qkv, const V* dc, const float* lse,
+                                                         const float* dsum, V* dqkv, Shape4 s) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kF = 16 * (DH > kTile ? DH : kTile);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -355,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
   float* ss = reinterpret_cast<float*>(mine);
   float* sg = ss + kF;
   H* sds = reinterpret_cast<H*>(sg + kF);
-  const float* base = qkv + b * s.t * ld + hh * DH;
+  const V* base = qkv + b * s.t * ld + hh * DH;
   const uint64_t plane_base = s.mask_base + static_cast<uint64_t>((b * s.h + hh) * s.t * s.t);
 
   load_tile<H, DH>(sq, base, i0, s.t, ld);
@@ -402,8 +411,8 @@ __global__ void __launch_bounds__(kThreads) flash_bwd_dq(const float* qkv, const
   for (int r = 0; r < 16; ++r) {
     const int64_t i = i0 + w * 16 + r;
     if (i >= s.t) continue;
-    float* out = dqkv + (b * s.t + i) * ld + hh * DH;
-    for (int c = lane; c < DH; c += 32) out[c] = ss[r * DH + c] * s.scale;
+    V* out = dqkv + (b * s.t + i) * ld + hh * DH;
+    for (int c = lane; c < DH; c += 32) out[c] = from_f<V>(ss[r * DH + c] * s.scale);
   }
 }
 
@@ -432,41 +441,50 @@ Shape4 shape_of(int64_t T_, int64_t d, int64_t h, bool causal, double p, uint64_
   return s;
 }
 
-template <typename H, int DH>
-void forward_as(const Ctx& c, const float* qkv, float* context, float* lse, int64_t B, const Shape4& s) {
+template <typename H, int DH, typename V>
+void forward_as(const Ctx& c, const V* qkv, V* context, float* lse, int64_t B, const Shape4& s) {
   constexpr size_t smem = fwd_smem<DH>();
-  allow_smem(c, flash_fwd<H, DH>, smem);
+  allow_smem(c, flash_fwd<H, DH, V>, smem);
   dim3 grid(static_cast<unsigned>((s.t + kTile - 1) / kTile), static_cast<unsigned>(s.h), static_cast<unsigned>(B));
-  flash_fwd<H, DH><<<grid, kThreads, smem, stream_of(c)>>>(qkv, context, lse, s);
+  flash_fwd<H, DH, V><<<grid, kThreads, smem, stream_of(c)>>>(qkv, context, lse, s);
   BRAID_LAUNCH_CHECK("flash_fwd");
 }
 
-template <typename H, int DH>
-void backward_as(const Ctx& c, const float* qkv, const float* dc, const float* lse, const float* dsum, float* dqkv,
-                 int64_t B, const Shape4& s) {
+template <typename H, int DH, typename V>
+void backward_as(const Ctx& c, const V* qkv, const V* dc, const float* lse, const float* dsum, V* dqkv, int64_t B,
+                 const Shape4& s) {
   constexpr size_t smem = bwd_smem<DH>();
-  allow_smem(c, flash_bwd_dkv<H, DH>, smem);
-  allow_smem(c, flash_bwd_dq<H, DH>, smem);
+  allow_smem(c, flash_bwd_dkv<H, DH, V>, smem);
+  allow_smem(c, flash_bwd_dq<H, DH, V>, smem);
   dim3 grid(static_cast<unsigned>((s.t + kTile - 1) / kTile), static_cast<unsigned>(s.h), static_cast<unsigned>(B));
-  flash_bwd_dkv<H, DH><<<grid, kThreads, smem, stream_of(c)>>>(qkv, dc, lse, dsum, dqkv, s);
+  flash_bwd_dkv<H, DH, V><<<grid, kThreads, smem, stream_of(c)>>>(qkv, dc, lse, dsum, dqkv, s);
   BRAID_LAUNCH_CHECK("flash_bwd_dkv");
-  flash_bwd_dq<H, DH><<<grid, kThreads, smem, stream_of(c)>>>(qkv, dc, lse, dsum, dqkv, s);
+  flash_bwd_dq<H, DH, V><<<grid, kThreads, smem, stream_of(c)>>>(qkv, dc, lse, dsum, dqkv, s);
   BRAID_LAUNCH_CHECK("flash_bwd_dq");
 }
 
-template <typename H>
-void forward_dim(const Ctx& c, int64_t dh, const float* qkv, float* context, float* lse, int64_t B, const Shape4& s) {
-  if (dh == 32) forward_as<H, 32>(c, qkv, context, lse, B, s);
-  else if (dh == 64) forward_as<H, 64>(c, qkv, context, lse, B, s);
-  else forward_as<H, 128>(c, qkv, context, lse, B, s);
+template <typename H, typename V>
+void forward_dim(const Ctx& c, int64_t dh, const void* qkv, void* context, float* lse, int64_t B, const Shape4& s) {
+  auto q = static_cast<const V*>(qkv);
+  auto o = static_cast<V*>(context);
+  if (dh == 32) forward_as<H, 32, V>(c, q, o, lse, B, s);
+  else if (dh == 64) forward_as<H, 64, V>(c, q, o, lse, B, s);
+  else forward_as<H, 128, V>(c, q, o, lse, B, s);
 }
 
-template <typename H>
-void backward_dim(const Ctx& c, int64_t dh, const float* qkv, const float* dc, const float* lse, const float* dsum,
-                  float* dqkv, int64_t B, const Shape4& s) {
-  if (dh == 32) backward_as<H, 32>(c, qkv, dc, lse, dsum, dqkv, B, s);
-  else if (dh == 64) backward_as<H, 64>(c, qkv, dc, lse, dsum, dqkv, B, s);
-  else backward_as<H, 128>(c, qkv, dc, lse, dsum, dqkv, B, s);
+template <typename H, typename V>
+void backward_dim(const Ctx& c, int64_t dh, const void* qkv, const void* dcontext, const void* context,
+                  const float* lse, float* dsum, void* dqkv, int64_t B, const Shape4& s) {
+  auto q = static_cast<const V*>(qkv);
+  auto dc = static_cast<const V*>(dcontext);
+  auto dq = static_cast<V*>(dqkv);
+  const int64_t rows = B * s.h * s.t;
+  rowsum_do_o<V><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream_of(c)>>>(
+      dc, static_cast<const V*>(context), dsum, B, s.t, s.d, s.h, dh);
+  BRAID_LAUNCH_CHECK("rowsum_do_o");
+  if (dh == 32) backward_as<H, 32, V>(c, q, dc, lse, dsum, dq, B, s);
+  else if (dh == 64) backward_as<H, 64, V>(c, q, dc, lse, dsum, dq, B, s);
+  else backward_as<H, 128, V>(c, q, dc, lse, dsum, dq, B, s);
 }
 
 // The tiles are read as float4: every tensor 16-byte aligned (the memory plan aligns values to 64 bytes).
@@ -483,24 +501,24 @@ void set_flash_attention(bool on) { g_flash = on; }
 // By shape, type and mode only, so that a forward and its backward always take the same path (the backward's
 // recomputed probabilities must be normalised by the forward's lse of the same products).
 bool flash_attention_supported(const Ctx& c, DType t, int64_t B, int64_t dh) {
-  return g_flash && t == DType::f32 && c.autocast != nullptr && (dh == 32 || dh == 64 || dh == 128) && B <= 65535;
+  const bool types = (t == DType::f32 && c.autocast != nullptr) || t == DType::bf16;  // autocast, or bf16 values
+  return g_flash && types && (dh == 32 || dh == 64 || dh == 128) && B <= 65535;
 }
 
-void flash_attention_forward(const Ctx& c, const void* qkv, void* context, void* lse, int64_t B, int64_t T_, int64_t d,
-                             int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
+void flash_attention_forward(const Ctx& c, DType t, const void* qkv, void* context, void* lse, int64_t B, int64_t T_,
+                             int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
   check_aligned({qkv, context});
   const Shape4 s = shape_of(T_, d, h, causal, p, key, mask_base);
-  auto q = static_cast<const float*>(qkv);
-  auto o = static_cast<float*>(context);
   auto l = static_cast<float*>(lse);
-  if (c.autocast_type == DType::f16) forward_dim<f16>(c, d / h, q, o, l, B, s);
-  else forward_dim<bf16>(c, d / h, q, o, l, B, s);
+  if (t == DType::bf16) forward_dim<bf16, bf16>(c, d / h, qkv, context, l, B, s);
+  else if (c.autocast_type == DType::f16) forward_dim<f16, float>(c, d / h, qkv, context, l, B, s);
+  else forward_dim<bf16, float>(c, d / h, qkv, context, l, B, s);
 }
 
 size_t flash_attention_backward_workspace(int64_t B, int64_t T_, int64_t h) { return static_cast<size_t>(B * h * T_) * 4; }
 
-void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qkv, const void* context,
+void flash_attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* context,
                               const void* lse, void* dqkv, int64_t B, int64_t T_, int64_t d, int64_t h, bool causal,
                               double p, uint64_t key, uint64_t mask_base) {
   if (B * T_ == 0) return;
@@ -509,17 +527,11 @@ void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qk
     throw InternalError("attention_grad (flash): CUDA workspace of " + std::to_string(c.workspace_bytes) +
                         " bytes, needs " + std::to_string(flash_attention_backward_workspace(B, T_, h)));
   float* dsum = static_cast<float*>(c.workspace);
-  const int64_t rows = B * h * T_;
-  rowsum_do_o<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream_of(c)>>>(
-      static_cast<const float*>(dcontext), static_cast<const float*>(context), dsum, B, T_, d, h, d / h);
-  BRAID_LAUNCH_CHECK("rowsum_do_o");
   const Shape4 s = shape_of(T_, d, h, causal, p, key, mask_base);
-  auto q = static_cast<const float*>(qkv);
-  auto dc = static_cast<const float*>(dcontext);
   auto l = static_cast<const float*>(lse);
-  auto dq = static_cast<float*>(dqkv);
-  if (c.autocast_type == DType::f16) backward_dim<f16>(c, d / h, q, dc, l, dsum, dq, B, s);
-  else backward_dim<bf16>(c, d / h, q, dc, l, dsum, dq, B, s);
+  if (t == DType::bf16) backward_dim<bf16, bf16>(c, d / h, qkv, dcontext, context, l, dsum, dqkv, B, s);
+  else if (c.autocast_type == DType::f16) backward_dim<f16, float>(c, d / h, qkv, dcontext, context, l, dsum, dqkv, B, s);
+  else backward_dim<bf16, float>(c, d / h, qkv, dcontext, context, l, dsum, dqkv, B, s);
 }
 
 }  // namespace braid::cuda

@@ -76,6 +76,14 @@ void reduce_like_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
   cu::reduce_like(c, out[0].dtype(), in[0].raw(), r, out[0].raw(), out[0].numel());
 }
 
+void cast_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
+  if (in[0].dtype() == out[0].dtype()) {
+    cu::copy(c, out[0].raw(), in[0].raw(), in[0].bytes());
+    return;
+  }
+  cu::cast(c, in[0].dtype(), in[0].raw(), out[0].dtype(), out[0].raw(), out[0].numel());
+}
+
 void ones_like_cuda(const CudaCtx& c, const Attrs&, Span, Span out) {
   cu::fill(c, out[0].dtype(), out[0].raw(), out[0].numel(), 1.0);
 }
@@ -104,7 +112,7 @@ BRAID_ACT(sigmoid)
 void dropout_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   double p = a.f("p");
   int64_t n = in[0].numel(), per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
-  cu::dropout(c, in[0].dtype(), in[0].raw(), out[0].raw(), out[1].raw(), n, p, c.training && p > 0, c.rng_key,
+  cu::dropout(c, in[0].dtype(), in[0].raw(), out[0].raw(), out[1].raw(), out[1].dtype(), n, p, c.training && p > 0, c.rng_key,
               static_cast<uint64_t>(c.batch_offset * per_sample));
 }
 
@@ -226,24 +234,51 @@ void transpose_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
 }
 
 // ---- linear ---------------------------------------------------------------------------------------------------
+// Graphs with 16-bit values (graph::BuildOptions::half): a GEMM op's activations are 16-bit and its parameters
+// f32 master weights, which it reads through their 16-bit copies (autocast_operand: Ctx::shadows). `t` is the
+// values' dtype; f32 parameters of a 16-bit op come back as the copy, anything else as it is.
+const void* param_operand(const CudaCtx& c, DType t, const Tensor& p, size_t* at) {
+  if (!is_half(t) || p.dtype() != DType::f32) return p.raw();
+  if (c.autocast == nullptr)
+    throw InternalError("a graph of " + std::string(dtype_name(t)) + " values needs autocast on its executor "
+                        "(CudaExecutorOptions::bf16) for the 16-bit copies of its f32 parameters");
+  if (c.autocast_type != t)
+    throw InternalError("a graph of " + std::string(dtype_name(t)) + " values runs under " +
+                        std::string(dtype_name(c.autocast_type)) + " autocast (CudaExecutorOptions)");
+  return cu::autocast_operand(c, p.raw(), p.numel(), at);
+}
+
 void linear_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
   int64_t fout = in[1].shape()[0], fin = in[1].shape()[1];
-  cu::linear(c, out[0].dtype(), in[0].raw(), in[1].raw(), in.size() == 3 ? in[2].raw() : nullptr, out[0].raw(),
-             in[0].numel() / fin, fin, fout, cu::Epilogue::Bias);
+  const DType t = out[0].dtype();
+  size_t at = 0;
+  const void* w = param_operand(c, t, in[1], &at);
+  const void* b = in.size() == 3 ? param_operand(c, t, in[2], &at) : nullptr;
+  cu::linear(c, t, in[0].raw(), w, b, out[0].raw(), in[0].numel() / fin, fin, fout, cu::Epilogue::Bias);
 }
 void linear_dx_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
   int64_t fout = in[1].shape()[0], fin = in[1].shape()[1], m = in[0].numel() / fout;
-  cu::gemm(c, out[0].dtype(), false, false, m, fin, fout, 1.f, in[0].raw(), fout, 0, in[1].raw(), fin, 0, 0.f,
-           out[0].raw(), fin, 0);
+  size_t at = 0;
+  const void* w = param_operand(c, out[0].dtype(), in[1], &at);
+  cu::gemm(c, out[0].dtype(), false, false, m, fin, fout, 1.f, in[0].raw(), fout, 0, w, fin, 0, 0.f, out[0].raw(), fin,
+           0);
 }
 void linear_dw_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
   int64_t fout = out[0].shape()[0], fin = out[0].shape()[1], m = in[0].numel() / fout;
+  if (is_half(in[0].dtype())) {  // 16-bit dy and x, f32 dW (the master weight's gradient)
+    if (c.autocast_type != in[0].dtype() || in[1].dtype() != in[0].dtype() || out[0].dtype() != DType::f32)
+      throw InternalError("linear_dw of " + in[0].desc().str() + " and " + in[1].desc().str() + " into " +
+                          out[0].desc().str() + " under " + std::string(dtype_name(c.autocast_type)) + " autocast");
+    cu::gemm_autocast_f32(c, true, false, fout, fin, m, 1.f, in[0].raw(), fout, 0, in[1].raw(), fin, 0, 0.f,
+                          out[0].raw(), fin, 0, 1);
+    return;
+  }
   cu::gemm(c, out[0].dtype(), true, false, fout, fin, m, 1.f, in[0].raw(), fout, 0, in[1].raw(), fin, 0, 0.f,
            out[0].raw(), fin, 0);
 }
 void linear_db_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
   int64_t fout = out[0].numel();
-  cu::colsum(c, out[0].dtype(), in[0].raw(), in[0].numel() / fout, fout, out[0].raw());
+  cu::colsum(c, in[0].dtype(), in[0].raw(), in[0].numel() / fout, fout, out[0].raw(), out[0].dtype());
 }
 size_t linear_db_ws(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   return cu::colsum_workspace(in[0].numel() / out[0].numel(), out[0].numel());
@@ -280,7 +315,10 @@ void attention_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   DType t = out[0].dtype();
   if (out[kOutLse].dtype() != DType::f32)
     throw InternalError("attention on CUDA keeps lse in f32, got " + std::string(dtype_name(out[kOutLse].dtype())));
-  auto ptr = [&](int i) -> const void* { return i < 0 ? nullptr : in[static_cast<size_t>(i)].raw(); };
+  size_t at = 0;  // 16-bit values: the f32 projections through their 16-bit copies (param_operand)
+  auto ptr = [&](int i) -> const void* {
+    return i < 0 ? nullptr : param_operand(c, t, in[static_cast<size_t>(i)], &at);
+  };
   double p = c.training ? a.f("dropout") : 0.0;
   // 1. qkv = x W_in^T + b_in;  2. the core per (sample, head);  3. y = context W_out^T + b_out
   cu::linear(c, t, in[0].raw(), ptr(w_in), ptr(b_in), out[kOutQkv].raw(), B * T, d, 3 * d);
@@ -311,6 +349,7 @@ std::vector<Entry> dense_entries() {
       {"mul", nary_cuda<true>, nullptr},
       {"reduce_like", reduce_like_cuda, nullptr},
       {"ones_like", ones_like_cuda, nullptr},
+      {"cast", cast_cuda, nullptr},
       {"relu", relu_cuda, nullptr},
       {"gelu", gelu_cuda, nullptr},
       {"tanh", tanh_cuda, nullptr},

@@ -96,8 +96,9 @@ void fill(const Ctx& c, DType t, void* y, int64_t n, double value);
 void activation(const Ctx& c, DType t, Act a, const void* x, void* y, int64_t n);
 void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x, const void* y, void* dx, int64_t n);
 // mask = keep ? 1/(1-p) : 0 with keep = uniform_at(key, base + i) >= p (core/rng.h, bit for bit); y = x mask.
-void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, int64_t n, double p, bool active,
-             uint64_t key, uint64_t base);
+// mask_t: t, or f32 for 16-bit values (the scale unrounded, as the backward's dy * mask uses it).
+void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, DType mask_t, int64_t n, double p,
+             bool active, uint64_t key, uint64_t base);
 // dst[i] += src[i] * scale (gradient accumulation over micro-batches); first: dst = src * scale.
 void axpy(const Ctx& c, DType t, const void* src, void* dst, int64_t n, double scale, bool first);
 // Casts between f32 and bf16 or f16 (round to nearest even), for autocast and master weights.
@@ -155,9 +156,13 @@ enum class Epilogue : int { None = 0, Bias = 1, BiasRelu = 2, BiasGelu = 3 };
 // Falls back to bias rows + gemm (Bias only) where cuBLASLt finds no algorithm.
 void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
             int64_t fout, Epilogue e = Epilogue::Bias);
-// out[j] = sum over rows r (in fixed chunks, partial sums in double, chunks summed in order) of x[r, j].
-// Deterministic. Workspace: colsum_workspace(rows, cols) bytes.
-void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out);
+// out[j] (dtype out_t) = sum over rows r (in fixed chunks, partial sums in double, chunks summed in order) of
+// x[r, j] (dtype t). Deterministic. Workspace: colsum_workspace(rows, cols) bytes.
+void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out, DType out_t);
+// The Ctx::autocast_type copy of the f32 tensor at x (n elements): its current 16-bit copy from Ctx::shadows (a
+// parameter under autocast), else a cast into the autocast scratch at byte offset *at (advanced). The GEMM ops of
+// graphs with 16-bit values read their f32 parameters (master weights) through it.
+const void* autocast_operand(const Ctx& c, const void* x, int64_t n, size_t* at);
 size_t colsum_workspace(int64_t rows, int64_t cols);
 
 // ---- embeddings (embedding.cu) -------------------------------------------------------------------------------
@@ -185,14 +190,14 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
                         uint64_t key, uint64_t mask_base);
 size_t attention_backward_workspace(DType t, int64_t B, int64_t T, int64_t h);
 // The fused path of both (flash_attention.cu), which attention_forward/backward take by themselves when
-// flash_attention_supported: autocast over f32 values, head dim 32, 64 or 128, at most 65535 samples, not
-// switched off (by shape and mode only: a forward and its backward take the same path). set_flash_attention(false)
-// makes every call take the staged path (tests compare the two).
+// flash_attention_supported: autocast over f32 values, or bf16 values (t: the values' dtype), head dim 32, 64 or
+// 128, at most 65535 samples, not switched off (by shape and mode only: a forward and its backward take the same
+// path). set_flash_attention(false) makes every call take the staged path (tests compare the two).
 void set_flash_attention(bool on);
 bool flash_attention_supported(const Ctx& c, DType t, int64_t B, int64_t dh);
-void flash_attention_forward(const Ctx& c, const void* qkv, void* context, void* lse, int64_t B, int64_t T, int64_t d,
-                             int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
-void flash_attention_backward(const Ctx& c, const void* dcontext, const void* qkv, const void* context,
+void flash_attention_forward(const Ctx& c, DType t, const void* qkv, void* context, void* lse, int64_t B, int64_t T,
+                             int64_t d, int64_t h, bool causal, double p, uint64_t key, uint64_t mask_base);
+void flash_attention_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* context,
                               const void* lse, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal,
                               double p, uint64_t key, uint64_t mask_base);
 size_t flash_attention_backward_workspace(int64_t B, int64_t T, int64_t h);
