@@ -6,6 +6,10 @@
 // covers, strides kept) and run 16-bit x 16-bit -> f32 on tensor cores; C, bias and the epilogue stay f32.
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <limits>
 
 #include "ops/cuda/device_util.cuh"
@@ -83,6 +87,9 @@ struct LtDescs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs() = default;
+  LtDescs(const LtDescs&) = delete;  // owns the handles
+  LtDescs& operator=(const LtDescs&) = delete;
   ~LtDescs() {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -100,6 +107,67 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
+// One linear problem's cuBLASLt descriptors and chosen algorithm, made once per shape, types, epilogue,
+// alignments and device (the descriptors and the heuristic query cost tens of microseconds of host time; a GPT-2
+// step makes ~70 such calls). Kept for the process's life; `found` false: cuBLASLt offered no algorithm.
+struct LtKey {
+  int device, ab, dt, epi;
+  int64_t m, fin, fout;
+  uint32_t align_a, align_b, align_cd;
+  size_t ws;
+  bool bias;
+  bool operator<(const LtKey& o) const {
+    return std::tie(device, ab, dt, epi, m, fin, fout, align_a, align_b, align_cd, ws, bias) <
+           std::tie(o.device, o.ab, o.dt, o.epi, o.m, o.fin, o.fout, o.align_a, o.align_b, o.align_cd, o.ws, o.bias);
+  }
+};
+struct LtPlan {
+  LtDescs d;
+  cublasLtMatmulHeuristicResult_t result{};
+  bool found = false;
+};
+
+void make_lt_plan(const Ctx& c, const LtKey& k, LtPlan& p) {
+  LtDescs& d = p.d;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  auto epi = static_cast<cublasLtEpilogue_t>(k.epi);
+  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (k.bias) {
+    // The bias has the output's type (f32 under autocast, where the operands are 16-bit): said explicitly. Its
+    // pointer is set at each call (linear_lt holds the cache's lock until the call is enqueued).
+    int32_t bias_type = k.dt;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof(bias_type)));
+  }
+  const auto ab = static_cast<cudaDataType_t>(k.ab), dt = static_cast<cudaDataType_t>(k.dt);
+  // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, k.fin, k.fout, k.fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, k.fin, k.m, k.fin));
+  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, dt, k.fout, k.m, k.fout));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  size_t ws = k.ws;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                          sizeof(ws)));
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise; values of the memory plan are 64-byte
+  // aligned (16-bit activations are GEMM operands directly in graphs with bf16 values), so say what they are.
+  const uint32_t aa = k.align_a, abb = k.align_b, acd = k.align_cd;
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                                          sizeof(aa)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &abb,
+                                                          sizeof(abb)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &acd,
+                                                          sizeof(acd)));
+  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &acd,
+                                                          sizeof(acd)));
+  int found = 0;
+  auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &p.result, &found);
+  p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+}
+
 // Returns false when cuBLASLt has no algorithm for this problem (the caller falls back).
 bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
                int64_t fout, Epilogue e) {
@@ -110,51 +178,30 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
     w = stage_autocast(c, w, fout * fin, &at);
     ab = data_type(c.autocast_type);
   }
-  LtDescs d;
-  BRAID_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (e == Epilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
   if (e == Epilogue::BiasRelu) epi = CUBLASLT_EPILOGUE_RELU_BIAS;
   if (e == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (bias == nullptr) epi = CUBLASLT_EPILOGUE_DEFAULT;
-  BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (bias) {
-    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    // The bias has the output's type (f32 under autocast, where the operands are 16-bit): said explicitly.
-    int32_t bias_type = dt;
-    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                      sizeof(bias_type)));
+  const LtKey key{c.device, static_cast<int>(ab), static_cast<int>(dt), static_cast<int>(epi), m, fin, fout,
+                  alignment_of(w), alignment_of(x), alignment_of(y), c.blas_workspace_bytes, bias != nullptr};
+  static std::mutex mu;  // the cache, and a plan's bias pointer from its setting to the enqueued call
+  static std::map<LtKey, std::unique_ptr<LtPlan>> plans;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    auto made = std::make_unique<LtPlan>();
+    make_lt_plan(c, key, *made);  // a failed check throws before the plan is kept
+    it = plans.emplace(key, std::move(made)).first;
   }
-  // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
-  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab, fin, fout, fin));
-  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab, fin, m, fin));
-  BRAID_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, dt, fout, m, fout));
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  size_t ws = c.blas_workspace_bytes;
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                          sizeof(ws)));
-  // The heuristic assumes 256-byte aligned matrices unless told otherwise; values of the memory plan are 64-byte
-  // aligned (16-bit activations are GEMM operands directly in graphs with bf16 values), so say what they are.
-  const uint32_t align_a = alignment_of(w), align_b = alignment_of(x), align_cd = alignment_of(y);
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                          sizeof(align_a)));
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                          sizeof(align_b)));
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd,
-                                                          sizeof(align_cd)));
-  BRAID_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd,
-                                                          sizeof(align_cd)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  LtPlan& p = *it->second;
+  if (!p.found) return false;
+  if (bias)
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   float alpha = 1.f, beta = 0.f;
-  BRAID_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &result.algo,
-                                    c.blas_workspace, ws, stream_of(c)));
+  auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
+  BRAID_CUBLAS_CHECK(cublasLtMatmul(lt, p.d.op, &alpha, w, p.d.a, x, p.d.b, &beta, y, p.d.c, y, p.d.c, &p.result.algo,
+                                    c.blas_workspace, c.blas_workspace_bytes, stream_of(c)));
   return true;
 }
 
