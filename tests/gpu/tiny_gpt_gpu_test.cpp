@@ -276,6 +276,51 @@ TEST(TinyGptGpu, Bf16ValuesMatchTheCpuRunOfTheSameGraph) {
   }
 }
 
+// cuBLASLt's GELU_AUX_BIAS epilogue (fc and its tanh-form gelu in one call, CudaExecutor::find_gelu_epilogues)
+// against the two kernels apart (BRAID_GELU_EPILOGUE=0): bf16 values and bf16 autocast over f32 values, the loss
+// within 1e-3 relative and every gradient within 2e-2 in L2 norm (the epilogue computes the gelu from the f32
+// accumulator where the gelu kernel reads the rounded pre-activation).
+TEST(TinyGptGpu, GeluEpilogueMatchesTwoKernels) {
+  BRAID_REQUIRE_GPU();
+  for (DType half : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(half == DType::bf16 ? "bf16 values" : "f32 values, bf16 autocast");
+    GptCase s = load(2, half);
+    std::vector<std::vector<Tensor>> grads(2);
+    double losses[2] = {0, 0};
+    int64_t fused_runs[2] = {0, 0};
+    for (int off = 0; off < 2; ++off) {
+      if (off) ::setenv("BRAID_GELU_EPILOGUE", "0", 1);
+      exec::ParamStore store;
+      store.create(s.g, 1);
+      exec::CudaExecutorOptions co;
+      co.bf16 = true;
+      exec::CudaExecutor gpu(s.g, store, s.keep, {}, co);
+      ::unsetenv("BRAID_GELU_EPILOGUE");
+      std::vector<Tensor> gi;
+      for (const auto& in : s.m.inputs) gi.push_back(gpu.input(in.name));
+      fill_inputs(s, gi, 0);
+      gpu.run(true, 1, 0);
+      losses[off] = get_as_double(gpu.value(s.g.loss()), 0);
+      for (size_t k = 1; k < s.keep.size(); ++k) grads[off].push_back(gpu.value(s.keep[k]).clone());
+      fused_runs[off] = gpu.gelu_epilogue_runs();
+    }
+    std::printf("gelu epilogue: %lld fused calls (off: %lld), loss %.6f against %.6f\n",
+                static_cast<long long>(fused_runs[0]), static_cast<long long>(fused_runs[1]), losses[0], losses[1]);
+    EXPECT_EQ(fused_runs[0], 2) << "tiny_gpt's two fc + gelu pairs; 0: cuBLASLt offered no GELU_AUX_BIAS algorithm";
+    EXPECT_EQ(fused_runs[1], 0);
+    EXPECT_NEAR(losses[0], losses[1], 1e-3 * std::abs(losses[1]));
+    for (size_t k = 0; k < grads[0].size(); ++k) {
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < grads[1][k].numel(); ++i) {
+        const double x = get_as_double(grads[0][k], i), y = get_as_double(grads[1][k], i);
+        num += (x - y) * (x - y);
+        den += y * y;
+      }
+      EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 2e-2) << s.g.value(s.keep[k + 1]).name;
+    }
+  }
+}
+
 // fp16 autocast with a loss scale of 1024 (the gradients divided by it while accumulating): every step's loss
 // within 1e-2 relative of the CPU's f32 run, no overflow.
 TEST(TinyGptGpu, TenStepsF16WithLossScalingCloseToCpu) {

@@ -190,7 +190,44 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     if (first_layer_.empty()) first_layer_ = n.layer;
     last_layer_ = n.layer;
   }
+  find_gelu_epilogues();
   upload_params();
+}
+
+bool CudaExecutor::gelu_epilogue_allowed() {
+  const char* v = std::getenv("BRAID_GELU_EPILOGUE");  // "0": linear and gelu run as two kernels (A/B)
+  return !(v && std::string(v) == "0");
+}
+
+// Under autocast, a biased `linear` whose output only feeds the tanh-form `gelu` right after it (and, in training,
+// gelu's backward) runs with it as one cuBLASLt call (GELU_AUX_BIAS: the pre-activation and the gelu both
+// written). Not where the gelu's output shares bytes with the linear's operands or output (the memory plan may
+// give a value dead after the linear to the gelu's output): the fused call reads those while it writes.
+void CudaExecutor::find_gelu_epilogues() {
+  gelu_fused_.assign(g_.nodes().size(), 0);
+  if (!cuda_.autocast() || !gelu_epilogue_allowed()) return;
+  const auto& nodes = g_.nodes();
+  for (size_t i = 0; i + 1 < nodes.size(); ++i) {
+    const graph::Node &a = nodes[i], &b = nodes[i + 1];
+    if (a.op->name != "linear" || a.inputs.size() != 3 || b.op->name != "gelu" || b.inputs.empty() ||
+        b.inputs[0] != a.outputs[0] || a.backward != b.backward || b.attrs.s("approximate") != "tanh" ||
+        gelu_fused_[i] != 0)
+      continue;
+    bool shares = false;
+    for (const auto& views : views_) {
+      auto overlaps = [&](ValueId x, ValueId y) {
+        const Tensor &tx = views[x.idx()], &ty = views[y.idx()];
+        auto* px = static_cast<const char*>(tx.raw());
+        auto* py = static_cast<const char*>(ty.raw());
+        return px && py && px < py + ty.bytes() && py < px + tx.bytes();
+      };
+      for (ValueId v : a.inputs) shares = shares || overlaps(b.outputs[0], v);
+      shares = shares || overlaps(b.outputs[0], a.outputs[0]);
+    }
+    if (shares) continue;
+    gelu_fused_[i] = 1;
+    gelu_fused_[i + 1] = 2;
+  }
 }
 
 CudaExecutor::~CudaExecutor() = default;
@@ -380,9 +417,18 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
   const auto& outs = node_out_[static_cast<size_t>(slot)];
   using Clock = std::chrono::steady_clock;
   auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
+  bool fused_with_previous = false;
   for (size_t i = from; i < to; ++i) {
     const graph::Node& n = nodes[i];
-    if (n.op->collective) {
+    const bool ran_fused = fused_with_previous;
+    fused_with_previous = false;
+    if (ran_fused) {
+      // the gelu ran in the linear's cuBLASLt call (find_gelu_epilogues)
+    } else if (gelu_fused_[i] == 1 && i + 1 < to &&
+               ops::cuda_linear_gelu(ctx, ins[i], outs[i][0], outs[i + 1][0])) {
+      fused_with_previous = true;
+      ++gelu_epilogue_runs_;
+    } else if (n.op->collective) {
       run_collective(n, ins[i], outs[i]);
     } else {
       ctx.rng_key = hash_key(run_key, node_keys_[i]);

@@ -93,6 +93,13 @@ class CudaExecutor {
   void finish_run(int slot);
   void refresh_shadows();
   static bool activation_copies_allowed();
+  static bool gelu_epilogue_allowed();  // BRAID_GELU_EPILOGUE=0 turns the fused linear + gelu off
+ public:
+  // How many linear + gelu pairs ran as one cuBLASLt call (find_gelu_epilogues) since construction.
+  int64_t gelu_epilogue_runs() const { return gelu_epilogue_runs_; }
+
+ private:
+  void find_gelu_epilogues();
 
   const graph::Graph& g_;
   ParamStore& params_;
@@ -107,6 +114,8 @@ class CudaExecutor {
   std::vector<std::vector<Tensor>> views_;                            // [slot][value], device
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
   std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*
+  std::vector<uint8_t> gelu_fused_;  // per node: 1 a linear that runs with the gelu after it, 2 that gelu
+  int64_t gelu_epilogue_runs_ = 0;
   std::vector<std::vector<Tensor>> staging_;                          // [slot][value]: host inputs
   std::vector<bool> device_fed_;                                      // [value]: set_device_fed
   std::vector<std::vector<Tensor>> mirror_;                           // [slot][value]: host copies of keep

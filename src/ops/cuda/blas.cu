@@ -116,9 +116,11 @@ struct LtKey {
   uint32_t align_a, align_b, align_cd;
   size_t ws;
   bool bias;
+  uint32_t align_aux = 0;  // GELU_AUX_BIAS: the pre-activation's alignment (0: no aux output)
   bool operator<(const LtKey& o) const {
-    return std::tie(device, ab, dt, epi, m, fin, fout, align_a, align_b, align_cd, ws, bias) <
-           std::tie(o.device, o.ab, o.dt, o.epi, o.m, o.fin, o.fout, o.align_a, o.align_b, o.align_cd, o.ws, o.bias);
+    return std::tie(device, ab, dt, epi, m, fin, fout, align_a, align_b, align_cd, ws, bias, align_aux) <
+           std::tie(o.device, o.ab, o.dt, o.epi, o.m, o.fin, o.fout, o.align_a, o.align_b, o.align_cd, o.ws, o.bias,
+                    o.align_aux);
   }
 };
 struct LtPlan {
@@ -141,6 +143,13 @@ void make_lt_plan(const Ctx& c, const LtKey& k, LtPlan& p) {
     int32_t bias_type = k.dt;
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                       sizeof(bias_type)));
+  }
+  if (k.align_aux) {  // the pre-activation (aux) in the output's type, (fout x m) column-major like the output
+    int64_t ld = k.fout;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    int32_t aux_type = k.dt;
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                      sizeof(aux_type)));
   }
   const auto ab = static_cast<cudaDataType_t>(k.ab), dt = static_cast<cudaDataType_t>(k.dt);
   // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
@@ -168,9 +177,10 @@ void make_lt_plan(const Ctx& c, const LtKey& k, LtPlan& p) {
   p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
 }
 
-// Returns false when cuBLASLt has no algorithm for this problem (the caller falls back).
+// Returns false when cuBLASLt has no algorithm for this problem (the caller falls back). aux: GELU_AUX_BIAS's
+// pre-activation output (e must be BiasGelu, with a bias), or null.
 bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
-               int64_t fout, Epilogue e) {
+               int64_t fout, Epilogue e, void* aux = nullptr) {
   cudaDataType_t dt = data_type(t), ab = dt;
   if (t == DType::f32 && c.autocast) {
     size_t at = 0;
@@ -183,8 +193,11 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   if (e == Epilogue::BiasRelu) epi = CUBLASLT_EPILOGUE_RELU_BIAS;
   if (e == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (bias == nullptr) epi = CUBLASLT_EPILOGUE_DEFAULT;
-  const LtKey key{c.device, static_cast<int>(ab), static_cast<int>(dt), static_cast<int>(epi), m, fin, fout,
-                  alignment_of(w), alignment_of(x), alignment_of(y), c.blas_workspace_bytes, bias != nullptr};
+  if (aux && epi == CUBLASLT_EPILOGUE_GELU_BIAS) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  else aux = nullptr;
+  LtKey key{c.device, static_cast<int>(ab), static_cast<int>(dt), static_cast<int>(epi), m, fin, fout,
+            alignment_of(w), alignment_of(x), alignment_of(y), c.blas_workspace_bytes, bias != nullptr};
+  if (aux) key.align_aux = alignment_of(aux);
   static std::mutex mu;  // the cache, and a plan's bias pointer from its setting to the enqueued call
   static std::map<LtKey, std::unique_ptr<LtPlan>> plans;
   std::lock_guard<std::mutex> lock(mu);
@@ -198,6 +211,9 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   if (!p.found) return false;
   if (bias)
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux)
+    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                      sizeof(aux)));
   float alpha = 1.f, beta = 0.f;
   auto lt = static_cast<cublasLtHandle_t>(c.cublaslt);
   BRAID_CUBLAS_CHECK(cublasLtMatmul(lt, p.d.op, &alpha, w, p.d.a, x, p.d.b, &beta, y, p.d.c, y, p.d.c, &p.result.algo,
@@ -259,6 +275,14 @@ void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bia
     }
   });
   gemm(c, t, false, true, m, fout, fin, 1.f, x, fin, 0, w, fin, 0, bias ? 1.f : 0.f, y, fout, 0);
+}
+
+bool linear_gelu(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* h, void* y, int64_t m,
+                 int64_t fin, int64_t fout) {
+  if (m == 0 || fout == 0 || fin == 0 || bias == nullptr) return false;
+  if (t == DType::f32 && c.autocast == nullptr) return false;  // fp32 runs keep the CPU's gelu bit for bit
+  if (fout % 8 != 0) return false;                             // cuBLASLt: the aux's leading dimension
+  return linear_lt(c, t, x, w, bias, y, m, fin, fout, Epilogue::BiasGelu, h);
 }
 
 size_t colsum_workspace(int64_t rows, int64_t cols) { return static_cast<size_t>(chunks_of(rows) * cols) * 8; }

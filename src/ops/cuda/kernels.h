@@ -28,6 +28,10 @@ size_t cuda_workspace_bytes(const std::string& op, const Attrs& attrs, std::span
 // Autocast scratch (CudaCtx::autocast) one call of any kernel may need: bf16 copies of two GEMM operands,
 // each lying within one input, one output or the call's workspace, so the two largest of those, halved.
 size_t cuda_autocast_bytes(std::span<const TensorDesc> in, std::span<const TensorDesc> out, size_t workspace);
+// A `linear` node (inputs lin_in: x, weight, bias) and the tanh-form `gelu` of its output in one cuBLASLt call:
+// h = the linear's output, y = the gelu's. False, having done nothing, where it does not apply (no bias, no
+// autocast, no cuBLASLt algorithm): the executor then runs the two nodes apart.
+bool cuda_linear_gelu(const CudaCtx& c, std::span<const Tensor> lin_in, const Tensor& h, const Tensor& y);
 // Every op name that has a CUDA kernel (sorted).
 std::vector<std::string> cuda_kernel_names();
 

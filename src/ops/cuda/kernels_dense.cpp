@@ -387,3 +387,17 @@ std::vector<Entry> dense_entries() {
 }
 
 }  // namespace braid::ops::cuda_table
+
+namespace braid::ops {
+
+bool cuda_linear_gelu(const CudaCtx& c, std::span<const Tensor> in, const Tensor& h, const Tensor& y) {
+  if (in.size() != 3 || h.dtype() != y.dtype()) return false;
+  const int64_t fout = in[1].shape()[0], fin = in[1].shape()[1];
+  const DType t = h.dtype();
+  size_t at = 0;
+  const void* w = cuda_table::param_operand(c, t, in[1], &at);
+  const void* b = cuda_table::param_operand(c, t, in[2], &at);
+  return cuda::linear_gelu(c, t, in[0].raw(), w, b, h.raw(), y.raw(), in[0].numel() / fin, fin, fout);
+}
+
+}  // namespace braid::ops

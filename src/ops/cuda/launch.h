@@ -156,6 +156,12 @@ enum class Epilogue : int { None = 0, Bias = 1, BiasRelu = 2, BiasGelu = 3 };
 // Falls back to bias rows + gemm (Bias only) where cuBLASLt finds no algorithm.
 void linear(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* y, int64_t m, int64_t fin,
             int64_t fout, Epilogue e = Epilogue::Bias);
+// A linear layer and the tanh-form gelu of its output in one cuBLASLt call (epilogue GELU_AUX_BIAS): h (m, fout)
+// = x W^T + bias (the pre-activation, which gelu's backward reads) and y = gelu(h), both of dtype t. Under
+// autocast only (16-bit operands). False, having done nothing, where cuBLASLt offers no algorithm: the caller runs
+// the two ops apart.
+bool linear_gelu(const Ctx& c, DType t, const void* x, const void* w, const void* bias, void* h, void* y, int64_t m,
+                 int64_t fin, int64_t fout);
 // out[j] (dtype out_t) = sum over rows r (in fixed chunks, partial sums in double, chunks summed in order) of
 // x[r, j] (dtype t). Deterministic. Workspace: colsum_workspace(rows, cols) bytes.
 void colsum(const Ctx& c, DType t, const void* x, int64_t rows, int64_t cols, void* out, DType out_t);
