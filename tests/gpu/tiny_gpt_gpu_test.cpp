@@ -54,6 +54,17 @@ GptCase load(int64_t batch, DType half = DType::f32,
   return s;
 }
 
+// ||a - b|| / ||b|| over the whole tensor.
+double l2_relative(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = get_as_double(a, i), y = get_as_double(b, i);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // Deterministic token ids for step `step` in every integer input (bounded by the graph's consumers).
 void fill_inputs(const GptCase& s, const std::vector<Tensor>& inputs, int step) {
   auto bounds = graph::integer_input_bounds(s.g);
@@ -263,13 +274,7 @@ TEST(TinyGptGpu, Bf16ValuesMatchTheCpuRunOfTheSameGraph) {
     EXPECT_NEAR(lg, lc, 2e-3 * std::abs(lc));
     for (size_t k = 1; k < s.keep.size(); ++k) {
       const Tensor &a = gpu.value(s.keep[k]), &b = cpu.value(s.keep[k]);
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < b.numel(); ++i) {
-        const double x = get_as_double(a, i), y = get_as_double(b, i);
-        num += (x - y) * (x - y);
-        den += y * y;
-      }
-      const double e = std::sqrt(num / std::max(den, 1e-30));
+      const double e = l2_relative(a, b);
       std::printf("bf16 values %-28s L2 relative difference %.2e\n", s.g.value(s.keep[k]).name.c_str(), e);
       EXPECT_LT(e, 5e-2) << s.g.value(s.keep[k]).name;
     }
@@ -310,13 +315,7 @@ TEST(TinyGptGpu, GeluEpilogueMatchesTwoKernels) {
     EXPECT_EQ(fused_runs[1], 0);
     EXPECT_NEAR(losses[0], losses[1], 1e-3 * std::abs(losses[1]));
     for (size_t k = 0; k < grads[0].size(); ++k) {
-      double num = 0, den = 0;
-      for (int64_t i = 0; i < grads[1][k].numel(); ++i) {
-        const double x = get_as_double(grads[0][k], i), y = get_as_double(grads[1][k], i);
-        num += (x - y) * (x - y);
-        den += y * y;
-      }
-      EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 2e-2) << s.g.value(s.keep[k + 1]).name;
+      EXPECT_LT(l2_relative(grads[0][k], grads[1][k]), 2e-2) << s.g.value(s.keep[k + 1]).name;
     }
   }
 }
