@@ -194,6 +194,16 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   upload_params();
 }
 
+bool CudaExecutor::fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h,
+                             const Tensor& y) {
+  if (ops::cuda_linear_gelu(ctx, lin_in, h, y)) {
+    ++gelu_epilogue_runs_;
+    return true;
+  }
+  gelu_fused_[i] = gelu_fused_[i + 1] = 0;  // cuBLASLt has no algorithm for it: two kernels from now on
+  return false;
+}
+
 bool CudaExecutor::gelu_epilogue_allowed() {
   const char* v = std::getenv("BRAID_GELU_EPILOGUE");  // "0": linear and gelu run as two kernels (A/B)
   return !(v && std::string(v) == "0");
@@ -424,10 +434,9 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
     fused_with_previous = false;
     if (ran_fused) {
       // the gelu ran in the linear's cuBLASLt call (find_gelu_epilogues)
-    } else if (gelu_fused_[i] == 1 && i + 1 < to &&
-               ops::cuda_linear_gelu(ctx, ins[i], outs[i][0], outs[i + 1][0])) {
+    } else if (gelu_fused_[i] == 1 && i + 1 < to && !node_seconds_ &&  // per-node times: each node its own
+               fuse_gelu(ctx, i, ins[i], outs[i][0], outs[i + 1][0])) {
       fused_with_previous = true;
-      ++gelu_epilogue_runs_;
     } else if (n.op->collective) {
       run_collective(n, ins[i], outs[i]);
     } else {

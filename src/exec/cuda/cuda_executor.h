@@ -100,6 +100,7 @@ class CudaExecutor {
 
  private:
   void find_gelu_epilogues();
+  bool fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h, const Tensor& y);
 
   const graph::Graph& g_;
   ParamStore& params_;

@@ -124,6 +124,7 @@ struct LtKey {
   }
 };
 struct LtPlan {
+  std::mutex mu;  // from setting the bias / aux pointers on d.op to the enqueued call
   LtDescs d;
   cublasLtMatmulHeuristicResult_t result{};
   bool found = false;
@@ -144,12 +145,9 @@ void make_lt_plan(const Ctx& c, const LtKey& k, LtPlan& p) {
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                       sizeof(bias_type)));
   }
-  if (k.align_aux) {  // the pre-activation (aux) in the output's type, (fout x m) column-major like the output
+  if (k.align_aux) {  // the pre-activation (aux), in the output's type (the default), (fout x m) like the output
     int64_t ld = k.fout;
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-    int32_t aux_type = k.dt;
-    BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
-                                                      sizeof(aux_type)));
   }
   const auto ab = static_cast<cudaDataType_t>(k.ab), dt = static_cast<cudaDataType_t>(k.dt);
   // Column-major view: W is (fin x fout) with ld fin, used transposed; x^T is (fin x m); y^T is (fout x m).
@@ -198,17 +196,24 @@ bool linear_lt(const Ctx& c, DType t, const void* x, const void* w, const void* 
   LtKey key{c.device, static_cast<int>(ab), static_cast<int>(dt), static_cast<int>(epi), m, fin, fout,
             alignment_of(w), alignment_of(x), alignment_of(y), c.blas_workspace_bytes, bias != nullptr};
   if (aux) key.align_aux = alignment_of(aux);
-  static std::mutex mu;  // the cache, and a plan's bias pointer from its setting to the enqueued call
+  static std::mutex mu;  // the cache (plans are never removed: a plan's address stays valid)
   static std::map<LtKey, std::unique_ptr<LtPlan>> plans;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    auto made = std::make_unique<LtPlan>();
-    make_lt_plan(c, key, *made);  // a failed check throws before the plan is kept
-    it = plans.emplace(key, std::move(made)).first;
+  LtPlan* plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = plans.find(key);
+    if (it == plans.end()) {
+      auto made = std::make_unique<LtPlan>();
+      make_lt_plan(c, key, *made);  // a failed check throws before the plan is kept
+      it = plans.emplace(key, std::move(made)).first;
+    }
+    plan = it->second.get();
   }
-  LtPlan& p = *it->second;
+  LtPlan& p = *plan;
   if (!p.found) return false;
+  // Per plan: devices (and so keys) differ between the threads of a multi-GPU engine; only replicas sharing a GPU
+  // wait for each other here.
+  std::lock_guard<std::mutex> call_lock(p.mu);
   if (bias)
     BRAID_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   if (aux)
@@ -282,6 +287,7 @@ bool linear_gelu(const Ctx& c, DType t, const void* x, const void* w, const void
   if (m == 0 || fout == 0 || fin == 0 || bias == nullptr) return false;
   if (t == DType::f32 && c.autocast == nullptr) return false;  // fp32 runs keep the CPU's gelu bit for bit
   if (fout % 8 != 0) return false;                             // cuBLASLt: the aux's leading dimension
+  if (alignment_of(h) < 16 || alignment_of(y) < 16) return false;
   return linear_lt(c, t, x, w, bias, y, m, fin, fout, Epilogue::BiasGelu, h);
 }
 
