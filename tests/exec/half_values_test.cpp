@@ -95,14 +95,18 @@ TEST(HalfValues, BuilderCastsAsAutocast) {
       EXPECT_EQ(in0, DType::bf16) << n.name;  // GEMM ops read 16-bit values
       EXPECT_EQ(t.g.value(n.outputs[0]).desc.dtype, DType::bf16) << n.name;
     }
-    if (n.op->name == "layer_norm" || n.op->name == "cross_entropy") EXPECT_EQ(in0, DType::f32) << n.name;
+    if (n.op->name == "layer_norm") EXPECT_EQ(in0, DType::f32) << n.name;
+    if (n.op->name == "cross_entropy") {  // bf16 logits read as they are, an f32 loss
+      EXPECT_EQ(in0, DType::bf16) << n.name;
+      EXPECT_EQ(t.g.value(n.outputs[0]).desc.dtype, DType::f32) << n.name;
+    }
     if (n.op->name == "gelu" || n.op->name == "dropout") EXPECT_EQ(in0, DType::bf16) << n.name;  // follow
     if (n.op->name == "add")  // the residual stream stays f32: the 16-bit branch is cast up
       for (ValueId v : n.inputs) EXPECT_EQ(t.g.value(v).desc.dtype, DType::f32) << n.name;
   }
-  // Per block: ln1 -> attention, attention -> res1, ln2 -> fc, drop -> res2; then ln_f -> logits, logits -> loss;
-  // each with its backward cast; and the dropout's backward (dy * its f32 mask) casts dy up and dx down.
-  EXPECT_EQ(casts, 2 * (2 * 4 + 2) + 2 * 2);
+  // Per block: ln1 -> attention, attention -> res1, ln2 -> fc, drop -> res2; then ln_f -> logits; each with its
+  // backward cast; and the dropout's backward (dy * its f32 mask) casts dy up and dx down.
+  EXPECT_EQ(casts, 2 * (2 * 4 + 1) + 2 * 2);
   for (const auto& n : t.g.nodes())
     if (n.op->name == "dropout") EXPECT_EQ(t.g.value(n.outputs[1]).desc.dtype, DType::f32) << "the mask of " << n.name;
   bool named = false;

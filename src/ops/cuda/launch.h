@@ -122,7 +122,8 @@ bool cudnn_softmax_grad(const Ctx& c, DType t, const void* dy, const void* y, vo
                         int64_t inner);
 
 // ---- losses and metric (loss.cu) -------------------------------------------------------------------------------
-// logits (n, classes); targets (n) i32 or i64 (targets_i64). Workspace: n doubles.
+// logits (n, classes) of dtype t (f32 or bf16); targets (n) i32 or i64 (targets_i64); loss and dloss f32.
+// Workspace: n doubles.
 void cross_entropy(const Ctx& c, DType t, const void* logits, const void* targets, bool targets_i64, void* loss,
                    int64_t n, int64_t classes);
 void cross_entropy_grad(const Ctx& c, DType t, const void* dloss, const void* logits, const void* targets,

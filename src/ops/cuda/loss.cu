@@ -38,7 +38,7 @@ __global__ void mean_of(const double* v, int64_t n, double div, T* out) {
 }
 
 template <typename T>
-__global__ void ce_grad_rows(const T* dloss, const T* x, const void* tg, bool i64, T* dx, int64_t n, int64_t c,
+__global__ void ce_grad_rows(const float* dloss, const T* x, const void* tg, bool i64, T* dx, int64_t n, int64_t c,
                              int* flag) {
   int64_t r = blockIdx.x;
   const T* xr = x + r * c;
@@ -118,7 +118,8 @@ void cross_entropy(const Ctx& c, DType t, const void* logits, const void* target
                                                                            targets_i64, rows, classes, c.error_flag);
       BRAID_LAUNCH_CHECK("ce_rows");
     }
-    mean_of<T><<<1, 1, 0, stream_of(c)>>>(rows, n, static_cast<double>(n), static_cast<T*>(loss));
+    // f32 for f32 and for bf16 logits (the op's loss is master_dtype(logits))
+    mean_of<float><<<1, 1, 0, stream_of(c)>>>(rows, n, static_cast<double>(n), static_cast<float*>(loss));
     BRAID_LAUNCH_CHECK("mean_of");
   });
 }
@@ -129,7 +130,7 @@ void cross_entropy_grad(const Ctx& c, DType t, const void* dloss, const void* lo
   dispatch(t, "cross_entropy_grad", [&](auto tag) {
     using T = decltype(tag);
     ce_grad_rows<T><<<static_cast<unsigned>(n), kThreads, 0, stream_of(c)>>>(
-        static_cast<const T*>(dloss), static_cast<const T*>(logits), targets, targets_i64, static_cast<T*>(dx), n,
+        static_cast<const float*>(dloss), static_cast<const T*>(logits), targets, targets_i64, static_cast<T*>(dx), n,
         classes, c.error_flag);
     BRAID_LAUNCH_CHECK("ce_grad_rows");
   });

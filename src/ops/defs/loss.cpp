@@ -80,7 +80,7 @@ size_t rows_workspace(const Attrs&, std::span<const TensorDesc> in, std::span<co
 // ---- cross_entropy ----------------------------------------------------------------------------------------
 std::vector<TensorDesc> infer_cross_entropy(const Attrs&, std::span<const TensorDesc> in) {
   check_logits_targets(in);
-  return {TensorDesc{Shape{}, in[0].dtype}};
+  return {TensorDesc{Shape{}, master_dtype(in[0].dtype)}};  // 16-bit logits: an f32 loss (sums in double)
 }
 
 // Float rows: the maximum, then e_j = exp(x_j - max) by the vectorisable fast_expf (1 ulp) written to `e`
@@ -344,6 +344,9 @@ void register_loss(Registry& r) {
   {
     OpDef d;
     d.name = "cross_entropy";
+    // 16-bit logits are read as they are (the row sums run in double, the loss is f32): no f32 copy of the
+    // (N, C) logits, which for a GPT's vocabulary is the largest activation; the gradient is in the logits' dtype.
+    d.autocast = Autocast::Follow;
     d.doc = "mean over all positions of -log softmax(logits)[target]; logits [..., C], integer targets [...]";
     d.min_inputs = d.max_inputs = 2;
     d.nondiff_inputs = {1};
@@ -412,6 +415,7 @@ void register_loss(Registry& r) {
   {
     OpDef d;
     d.name = "accuracy";
+    d.autocast = Autocast::Follow;
     d.doc = "metric: fraction of positions whose argmax over the last axis equals the integer target (f32)";
     d.min_inputs = d.max_inputs = 2;
     d.differentiable = false;
