@@ -103,6 +103,14 @@ class Tensor {
 double get_as_double(const Tensor& t, int64_t i);
 void set_from_double(const Tensor& t, int64_t i, double v);
 
+// Whether two tensors' bytes overlap (views of the same memory; an undefined view overlaps nothing). Host or
+// device pointers alike: only the addresses are compared.
+inline bool shares_bytes(const Tensor& a, const Tensor& b) {
+  auto* pa = static_cast<const char*>(a.raw());
+  auto* pb = static_cast<const char*>(b.raw());
+  return pa && pb && pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
 inline bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
 // The dtype parameters, gradients of parameters and statistics keep when values are `t`: f32 for 16-bit values
 // (mixed precision: fp32 master weights), `t` otherwise.

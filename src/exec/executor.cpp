@@ -130,12 +130,7 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       // The second node's outputs are written while the first node's threads still read its inputs and write
       // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
       // node in the bytes of a value whose last reader is the first node (an eval graph's linear input).
-      auto overlaps = [&](ValueId x, ValueId y) {
-        if (views_[0][x.idx()].raw() == nullptr || views_[0][y.idx()].raw() == nullptr) return false;
-        auto* px = static_cast<const char*>(views_[0][x.idx()].raw());
-        auto* py = static_cast<const char*>(views_[0][y.idx()].raw());
-        return px < py + views_[0][y.idx()].bytes() && py < px + views_[0][x.idx()].bytes();
-      };
+      auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views_[0][x.idx()], views_[0][y.idx()]); };
       bool shares = false;
       for (ValueId out : b.outputs) {
         for (ValueId v : a.inputs) shares = shares || overlaps(out, v);

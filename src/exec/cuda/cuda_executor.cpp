@@ -225,12 +225,7 @@ void CudaExecutor::find_gelu_epilogues() {
       continue;
     bool shares = false;
     for (const auto& views : views_) {
-      auto overlaps = [&](ValueId x, ValueId y) {
-        const Tensor &tx = views[x.idx()], &ty = views[y.idx()];
-        auto* px = static_cast<const char*>(tx.raw());
-        auto* py = static_cast<const char*>(ty.raw());
-        return px && py && px < py + ty.bytes() && py < px + tx.bytes();
-      };
+      auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views[x.idx()], views[y.idx()]); };
       for (ValueId v : a.inputs) shares = shares || overlaps(b.outputs[0], v);
       shares = shares || overlaps(b.outputs[0], a.outputs[0]);
     }
