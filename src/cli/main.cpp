@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/launch.h"
+#include "exec/signals.h"
 #ifdef BRAID_HAVE_CUDA_ENGINE
 #include "exec/cuda/cuda_engine.h"
 #endif
@@ -33,6 +34,9 @@ void prefer_passive_openmp(char** argv) {
 
 int main(int argc, char** argv) {
   prefer_passive_openmp(argv);
+  // Before any thread exists: SIGINT/SIGTERM reach one thread that runs no kernel (exec/signals.h: a
+  // signal inside oneDNN 2.x's JIT sgemm corrupts the heap).
+  braid::exec::route_signals_to_one_thread();
 #ifdef BRAID_HAVE_CUDA_ENGINE
   braid::exec::install_cuda_engine();  // devices: cuda (exec/device_engine.h)
 #endif

@@ -233,6 +233,8 @@ class Launcher {
       sigaction(SIGINT, &dfl, nullptr);
       sigaction(SIGTERM, &dfl, nullptr);
       sigaction(SIGPIPE, &dfl, nullptr);
+      sigdelset(&old, SIGINT);  // braid's main blocks both in every thread (exec/signals.h); the mask
+      sigdelset(&old, SIGTERM);  // survives exec, and a rank must receive them
       ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
       ::dup2(p_out[1], 1);
       ::dup2(p_err[1], 2);

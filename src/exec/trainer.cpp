@@ -320,6 +320,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   }
   io::Progress progress(out, opts.progress && io::Progress::is_tty(out), total_steps,
                         std::max<int64_t>(1, cfg.log.every_steps), state.step);
+  StopSignals::set_stop_message(cfg.checkpoint.dir.empty()
+                                     ? "braid: stopping after this step (no checkpoint.dir: nothing will be saved); signal again to quit at once"
+                                     : "braid: stopping after this step (saving a checkpoint); signal again to quit at once");
   StopSignals signals;
 
   std::fprintf(out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
@@ -344,6 +347,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   if (dp)
     std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
+  std::fflush(out);  // the header now, not with the first step line when stdout is a pipe
 
   // 3. Steps.
   std::vector<int64_t> indices(static_cast<size_t>(micro));
