@@ -163,3 +163,23 @@ TEST(ShapeOps, ConcatOfIntegersAndSliceBack) {
   std::vector<double> want{1, 3, 4, 2, 5, 6};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(at(y, i), want[static_cast<size_t>(i)]);
 }
+
+// relu follows PyTorch on the values where "max(x, 0)" is ambiguous: NaN stays NaN (so NaN inputs are not
+// trained on silently), -0 stays -0, and the gradient at NaN passes dy (threshold_backward: x <= 0 ? 0 : dy).
+TEST(ActivationOps, ReluKeepsNaNAndNegativeZeroAsPyTorch) {
+  const double nan = std::nan("");
+  for (DType t : {DType::f32, DType::f64}) {
+    auto inst = instance("relu", {}, {make(Shape{1, 4}, {-0.0, nan, -1.0, 2.0}, t)});
+    auto y = run_forward(inst)[0];
+    EXPECT_EQ(at(y, 0), 0.0);
+    EXPECT_TRUE(std::signbit(at(y, 0)));
+    EXPECT_TRUE(std::isnan(at(y, 1)));
+    EXPECT_EQ(at(y, 2), 0.0);
+    EXPECT_EQ(at(y, 3), 2.0);
+    auto dx = run_backward(inst, make(Shape{1, 4}, {1, 1, 1, 1}, t))[0];
+    EXPECT_EQ(at(dx, 0), 0.0);
+    EXPECT_EQ(at(dx, 1), 1.0);
+    EXPECT_EQ(at(dx, 2), 0.0);
+    EXPECT_EQ(at(dx, 3), 1.0);
+  }
+}

@@ -68,7 +68,7 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 __device__ inline float act_fwd(Act k, float x) {
   switch (k) {
-    case Act::Relu: return x > 0.f ? x : 0.f;
+    case Act::Relu: return x < 0.f ? 0.f : x;  // as PyTorch: NaN and -0 kept
     case Act::Gelu: return x * 0.5f * (1.f + erff(x * kInvSqrt2));
     case Act::GeluTanh: {
       float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
@@ -82,7 +82,7 @@ __device__ inline float act_fwd(Act k, float x) {
 
 __device__ inline float act_deriv(Act k, float x, float y) {
   switch (k) {
-    case Act::Relu: return x > 0.f ? 1.f : 0.f;
+    case Act::Relu: return x <= 0.f ? 0.f : 1.f;  // threshold_backward: NaN passes dy
     case Act::Gelu: {
       float cdf = 0.5f * (1.f + erff(x * kInvSqrt2));
       float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);

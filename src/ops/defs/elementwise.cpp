@@ -166,7 +166,7 @@ Act act_of(const std::string& op, const Attrs& a) {
 
 template <Act K, typename T>
 [[gnu::always_inline]] inline T act_fwd(T x) {
-  if constexpr (K == Act::Relu) return x > T(0) ? x : T(0);
+  if constexpr (K == Act::Relu) return x < T(0) ? T(0) : x;  // PyTorch: NaN stays NaN, -0 stays -0
   if constexpr (K == Act::Gelu) return x * T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
   if constexpr (K == Act::GeluTanh) {
     T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
@@ -179,7 +179,7 @@ template <Act K, typename T>
 // d act / dx at x (y = act(x) given for tanh/sigmoid, whose derivative reads best from y).
 template <Act K, typename T>
 [[gnu::always_inline]] inline T act_deriv(T x, T y) {
-  if constexpr (K == Act::Relu) return x > T(0) ? T(1) : T(0);
+  if constexpr (K == Act::Relu) return x <= T(0) ? T(0) : T(1);  // threshold_backward: NaN passes dy
   if constexpr (K == Act::Gelu) {
     T cdf = T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
     T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
