@@ -113,7 +113,9 @@ void print_text_diff(FILE* out, const char* what, const std::string& ckpt_text, 
 
 int inspect(const InspectArgs& a, FILE* out) {
   const std::string path = io::CheckpointDir::resolve("", a.path);  // a folder means its latest
-  io::Checkpoint c = io::read_checkpoint(path);
+  io::ReadOptions ro;
+  ro.allow_non_finite = true;  // inspect reports NaN/Inf per tensor instead of refusing the file
+  io::Checkpoint c = io::read_checkpoint(path, ro);
   std::fputs(io::describe_checkpoint(path, c).c_str(), out);
   if (a.diff.empty()) return 0;
 

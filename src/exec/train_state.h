@@ -23,6 +23,10 @@ struct StepState {
 io::Checkpoint capture(const io::RunConfig& cfg, const ParamStore& store, Optimizer& opt,
                        const io::BatchSampler& sampler, const StepState& s);
 
+// A checkpoint holding NaN/Inf (parameters, buffers, optimizer state) is not saved: a UserError names the
+// tensor and the step; the previous checkpoint and `latest` stay as they were.
+void refuse_non_finite(const io::Checkpoint& c, const io::RunConfig& cfg, int64_t step);
+
 // Exact continuation: every tensor must match the model; optimizer type must match the run's.
 // Returns the step state to continue from.
 StepState restore(const io::Checkpoint& c, const std::string& path, const io::RunConfig& cfg, ParamStore& store,

@@ -26,6 +26,7 @@
 #include "exec/pipeline.h"
 #include "exec/run_plan.h"
 #include "exec/runner.h"
+#include "core/finite.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
 #include "graph/build.h"
@@ -308,7 +309,9 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (pr) pr->gather(store, &opt);  // a collective of every process
     if (engine) engine->to_host(store, &opt);
     if (!ckpt_dir) return;
-    res.last_checkpoint = ckpt_dir->save(capture(cfg, store, opt, sampler, state));
+    io::Checkpoint c = capture(cfg, store, opt, sampler, state);
+    refuse_non_finite(c, cfg, state.step);  // a diverged state never replaces `latest`
+    res.last_checkpoint = ckpt_dir->save(c);
   };
   Evaluator evaluator{cfg, store, eval_data.get(), engine.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
@@ -385,13 +388,18 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
     }
     if (!std::isfinite(loss))
-      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + std::to_string(loss) + " at step " +
-                                                    std::to_string(step + 1), "lower the learning rate or enable clip_grad_norm");
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + non_finite_name(loss) + " at step " +
+                                                    std::to_string(step + 1) + " (nothing saved at this step)",
+                      "lower the learning rate or enable optimizer.clip_grad_norm; resume from the last checkpoint");
     if (!dp && !pr && !engine) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
       norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
       opt.step(lr);
     }
+    if (norm != -1 && !std::isfinite(norm))  // -1: not computed (no clipping)
+      throw UserError(SourceLoc{cfg.path, 0, 0}, "the gradient norm became " + non_finite_name(norm) + " at step " +
+                                                    std::to_string(step + 1) + " (nothing saved at this step)",
+                      "lower the learning rate; resume from the last checkpoint");
     res.losses.push_back(loss);
     window_samples += batch;
 

@@ -76,6 +76,9 @@ struct ReadOptions {
   // be handed a damaged file.
   bool verify_checksums = true;
   bool weights_only = false;  // skip optimizer tensors and random streams (for --init-from)
+  // A float tensor holding NaN or Inf is refused, naming it: a run must not resume from a diverged state
+  // (checksums only prove the bytes are the ones saved). On only for `braid inspect`, which reports them.
+  bool allow_non_finite = false;
 };
 // Reads and checks a checkpoint: its header, the format version (a newer one is refused), /meta, every
 // tensor's checksum. A missing, empty, truncated, non-HDF5 or corrupt file is a UserError naming it (and

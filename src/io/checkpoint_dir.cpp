@@ -1,6 +1,7 @@
 // Checkpoint folders (step_<8 digits>.h5 files and the `latest` pointer, replaced atomically after the file
 // it names is complete) and the text of `braid inspect`. `latest` only ever holds a bare file name of the
 // same folder; anything else in it is reported, never followed. Pruning never deletes what `latest` names.
+#include "core/finite.h"
 #include "core/format.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -213,14 +214,19 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& c) {
   if (!c.plan_text.empty()) line("plan: %zu bytes of text (/plan)\n", c.plan_text.size());
 
   struct Row {
-    std::string name, shape, dtype, size, checksum;
+    std::string name, shape, dtype, size, checksum, note;
   };
+  std::vector<std::string> non_finite;
   std::vector<Row> rows;
   double sizes[3] = {0, 0, 0};
   int64_t counts[3] = {0, 0, 0};
   auto add = [&](const std::string& name, const Tensor& t, int kind) {
     rows.push_back(Row{name, t.shape().str(), std::string(dtype_name(t.dtype())), human_bytes(static_cast<double>(t.bytes())),
                        tensor_checksum(t)});
+    if (const NonFinite nf = find_non_finite(t); nf.count > 0) {
+      rows.back().note = "  " + describe(nf);
+      non_finite.push_back(name);
+    }
     sizes[kind] += static_cast<double>(t.bytes());
     counts[kind] += t.numel();
   };
@@ -237,7 +243,7 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& c) {
   auto row = [&](const Row& r) {
     out += r.name + std::string(w[0] - r.name.size() + 2, ' ') + r.shape + std::string(w[1] - r.shape.size() + 2, ' ') +
            r.dtype + std::string(w[2] - r.dtype.size() + 2, ' ') + std::string(w[3] - r.size.size(), ' ') + r.size +
-           "  " + r.checksum + "\n";
+           "  " + r.checksum + r.note + "\n";
   };
   out += "\n";
   row(Row{"tensor", "shape", "dtype", "size", "checksum"});
@@ -247,6 +253,12 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& c) {
        c.params.size(), static_cast<long long>(counts[0]), human_bytes(sizes[0]).c_str(), c.buffers.size(),
        human_bytes(sizes[1]).c_str(), c.optimizer.size(), human_bytes(sizes[2]).c_str());
   line("all %zu checksums verified\n", rows.size() + c.rng.size());
+  if (!non_finite.empty()) {
+    std::string names;
+    for (const auto& n : non_finite) names += (names.empty() ? "" : ", ") + n;
+    line("NON-FINITE: %zu tensor(s) hold NaN or Inf (%s): the run had diverged when it saved this; "
+         "braid train refuses to resume from it or start from it\n", non_finite.size(), names.c_str());
+  }
   return out;
 }
 

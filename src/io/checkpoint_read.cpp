@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "io/checkpoint.h"
+#include "core/finite.h"
 #include "io/checkpoint_header.h"
 #include "io/checkpoint_internal.h"
 #include "io/crc32.h"
@@ -360,6 +361,13 @@ Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
   c.meta = read_meta(file.get(), path);
   read_small_state(file.get(), path, c);
   for (Item& it : read_items(std::move(file), guard, path, o.verify_checksums, o.weights_only)) {
+    if (!o.allow_non_finite && it.group <= 2) {
+      const NonFinite nf = find_non_finite(it.t);
+      if (nf.count > 0)
+        throw UserError(SourceLoc{}, "tensor '" + it.shown + "' in " + path + " holds " + describe(nf),
+                        "its checksum is valid, so the run that saved it had diverged; resume from an older "
+                        "checkpoint (braid inspect shows which tensors hold NaN/Inf)");
+    }
     switch (it.group) {
       case 0: c.params.emplace_back(it.rel, it.t); break;
       case 1: c.buffers.emplace_back(it.rel, it.t); break;

@@ -5,6 +5,7 @@ exact:  for fashion_lenet (batch norm running statistics) and tiny_gpt (dropout 
         2N steps straight; then train with --stop-after N (a stop in the middle of an epoch), resume with
         --resume latest and finish: per-step losses and final weights must be bit-identical.
 signal: SIGTERM mid-run saves a checkpoint and exits 143; --resume latest finishes bit-identically.
+diverge: a run whose loss becomes NaN/Inf exits 2; `latest` never names a checkpoint holding NaN/Inf.
 crash:  SIGKILL at random moments of a run that checkpoints every step (TRIALS times); each time
         --resume latest must succeed from a complete checkpoint and finish bit-identically to the straight run.
 Usage: resume_test.py BRAID SOURCE_DIR WORK_DIR [--trials N]"""
@@ -205,6 +206,23 @@ for t in range(trials):
 case(f"SIGKILL at random moments ({killed_mid_run}/{trials} while running, run {duration:.2f} s): "
      f"{crash_ok}/{trials} trials resumed from a complete checkpoint, bit-identical",
      crash_ok == trials and killed_mid_run >= trials // 2)
+
+# A run that diverges (SGD at lr 1e30) while checkpointing every step: it stops with exit 2 naming the step,
+# and `latest` (if any) names a checkpoint with finite tensors only: a diverged state never replaces it.
+fresh("diverge")
+r = train("fashion_lenet", ["--set", "optimizer.lr=1e30", "--set", "checkpoint.every_steps=1",
+                            "--set", "lr_schedule.warmup_steps=0"], "diverge", check=False)
+latest = os.path.join(work, "diverge", "ckpt", "latest")
+finite = True
+if os.path.exists(latest):
+    with h5py.File(os.path.join(work, "diverge", "ckpt", open(latest).read().strip()), "r") as f:
+        def visit(n, obj):
+            global finite
+            if isinstance(obj, h5py.Dataset) and obj.dtype.kind == "f" and not np.all(np.isfinite(obj[()])):
+                finite = False
+        f.visititems(visit)
+case("a diverging run: exit 2 naming the step, 'latest' never names a non-finite checkpoint",
+     r.returncode == 2 and "at step" in r.stderr and finite, f"rc {r.returncode} finite {finite}\n{r.stderr}")
 
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "checkpoint_test_util.h"
 #include "io/h5file.h"
@@ -377,4 +379,34 @@ print("ok")
 )");
   std::string load = std::string(BRAID_PYTHON) + " " + script + " " + pt + " >" + dir.file("log2") + " 2>&1";
   EXPECT_EQ(std::system(load.c_str()), 0) << read_bytes(dir.file("log2"));
+}
+
+// A checkpoint whose tensors hold NaN/Inf (checksums valid: saved so) is refused when read for training,
+// naming the file and the tensor; `braid inspect` reads it (allow_non_finite) and says which tensors.
+TEST(Checkpoint, NonFiniteTensorsAreRefusedAndInspectNamesThem) {
+  TempDir dir;
+  const std::string p = dir.file("nan.h5");
+  Checkpoint c = sample_checkpoint();
+  c.params[1].second.data<float>()[2] = std::nanf("");  // fc.bias
+  write_checkpoint(p, c);
+  std::string e = user_error([&] { read_checkpoint(p); });
+  EXPECT_NE(e.find("tensor '/params/fc.bias' in " + p + " holds 1 non-finite value(s) (1 NaN; the first, NaN, at element 2)"),
+            std::string::npos) << e;
+  ReadOptions wo;
+  wo.weights_only = true;  // --init-from reads this way: refused too
+  e = user_error([&] { read_checkpoint(p, wo); });
+  EXPECT_NE(e.find("/params/fc.bias"), std::string::npos) << e;
+  ReadOptions ro;
+  ro.allow_non_finite = true;
+  Checkpoint r = read_checkpoint(p, ro);
+  const std::string text = describe_checkpoint(p, r);
+  EXPECT_NE(text.find("NON-FINITE: 1 tensor(s) hold NaN or Inf (/params/fc.bias)"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 non-finite value(s)"), std::string::npos) << text;
+  // An optimizer state with Inf is refused the same way.
+  Checkpoint c2 = sample_checkpoint();
+  c2.optimizer[0].value.data<float>()[0] = -std::numeric_limits<float>::infinity();
+  write_checkpoint(p, c2);
+  e = user_error([&] { read_checkpoint(p); });
+  EXPECT_NE(e.find("/optimizer/fc.weight/exp_avg"), std::string::npos) << e;
+  EXPECT_NE(e.find("-Inf"), std::string::npos) << e;
 }

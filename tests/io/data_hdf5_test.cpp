@@ -3,6 +3,8 @@
 // non-integral floats for integer inputs, values out of range).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "io/dataset.h"
 #include "io/h5file.h"
 #include "io_test_util.h"
@@ -109,4 +111,26 @@ TEST(DataHdf5, Errors) {
   EXPECT_NE(e.find("absent.h5"), std::string::npos) << e;
   e = user_error([&] { open_dataset(d.spec({}), in, 1); });
   EXPECT_NE(e.find("needs `fields`"), std::string::npos) << e;
+}
+
+// NaN or Inf in float data is refused at load, naming the file, the dataset and the sample (it would make
+// every loss NaN, or, through relu before it kept NaN, train silently).
+TEST(DataHdf5, NonFiniteValuesAreRefusedNamingTheSample) {
+  TempDir dir;
+  const std::string path = dir.file("nan.h5");
+  Tensor x = Tensor::empty({Shape{4, 2}, DType::f32});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.0f;
+  x.data<float>()[5] = std::numeric_limits<float>::infinity();  // sample 2
+  Tensor y = Tensor::empty({Shape{4}, DType::i64});
+  for (int64_t i = 0; i < 4; ++i) y.data<int64_t>()[i] = 0;
+  write_tensors(path, {{"/x", x}, {"/y", y}});
+  DataSourceSpec s;
+  s.format = "hdf5";
+  s.path = path;
+  s.fields = {{"image", "/x"}, {"label", "/y"}};
+  std::vector<DatasetInput> in = {input("img", Shape{2}, DType::f32), input("lbl", Shape{}, DType::i64, 3)};
+  std::string e = user_error([&] { open_dataset(s, in, 1); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("'/x'"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds +Inf at sample 2"), std::string::npos) << e;
 }

@@ -4,6 +4,7 @@
 // The needed rows are read into memory once; files larger than memory are deliberately not supported.
 #include <cmath>
 
+#include "core/finite.h"
 #include "io/datasets/source.h"
 #include "io/h5util.h"
 
@@ -83,6 +84,10 @@ Loaded load_hdf5(const LoadContext& c) {
     const int64_t total = n * numel;
     if (is_float(in.sample.dtype)) {
       read_rows(ds.get(), space.get(), rank, dims, n, h5::native_type(in.sample.dtype), t.raw(), path, what);
+      if (const NonFinite nf = find_non_finite(t); nf.count > 0)
+        c.fail(where + " holds " + non_finite_name(nf.first_value) + " at sample " + std::to_string(nf.first / numel) +
+                   " (" + std::to_string(nf.count) + " non-finite value(s) in all)",
+               "NaN or Inf in the inputs makes every loss NaN; clean the data");
     } else if (cls == H5T_FLOAT) {  // floats feeding an integer input: must be whole numbers
       std::vector<double> v(static_cast<size_t>(total));
       read_rows(ds.get(), space.get(), rank, dims, n, H5T_NATIVE_DOUBLE, v.data(), path, what);
