@@ -51,6 +51,5 @@ TEST(ClockSync, StoreOnThisMachineHasNoOffset) {
   StoreClient client("127.0.0.1", server.port(), so.token);
   const ClockOffset o = estimate_store_clock_offset(client, 8);
   EXPECT_GT(o.rtt_ns, 0);
-  EXPECT_LT(o.rtt_ns, 50'000'000);  // 50 ms: loopback on a loaded machine
   EXPECT_LE(std::llabs(o.offset_ns), o.rtt_ns / 2 + 1);  // one steady clock: only the measurement error
 }

@@ -151,10 +151,22 @@ TEST(TraceLane, NestsEventsAndPublishesThemWhenTheyEnd) {
   EXPECT_THROW(rec.lane(7), InternalError);
 }
 
+// Scopes without a lane (tracing off) record nothing and leave an enclosing real scope intact: the lane holds
+// exactly the outer event, ended once, nothing dropped.
 TEST(TraceLane, NullScopeRecordsNothing) {
-  TraceScope a(nullptr, TraceKind::Eval, "eval");
-  TraceScope b(nullptr, {.kind = TraceKind::Data, .what = "batch 3"});
-  SUCCEED();
+  TraceRecorder rec(device_lanes(1, "cpu"), TraceOptions{});
+  TraceLane& lane = rec.lane(0);
+  {
+    TraceScope outer(&lane, TraceKind::Forward, "fc", 2);
+    TraceScope a(nullptr, TraceKind::Eval, "eval");
+    TraceScope b(nullptr, {.kind = TraceKind::Data, .what = "batch 3"});
+  }
+  ASSERT_EQ(lane.size(), 1u);
+  const TraceEvent e = lane.events()[0];
+  EXPECT_EQ(e.kind, TraceKind::Forward);
+  EXPECT_EQ(e.micro_batch, 2);
+  EXPECT_GE(e.end_ns, e.start_ns);
+  EXPECT_EQ(rec.dropped(), 0);
 }
 
 TEST(TraceLane, FullLaneDropsAndCounts) {

@@ -282,12 +282,8 @@ std::vector<io::VarOverride> overrides(const std::vector<std::pair<std::string, 
   return out;
 }
 
-// Search-time bounds: the targets (docs/planner.md) in optimised builds, generous in unoptimised ones.
-#ifdef NDEBUG
-constexpr double kSlowdown = 1;
-#else
-constexpr double kSlowdown = 10;
-#endif
+// Search times are printed here and measured against their targets by scripts/bench/search_time.sh (whole
+// `braid plan` processes, median of rounds): a wall-clock bound in a unit test fails on a slow or busy machine.
 
 graph::Graph graph_with_vars(const std::string& path, const std::vector<std::pair<std::string, std::string>>& vars) {
   Diagnostics diags;
@@ -315,7 +311,6 @@ TEST(Search, PlansGpt175bFor1024A100sQuickly) {
               r.plan.summary.tensor_parallel, r.plan.summary.pipeline_stages, r.plan.summary.virtual_stages,
               static_cast<long long>(r.plan.summary.micro_batch), static_cast<long long>(r.plan.summary.micro_batches),
               r.plan.summary.schedule.c_str(), r.prediction.step_time_s);
-  EXPECT_LT(s, 10.0 * kSlowdown);
 }
 
 // At seq 2048 the attention keeps only its log-sum-exp rows for backward, not the (B, h, T, T) probabilities, so
@@ -333,10 +328,8 @@ TEST(Search, Gpt175bAtSeq2048Fits) {
               r.plan.summary.pipeline_stages, r.plan.summary.virtual_stages,
               static_cast<long long>(r.plan.summary.micro_batch), static_cast<long long>(r.plan.summary.micro_batches),
               r.plan.summary.schedule.c_str(), r.prediction.step_time_s, r.prediction.peak_memory_bytes / 1073741824.0);
-  // This test is about fitting; the search-time target (< 10 s) is PlansGpt175bFor1024A100sQuickly's. At seq 2048
-  // the search took 5.1 s on the EPYC guest that measured it and 7.8-12.1 s on a slower Xeon guest (2026-12-01,
-  // the same figures before and after that day's changes), so the bound here only catches a blow-up.
-  EXPECT_LT(s, 20.0 * kSlowdown);
+  // This test is about fitting; the search took 5.1 s on an EPYC guest and 7.8-12.1 s on a slower Xeon guest
+  // (2026-12-01); scripts/bench/search_time.sh measures it against its target (< 20 s).
 }
 
 // At seq 16384 no plan fits (f32, AdamW, every activation kept): the search says so quickly, with the reason.
@@ -350,7 +343,6 @@ TEST(Search, Gpt175bAtSeq16384FitsNowhereAndSaysWhyQuickly) {
   EXPECT_NE(r.why_none.find("no plan fits in memory"), std::string::npos) << r.why_none;
   EXPECT_NE(r.why_none.find("recomputation"), std::string::npos) << r.why_none;
   std::printf("175B seq 16384: %.2f s: %s\n", s, r.why_none.c_str());
-  EXPECT_LT(s, 10.0 * kSlowdown);
 }
 
 // The second scale target: a 24-layer GPT (d 1024) on 64 A100s in < 1 s.
@@ -363,5 +355,4 @@ TEST(Search, Plans24LayerGptFor64A100sQuickly) {
   ASSERT_TRUE(r.found) << r.why_none;
   EXPECT_EQ(r.plan.summary.devices, 64);
   std::printf("24-layer GPT on 64 A100: %.3f s, %d of %d shapes searched\n", s, r.stats.configs_searched, r.stats.configs);
-  EXPECT_LT(s, 1.0 * kSlowdown);
 }
