@@ -9,3 +9,10 @@ if(TARGET braid)
                    ${CMAKE_CURRENT_SOURCE_DIR}/bad)
   set_tests_properties(Cli.BadInputCorpus PROPERTIES TIMEOUT 600)
 endif()
+# The benchmark sweep script end to end, tiny: a one-device row (no prediction) beside a cpu:2 row (predicted);
+# sweep.sh prints each row from bench's CSV and plot.py draws both panels and the predicted plot.
+if(TARGET braid)
+  add_test(NAME Bench.SweepScript
+           COMMAND bash -c "BRAID=$<TARGET_FILE:braid> ${CMAKE_SOURCE_DIR}/scripts/bench/sweep.sh ${CMAKE_SOURCE_DIR}/configs/bench/mlp.yaml --sweep devices=cpu,cpu:2 --steps 2 --warmup 1 --window 1 --out ${CMAKE_BINARY_DIR}/bench_sweep_test && ${BRAID_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/bench/plot.py predicted ${CMAKE_BINARY_DIR}/bench_sweep_test/sweep.csv -o ${CMAKE_BINARY_DIR}/bench_sweep_test/predicted.png")
+  set_tests_properties(Bench.SweepScript PROPERTIES TIMEOUT 300 LABELS "bench;e2e")
+endif()

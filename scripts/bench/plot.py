@@ -6,11 +6,14 @@
       row's point. x: the values of KEY (default: the first key of the sweep) in the order they first appear
       (categorical: device strings, plan files and sizes alike); one line per value of --series, or per
       combination of the remaining keys, and per run file when the CSV holds several. Error bars: the
-      min-max over windows (for samples/s and tokens/s). When the CSV has a `predicted_step_ms` column
-      (the planner's prediction), a second panel plots predicted against measured step time.
+      min-max over windows (for samples/s and tokens/s). When some rows have a `predicted_step_ms` value
+      (the planner's prediction: runs on several devices or under a plan), a second panel plots predicted
+      against measured step time for those rows.
   plot.py predicted CSV [-o PNG]
       Predicted (`predicted_step_ms`) against measured (`step_ms_median`) step time, one point per row, with
-      the y = x line; an error naming the missing column while bench does not report predictions.
+      the y = x line, for the rows that have a prediction; an error when none has.
+  plot.py row CSV
+      One line per row: samples/s (median and min-max over windows), step time, prediction (sweep.sh's log).
   plot.py loss METRICS.jsonl... [-o PNG] [--smooth N]
       One curve of `loss` against `step` per metrics file (`braid train`'s log.metrics), labelled by the
       file name; `eval_loss` dashed in the same colour where present. --smooth N: moving mean over N records.
@@ -76,7 +79,7 @@ def throughput(args):
         if len(runs) > 1 and xkey:
             label = (os.path.basename(r["run"]) + " " + label).strip()
         lines.setdefault(label or "all", []).append((x, r))
-    predicted = "predicted_step_ms" in rows[0]
+    predicted = bool(with_prediction(rows))
     fig, axes = plt.subplots(1, 2 if predicted else 1, figsize=(11 if predicted else 7, 4.5), squeeze=False)
     ax = axes[0][0]
     lo_col, hi_col, _ = spread_cols(args.metric)
@@ -107,7 +110,13 @@ def throughput(args):
     print(f"plot: {args.output}")
 
 
+def with_prediction(rows):
+    """The rows that carry a prediction: a one-device run has none (its `predicted_step_ms` cell is empty)."""
+    return [r for r in rows if (r.get("predicted_step_ms") or "").strip()]
+
+
 def predicted_panel(ax, rows):
+    rows = with_prediction(rows)
     meas = [float(r["step_ms_median"]) for r in rows]
     pred = [float(r["predicted_step_ms"]) for r in rows]
     ax.scatter(meas, pred)
@@ -123,11 +132,19 @@ def predicted_panel(ax, rows):
     ax.grid(alpha=0.3)
 
 
+def row(args):
+    """One line per CSV row: what sweep.sh prints for each point (read from the CSV, not bench's text)."""
+    for r in read_csv(args.csv):
+        print(f"   {r['samples_per_s_median']} samples/s (median; {r['samples_per_s_min']}-{r['samples_per_s_max']} "
+              f"over windows), step {r['step_ms_median']} ms" +
+              (f", predicted {r['predicted_step_ms']} ms" if (r.get("predicted_step_ms") or "").strip() else ""))
+
+
 def predicted(args):
     rows = read_csv(args.csv)
-    if "predicted_step_ms" not in rows[0]:
-        sys.exit(f"plot.py: {args.csv} has no predicted_step_ms column (braid bench reports predictions once the "
-                 "planner's cost model runs plans)")
+    if not with_prediction(rows):
+        sys.exit(f"plot.py: no row of {args.csv} has a predicted_step_ms value (braid bench predicts the step of "
+                 "runs on several devices or under a plan; a one-device run has none)")
     fig, ax = plt.subplots(figsize=(6, 5))
     predicted_panel(ax, rows)
     fig.tight_layout()
@@ -171,6 +188,8 @@ def main():
     t.add_argument("--x")
     t.add_argument("--series")
     t.add_argument("--metric", default="samples_per_s_median")
+    rw = sub.add_parser("row")
+    rw.add_argument("csv")
     p = sub.add_parser("predicted")
     p.add_argument("csv")
     p.add_argument("-o", "--output", default="predicted.png")
@@ -179,7 +198,7 @@ def main():
     lo.add_argument("-o", "--output", default="loss.png")
     lo.add_argument("--smooth", type=int, default=1)
     args = ap.parse_args()
-    {"throughput": throughput, "predicted": predicted, "loss": loss}[args.cmd](args)
+    {"throughput": throughput, "predicted": predicted, "loss": loss, "row": row}[args.cmd](args)
 
 
 if __name__ == "__main__":

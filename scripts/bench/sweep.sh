@@ -66,7 +66,8 @@ for run in "${RUNS[@]}"; do
     # shellcheck disable=SC2086  # $p is a list of "--sweep key=value" words (values have no spaces)
     if "$BRAID" bench "$run" $p "${SETS[@]}" --steps "$STEPS" --warmup "$WARMUP" --window "$WINDOW" \
         --csv "$TMP/row.csv" > "$TMP/log" 2>&1; then
-      grep -E ": [0-9.]+ samples/s$" "$TMP/log" || tail -n 1 "$TMP/log"
+      # The figure from bench's CSV row (its text line may carry a note, e.g. about other processes' load).
+      /usr/bin/python3 "$ROOT/scripts/bench/plot.py" row "$TMP/row.csv"
       [ -f "$CSV" ] || head -n 1 "$TMP/row.csv" > "$CSV"
       tail -n +2 "$TMP/row.csv" >> "$CSV"
     else
