@@ -48,8 +48,8 @@ int calibrate(const CalibrateArgs& a, FILE* out) {
   planner::Profile p = exec::calibrate(o);
   std::string path = exec::save_profile(p);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(out, "braid calibrate: %zu op kinds measured in %.1f s; profile written to %s\n", p.efficiency.size(), s,
-               path.c_str());
+  std::fprintf(out, "braid calibrate: %zu op kinds measured; %.1f s in all (the --budget of %.0f s bounds the op "
+               "measurements only); profile written to %s\n", p.efficiency.size(), s, a.budget_s, path.c_str());
   if (a.print) std::fputs(planner::to_yaml(p).c_str(), out);
   return 0;
 }

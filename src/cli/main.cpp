@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -103,7 +104,9 @@ int main(int argc, char** argv) {
   braid::cli::CalibrateArgs calib;
   auto* cal = app.add_subcommand("calibrate", "measure this machine's ops and collectives for the planner; cache the profile");
   cal->add_option("--devices", calib.devices, "the cpu:N to measure for")->capture_default_str();
-  cal->add_option("--budget", calib.budget_s, "seconds for op measurements")->capture_default_str();
+  cal->add_option("--budget", calib.budget_s,
+                  "seconds for the op measurements (the collective, optimizer and runner measurements after them "
+                  "take about a minute more on 2 cores)")->capture_default_str();
   cal->add_flag("--print", calib.print, "print the profile");
   cal->add_option("--from-run", calib.from_run,
                   "a run's metrics file (log.metrics): fit the cached profile to its closed-loop measurements instead of measuring")
@@ -123,6 +126,19 @@ int main(int argc, char** argv) {
   l->add_option("--heartbeat-interval-ms", hbi_ms, "how often ranks send heartbeats")->capture_default_str();
   l->add_option("command", launch.command, "the command each process runs (after --)")->required();
 
+  // An unknown first word is a mistyped command, not a missing one (CLI11 would say "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), std::string(argv[1])) == names.end()) {
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      const std::string near = braid::did_you_mean(argv[1], names);
+      std::fprintf(stderr, "braid: unknown command '%s'%s\n  commands: %s (braid --help)\n", argv[1],
+                   near.empty() ? "" : ("; did you mean '" + near + "'?").c_str(), all.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

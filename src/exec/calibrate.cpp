@@ -372,6 +372,9 @@ planner::Profile calibrate(const CalibrateOptions& o) {
       if (rt.second > 0) p.efficiency[op][cls] = std::min(100.0, rt.first / rt.second);  // > 1: OpDef::cost overcounts
   for (const auto& [op, bf] : ratio)
     if (bf.second > 0) p.backward_ratio[op] = bf.first / bf.second;
+  if (o.log)
+    std::fprintf(o.log, "  op measurements took %.1f s in all (--budget %.0f s); collectives, the optimizer and the "
+                 "runner follow, outside the budget\n", seconds_since(start), o.budget_s);
   // 3. Collectives and point to point on the in-process backend.
   p.collectives = measure_collectives(n, quiet);
   if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {

@@ -21,7 +21,8 @@ namespace braid::exec {
 
 struct CalibrateOptions {
   int devices = 2;        // cpu:N
-  double budget_s = 40;   // op measurements stop starting new workloads after this (collectives follow)
+  double budget_s = 40;   // op measurements stop starting new workloads after this; the fixed measurements
+                          // after them (collectives, optimizer, runner: about a minute on 2 cores) are outside it
   FILE* log = nullptr;    // one line per workload and collective; nullptr: quiet
   // A measurement during which other processes used more than a quarter core is taken again, up to this many
   // times in all (pausing 0.5, 1, 2 s); then the quietest is kept and a warning logged (after three such, the

@@ -33,6 +33,7 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
   const double predicted = p.step_time_s;
   const double err = predicted > 0 ? measured / predicted - 1 : 0;
   io::MetricsRecord rec;
+  rec.kind = "prediction";
   rec.extra.emplace_back("predicted_step_s", predicted);
   rec.extra.emplace_back("measured_step_s", measured);
   rec.extra.emplace_back("predicted_tail_s", p.tail_s);
@@ -101,7 +102,7 @@ planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_
                         "the file must be braid's metrics file (log.metrics), one JSON object per line");
       std::map<std::string, double> f;
       for (const auto& [k, v] : rec.map) {
-        if (!v.is_scalar()) continue;  // null: a figure that was not finite
+        if (!v.is_scalar() || k.scalar == "kind") continue;  // null: a figure that was not finite
         if (auto x = io::eval_float(v, {}, k.scalar, d)) f[k.scalar] = *x;
       }
       if (!d.empty()) throw UserError(at, d.all()[0].message, "the file must be braid's metrics file (log.metrics)");

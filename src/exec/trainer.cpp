@@ -328,10 +328,14 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
                                      : "braid: stopping after this step (saving a checkpoint); signal again to quit at once");
   StopSignals signals;
 
-  std::fprintf(out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%lld micro-batch(es) of %lld), %s\n",
+  // The micro-batching in force: the plan's under a plan (per data-parallel replica), else the run's.
+  const std::string split =
+      plan ? BRAID_STR(plan->summary.data_parallel, " replica(s) x ", plan->summary.micro_batches, " micro-batch(es) of ",
+                       plan->summary.micro_batch)
+           : BRAID_STR(num_micro, " micro-batch(es) of ", micro);
+  std::fprintf(out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%s), %s\n",
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
-               static_cast<long long>(batch), static_cast<long long>(num_micro), static_cast<long long>(micro),
-               train_data->describe().c_str());
+               static_cast<long long>(batch), split.c_str(), train_data->describe().c_str());
   if (pr) {
     std::string slots;
     for (int sl : pr->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
@@ -422,6 +426,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (metrics && (log_now || eval_now)) {
       io::MetricsRecord rec;
       rec.step = step + 1;
+      rec.kind = "train";
       rec.loss = loss;
       rec.lr = lr;
       rec.samples_per_s = sps;
@@ -478,6 +483,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
     if (metrics) {
       io::MetricsRecord rec;
       rec.step = total_steps;
+      rec.kind = "eval";
       for (const auto& [k, v] : res.eval) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }

@@ -377,7 +377,10 @@ std::optional<bool> eval_bool(const YNode& n, const std::string& what, Diagnosti
   }
   std::string got = n.is_scalar() ? (n.quoted ? "the string \"" + n.scalar + "\"" : "'" + n.scalar + "'") : n.kind_name();
   std::string hint;
-  if (n.is_scalar() && n.quoted) hint = "remove the quotes";
+  const bool bool_word = n.is_scalar() && (n.scalar == "true" || n.scalar == "false" || n.scalar == "True" ||
+                                           n.scalar == "False" || n.scalar == "TRUE" || n.scalar == "FALSE");
+  if (n.is_scalar() && n.quoted && bool_word) hint = "remove the quotes";
+  else if (n.is_scalar() && n.quoted) hint = "write true or false, without quotes";
   else if (n.is_scalar() && is_bool_or_null_word(n.scalar)) hint = "booleans are written true or false (YAML 1.2)";
   diags.error(n.loc, "expected true or false for " + what + ", got " + got, hint);
   return std::nullopt;

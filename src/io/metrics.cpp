@@ -12,12 +12,13 @@ namespace braid::io {
 std::string metrics_json(const MetricsRecord& r) {
   JsonWriter w;
   w.begin_object().field("step", r.step);
+  if (!r.kind.empty()) w.field("kind", r.kind);
   if (r.loss) w.field("loss", *r.loss);
   if (r.lr) w.field("lr", *r.lr);
   if (r.samples_per_s) w.field("samples_per_s", *r.samples_per_s);
   for (size_t i = 0; i < r.extra.size(); ++i) {
     const std::string& name = r.extra[i].first;
-    BRAID_ASSERT(name != "step" && name != "loss" && name != "lr" && name != "samples_per_s",
+    BRAID_ASSERT(name != "step" && name != "kind" && name != "loss" && name != "lr" && name != "samples_per_s",
                  "metrics: extra '", name, "' shadows a fixed field");
     for (size_t j = 0; j < i; ++j) BRAID_ASSERT(r.extra[j].first != name, "metrics: extra '", name, "' twice");
     w.field(name, r.extra[i].second);

@@ -1,7 +1,9 @@
 // The metrics file: JSON lines, one object per record ({"step": 10, "loss": 2.31, "lr": 0.0003, ...}),
 // each line written whole and flushed, so a crashed run leaves only complete lines and `tail -f` works.
-// Field order is fixed: step, then loss, lr, samples_per_s when present, then the named extras in the
-// order given. Not thread-safe (one writer per run, on rank 0); never reads the file back.
+// Field order is fixed: step, kind (when set), then loss, lr, samples_per_s when present, then the named
+// extras in the order given. braid's trainer writes three kinds (README, "The metrics file"): "train" (a
+// logged step, with eval_* when it evaluated), "eval" (the final evaluation) and "prediction" (the planner's
+// predicted step time against the measured one). Not thread-safe (one writer per run, on rank 0); never reads the file back.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +16,7 @@ namespace braid::io {
 
 struct MetricsRecord {
   int64_t step = 0;
+  std::string kind;  // "train", "eval", "prediction"; not written when empty
   std::optional<double> loss;
   std::optional<double> lr;
   std::optional<double> samples_per_s;

@@ -229,5 +229,33 @@ else:
          and any(m in r.stderr for m in ("no CUDA device is visible", "there is no CUDA device",
                                           "built without the cuda backend")), r.stderr)
 
+# Messages that must not mislead (issue 24, item 10).
+r = run(["frobnicate"])
+case("an unknown command is named, with the commands", r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr
+     and "train" in r.stderr, r.stderr)
+r = run(["trian", run_file])
+case("a misspelt command gets a did-you-mean", r.returncode == 2 and "did you mean 'train'" in r.stderr, r.stderr)
+m = os.path.join(work, "kinds.jsonl")
+r = run(["train", run_file, "--no-progress", "--set", "devices=cpu:2", "--set", "train.steps=3", "--set",
+         f"log.metrics={m}"])
+banner = next((l for l in r.stdout.splitlines() if l.startswith("braid: training ")), "")
+plan_line = next((l for l in r.stdout.splitlines() if l.startswith("braid: plan ")), "")
+case("under a plan the banner gives the plan's micro-batching, as the plan line does",
+     r.returncode == 0 and "replica(s) x" in banner and "micro-batch" in plan_line, r.stdout[-1500:] + r.stderr)
+kinds = set()
+ok = r.returncode == 0
+for line in open(m) if os.path.exists(m) else []:
+    rec = json.loads(line)
+    kinds.add(rec.get("kind"))
+    ok = ok and (rec.get("kind") != "train" or "loss" in rec) and (rec.get("kind") != "prediction" or "predicted_step_s" in rec)
+case("every metrics record has its kind (train, eval, prediction)", ok and {"train", "eval", "prediction"} <= kinds,
+     str(kinds))
+quoted = os.path.join(work, "quoted_bool.yaml")
+with open(os.path.join(src, "models", "tiny_gpt.yaml")) as f:
+    open(quoted, "w").write(f.read().replace("causal: true", 'causal: "yes please"'))
+r = run(["check", quoted])
+case("a quoted non-boolean is not told to remove its quotes", r.returncode == 2 and "remove the quotes" not in r.stderr
+     and "true or false" in r.stderr, r.stderr)
+
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

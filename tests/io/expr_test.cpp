@@ -203,6 +203,10 @@ TEST(Expr, EvalBoolFollowsYaml12Core) {
   EXPECT_DIAG(d, 3, 10, "YAML 1.2");
   EXPECT_FALSE(eval_bool(scalar("true", true), "causal", d));
   EXPECT_DIAG(d, 3, 10, "remove the quotes");
+  Diagnostics q;
+  EXPECT_FALSE(eval_bool(scalar("yes please", true), "causal", q));  // removing the quotes would not help
+  EXPECT_DIAG(q, 3, 10, "write true or false, without quotes");
+  EXPECT_FALSE(::braid::io::iotest::has_diag(q, 3, 10, "remove the quotes")) << ::braid::io::iotest::dump(q);
   EXPECT_FALSE(eval_bool(scalar("1"), "causal", d));
   EXPECT_DIAG(d, 3, 10, "expected true or false for causal");
 }

@@ -131,3 +131,13 @@ assert rows == [{"step": 5, "loss": 1.0 / 3, "lr": 1e-3, "weird \"name\"\n": 2.0
   std::string cmd = std::string(BRAID_PYTHON) + " " + script + " " + p;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
+
+// Each record says its kind right after the step, so readers tell a logged step from the final evaluation or
+// the planner's prediction (README, "The metrics file").
+TEST(Metrics, KindFollowsTheStep) {
+  MetricsRecord r;
+  r.step = 7;
+  r.kind = "prediction";
+  r.extra = {{"predicted_step_s", 0.25}};
+  EXPECT_EQ(metrics_json(r), "{\"step\":7,\"kind\":\"prediction\",\"predicted_step_s\":0.25}");
+}
