@@ -4,7 +4,7 @@
 //
 // Where the signal runs matters as much as what the handler does: oneDNN 2.x's JIT sgemm kernels point the
 // stack pointer into a heap workspace while they run, so a signal delivered to a thread inside one writes
-// its frame into the heap (oneDNN issue 4845, fixed upstream in 3.11; Debian 12 ships 2.7). braid's main
+// its frame into the heap (oneDNN issue 4845, fixed upstream in 3.11; Debian 12 ships 2.6.3). braid's main
 // therefore calls route_signals_to_one_thread() before any other thread exists: SIGINT and SIGTERM are
 // blocked in every thread (threads inherit the mask) and one thread that runs no kernel takes them with
 // sigwait and runs the installed handler there. No compute thread is ever interrupted.

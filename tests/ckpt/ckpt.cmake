@@ -7,12 +7,12 @@
 add_test(NAME Checkpoint.InspectBadFiles
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/ckpt_test.py --braid $<TARGET_FILE:braid>
                  --workdir ${CMAKE_BINARY_DIR}/ckpt_test/bad --bad)
-set_tests_properties(Checkpoint.InspectBadFiles PROPERTIES TIMEOUT 300)
+set_tests_properties(Checkpoint.InspectBadFiles PROPERTIES TIMEOUT 300 LABELS e2e)
 foreach(_model fashion_mlp fashion_lenet fashion_resnet tiny_gpt)
   add_test(NAME Checkpoint.ToTorch.${_model}
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/ckpt_test.py --braid $<TARGET_FILE:braid>
                    --workdir ${CMAKE_BINARY_DIR}/ckpt_test/${_model} --run ${CMAKE_SOURCE_DIR}/configs/${_model}.yaml)
-  set_tests_properties(Checkpoint.ToTorch.${_model} PROPERTIES SKIP_RETURN_CODE 77 LABELS "torch" TIMEOUT 600)
+  set_tests_properties(Checkpoint.ToTorch.${_model} PROPERTIES SKIP_RETURN_CODE 77 LABELS "torch;e2e" TIMEOUT 600)
 endforeach()
 
 # Checkpoint.ExactResumeAndCrashSafety (tests/ckpt/resume_test.py): exact resume of fashion_lenet and tiny_gpt
@@ -20,4 +20,4 @@ endforeach()
 add_test(NAME Checkpoint.ExactResumeAndCrashSafety
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/resume_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/ckpt_test --trials 20)
-set_tests_properties(Checkpoint.ExactResumeAndCrashSafety PROPERTIES TIMEOUT 900)
+set_tests_properties(Checkpoint.ExactResumeAndCrashSafety PROPERTIES TIMEOUT 900 LABELS "e2e;slow")

@@ -5,18 +5,18 @@
 add_test(NAME Parallel.DataParallelAgrees
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/dp_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/dp_test)
-set_tests_properties(Parallel.DataParallelAgrees PROPERTIES TIMEOUT 900)
+set_tests_properties(Parallel.DataParallelAgrees PROPERTIES TIMEOUT 900 LABELS "e2e;slow")
 # Every parallel strategy (DP, TP, PP under each schedule, their mixes, an uneven cut) reproduces the
 # single-device run; a checkpoint saved under DP2xPP2 resumes under TP2 and under one device
 # (tests/parallel/strategies_test.py).
 add_test(NAME Parallel.StrategiesAgree
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/strategies_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/strategies_test)
-set_tests_properties(Parallel.StrategiesAgree PROPERTIES TIMEOUT 900)
+set_tests_properties(Parallel.StrategiesAgree PROPERTIES TIMEOUT 900 LABELS "e2e;slow")
 # Training across processes with braid launch on loopback: DP2, PP2 and DP2xPP2 (2 and 4 processes) equal the
 # one-process run bit for bit; an elastic relaunch with fewer processes resumes; a killed rank stops the job
 # (tests/parallel/processes_test.py).
 add_test(NAME Parallel.ProcessesAgree
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/processes_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/processes_test)
-set_tests_properties(Parallel.ProcessesAgree PROPERTIES TIMEOUT 600 LABELS dist)
+set_tests_properties(Parallel.ProcessesAgree PROPERTIES TIMEOUT 600 LABELS "dist;e2e;slow")

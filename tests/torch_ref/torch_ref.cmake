@@ -28,5 +28,5 @@ foreach(_entry IN LISTS _braid_train_ref_models)
                    --workdir ${CMAKE_BINARY_DIR}/train_ref/${_model}
                    --steps 20 --batch ${_batch} ${_extra})
   set_tests_properties(TrainMatchesPyTorch.${_model} PROPERTIES
-                       SKIP_RETURN_CODE 77 LABELS "torch" TIMEOUT 600)
+                       SKIP_RETURN_CODE 77 LABELS "torch;e2e" TIMEOUT 600)
 endforeach()
