@@ -58,7 +58,7 @@ struct StoreServer::Impl {
     uint64_t id = 0;
     std::string peer;
     std::vector<std::byte> in;       // received, not yet parsed
-    std::array<std::byte, 65536> chunk{};
+    std::vector<std::byte> chunk;    // read buffer: the first frame's limit before the hello, 64 KiB after
     bool authed = false, busy = false, reading = false, closed = false;
     Clock::time_point accepted, frame_start, last_activity, write_start;
     std::deque<std::vector<std::byte>> outq;
@@ -165,6 +165,7 @@ struct StoreServer::Impl {
     c->id = next_id++;
     c->accepted = c->last_activity = Clock::now();
     c->sock.set_option(tcp::no_delay(true), ec);
+    c->chunk.resize(opt.max_unauthenticated_bytes + kFrameHeaderBytes);
     ++stats.accepted;
     if (static_cast<int>(unauth.size()) >= opt.max_unauthenticated) {
       // Drop the oldest unauthenticated connection: a flood of idle sockets cannot lock out a real client.
@@ -203,8 +204,15 @@ struct StoreServer::Impl {
 
   void read_more(const ConnPtr& c) {
     if (c->closed || c->reading || c->busy) return;
+    // Before the hello: never more than its frame's limit in memory (a longer frame is refused on its prefix).
+    size_t want = c->chunk.size();
+    if (!c->authed) {
+      const size_t cap = opt.max_unauthenticated_bytes + kFrameHeaderBytes;
+      want = c->in.size() < cap ? std::min(want, cap - c->in.size()) : 0;
+      if (want == 0) return reject(c, "no hello in the first frame");  // next_frame refuses such a frame first
+    }
     c->reading = true;
-    c->sock.async_read_some(asio::buffer(c->chunk), [this, c](boost::system::error_code ec, size_t n) {
+    c->sock.async_read_some(asio::buffer(c->chunk.data(), want), [this, c](boost::system::error_code ec, size_t n) {
       c->reading = false;
       if (c->closed) return;
       if (ec) {
@@ -216,6 +224,8 @@ struct StoreServer::Impl {
       if (c->in.empty()) c->frame_start = Clock::now();
       c->last_activity = Clock::now();
       c->in.insert(c->in.end(), c->chunk.begin(), c->chunk.begin() + static_cast<long>(n));
+      if (!c->authed && c->in.size() > stats.unauthenticated_buffer_peak)
+        stats.unauthenticated_buffer_peak = c->in.size();
       process(c);
       read_more(c);
     });
@@ -226,12 +236,12 @@ struct StoreServer::Impl {
     size_t used = 0;
     while (!c->closed && !c->busy) {
       const std::span<const std::byte> rest(c->in.data() + used, c->in.size() - used);
-      const FrameView f = next_frame(rest, opt.max_message_bytes);
+      const FrameView f = next_frame(rest, c->authed ? opt.max_message_bytes : opt.max_unauthenticated_bytes);
       if (f.state == ParseState::NeedMore) break;
       if (f.state == ParseState::Invalid) {
         if (f.error.find("exceeds") != std::string::npos) ++stats.too_large;
         else ++stats.bad_frame;
-        reject(c, f.error);
+        reject(c, c->authed ? f.error : BRAID_STR(f.error, " before the handshake"));
         return;
       }
       StoreRequest q;
@@ -305,6 +315,7 @@ struct StoreServer::Impl {
       }
       unauth.erase(c->unauth_pos);
       c->authed = true;
+      c->chunk.resize(65536);  // no read is in flight: handle() runs from a completed read or a posted resume
       ++authed_count;
       ++stats.authenticated;
       return send(c, {});
@@ -466,6 +477,7 @@ StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Im
   if (options.token.empty()) throw StoreError("store: refusing to serve without a job token");
   if (!options.log) options.log = stderr_log("braid store");
   BRAID_ASSERT(options.max_connections > 0 && options.max_unauthenticated > 0, "store connection limits must be positive");
+  BRAID_ASSERT(options.max_unauthenticated_bytes >= 64, "the store's pre-handshake frame limit must fit a hello");
   impl_->opt = std::move(options);
   impl_->start();
 }
