@@ -2,9 +2,14 @@
 // one Asio I/O thread, so none of that state needs a lock. A sweep timer (every 50 ms) enforces the
 // handshake, read, write and idle deadlines and the waits' timeouts; parsing is store_protocol's pure
 // next_frame / parse_request over each connection's input buffer.
+// Every socket here is close-on-exec from its creation: Asio 1.74 opens and accepts without SOCK_CLOEXEC, so
+// sockets are made with socket(SOCK_CLOEXEC) / accept4(SOCK_CLOEXEC) and handed to Asio; a rank that the
+// launcher forks and execs inherits none of the store's (a later fcntl would race with that fork).
 #include "dist/store.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +45,20 @@ LogSink stderr_log(std::string prefix) {
 namespace {
 
 double secs(milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+
+boost::system::error_code errno_code() { return {errno, boost::system::system_category()}; }
+
+// Gives `s` a new socket of `protocol`, close-on-exec from the start.
+template <typename Socket>
+void open_cloexec(Socket& s, const tcp& protocol, boost::system::error_code& ec) {
+  const int fd = ::socket(protocol.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) {
+    ec = errno_code();
+    return;
+  }
+  s.assign(protocol, fd, ec);
+  if (ec) ::close(fd);
+}
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string s;
@@ -88,6 +107,7 @@ struct StoreServer::Impl {
   StoreServerStats stats;
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  tcp protocol = tcp::v4();
   asio::steady_timer sweep{io};
   asio::steady_timer accept_retry{io};
   std::thread thread;
@@ -108,7 +128,9 @@ struct StoreServer::Impl {
     const auto addr = asio::ip::make_address(opt.host, ec);
     if (ec) throw StoreError(BRAID_STR("store: '", opt.host, "' is not an IP address: ", ec.message()));
     const tcp::endpoint ep(addr, static_cast<unsigned short>(opt.port));
-    acceptor.open(ep.protocol(), ec);
+    protocol = ep.protocol();
+    open_cloexec(acceptor, protocol, ec);
+    if (!ec) acceptor.non_blocking(true, ec);  // do_accept drains it with accept4 until EAGAIN
     if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor.bind(ep, ec);
     if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -141,12 +163,26 @@ struct StoreServer::Impl {
     if (thread.joinable()) thread.join();
   }
 
+  // Waits for the listening socket to be readable, then accepts with accept4(SOCK_CLOEXEC) (Asio's accept
+  // cannot) until no connection is pending.
   void do_accept() {
-    acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+    acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) {
+      while (!ec) {
+        const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return do_accept();
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          ec = errno_code();
+          break;
+        }
+        tcp::socket s(io);
+        s.assign(protocol, fd, ec);
+        if (ec) {
+          ::close(fd);
+          break;
+        }
         on_accept(std::move(s));
-        return do_accept();
       }
       // Out of descriptors (or another accept error): say so, and retry after a pause instead of spinning.
       log(BRAID_STR("accept failed: ", ec.message()));
@@ -532,6 +568,8 @@ void StoreClient::connect_locked() {
   for (int attempt = 0;; ++attempt) {
     auto c = std::make_unique<Conn>();
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    open_cloexec(c->sock, ep.protocol(), ec);  // else async_connect would open it without close-on-exec
+    if (ec) throw StoreError(BRAID_STR("store at ", host_, ":", port_, ": cannot create a socket: ", ec.message()));
     ec = c->run([&](auto h) { c->sock.async_connect(ep, h); }, std::max(left, milliseconds(1)));
     if (!ec) {
       c->sock.set_option(tcp::no_delay(true), ec);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -215,6 +217,36 @@ TEST(Store, ClientTimeoutsAndRefusal) {
   StoreServerOptions no_token = test_options(log);
   no_token.token = "";
   EXPECT_THROW(StoreServer{no_token}, StoreError);
+}
+
+// Issue 24: the store's listening socket, the connections it accepts and its clients' sockets are
+// close-on-exec, so a process exec'd meanwhile (a rank of braid launch) inherits none of them.
+TEST(Store, SocketsAreCloseOnExec) {
+  Logged log;
+  StoreServer server(test_options(log));
+  StoreClient a("127.0.0.1", server.port(), "test-token-0123456789");
+  a.set("k", "v");
+  auto sockets = [] {
+    std::vector<int> fds;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      const auto target = std::filesystem::read_symlink(e.path(), ec);
+      if (!ec && target.string().rfind("socket:", 0) == 0) fds.push_back(std::stoi(e.path().filename().string()));
+    }
+    return fds;
+  };
+  const std::vector<int> ours = sockets();
+  EXPECT_GE(ours.size(), 3u);  // listening, the client's end, the server's end
+  for (int fd : ours) EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "socket fd " << fd;
+  // A child exec'd now lists its descriptors: no socket among them.
+  std::FILE* p = ::popen("find /proc/self/fd -mindepth 1 -printf '%f %l\\n'", "r");
+  ASSERT_NE(p, nullptr);
+  std::string listing;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) listing += buf;
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_NE(listing.find("0 "), std::string::npos) << listing;
+  EXPECT_EQ(listing.find("socket:"), std::string::npos) << listing;
 }
 
 TEST(StoreToken, FromEnvironmentOrAPrivateFile) {
