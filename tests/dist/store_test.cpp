@@ -1,6 +1,7 @@
 // The rendezvous store: the frame parser as a pure function (round trips, truncations, hostile lengths),
-// every client operation against a live server, and the server under attack (no token, wrong token, garbage,
-// a 4 GiB length prefix, 1,000 idle connections, one byte a second) while a well-behaved client keeps working.
+// every client operation against a live server, its sockets close-on-exec, and the server under attack (no
+// token, wrong token, garbage, a 4 GiB length prefix, 4 MiB first frames before any hello, 1,000 idle
+// connections, one byte a second) while a well-behaved client keeps working.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
