@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "exec/comm/inproc.h"
@@ -55,6 +56,30 @@ std::string resolve_host(const std::string& host) {
   return buf;
 }
 
+namespace {
+
+// The job token of a process that a launcher other than braid launch started: the store refuses connections
+// without it, so its absence is said in the launcher's terms, with the way to give one.
+std::string job_token_for(const DistEnv& env) {
+  const char* t = std::getenv("BRAID_JOB_TOKEN");
+  const char* f = std::getenv("BRAID_JOB_TOKEN_FILE");
+  if ((t && *t) || (f && *f)) return load_job_token();
+  const bool slurm = env.source == "slurm", mpi = env.source == "openmpi";
+  const std::string vars = slurm ? "SLURM_PROCID, SLURM_NTASKS" : mpi ? "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE" : "RANK, WORLD_SIZE";
+  const std::string how = slurm ? "export BRAID_JOB_TOKEN=$(openssl rand -hex 32) before srun (srun passes the environment on)"
+                          : mpi ? "BRAID_JOB_TOKEN=$(openssl rand -hex 32) mpirun -x BRAID_JOB_TOKEN ..."
+                                : "export BRAID_JOB_TOKEN=$(openssl rand -hex 32) before torchrun, the same value on every node";
+  const std::string who = slurm ? "Slurm" : mpi ? "Open MPI" : env.source;
+  throw UserError({}, BRAID_STR(who, "'s variables (", vars, ") make this process rank ", env.rank, " of ",
+                                env.world_size, ", but no job token is set: the job's rendezvous store admits only "
+                                "processes that present it"),
+                  BRAID_STR("give every process of the job the same secret: ", how,
+                            "; or BRAID_JOB_TOKEN_FILE=PATH naming a file of mode 0600 that holds it, on every node "
+                            "(braid launch makes a token itself)"));
+}
+
+}  // namespace
+
 Job join_job(const DistEnv& env, JobOptions options) {
   Job job;
   job.env = env;
@@ -62,7 +87,7 @@ Job join_job(const DistEnv& env, JobOptions options) {
     job.world = exec::InProcWorld(1, {options.comm.timeout, options.comm.mailbox_capacity}).communicator(0);
     return job;
   }
-  const std::string token = load_job_token();
+  const std::string token = job_token_for(env);
   const std::string host = resolve_host(env.master_addr);
   // 1. Rank 0 serves the store unless a launcher does; it binds only the master address.
   if (env.rank == 0 && !env.store_hosted) {

@@ -2,9 +2,14 @@
 // one Asio I/O thread, so none of that state needs a lock. A sweep timer (every 50 ms) enforces the
 // handshake, read, write and idle deadlines and the waits' timeouts; parsing is store_protocol's pure
 // next_frame / parse_request over each connection's input buffer.
+// Every socket here is close-on-exec from its creation: Asio 1.74 opens and accepts without SOCK_CLOEXEC, so
+// sockets are made with socket(SOCK_CLOEXEC) / accept4(SOCK_CLOEXEC) and handed to Asio; a rank that the
+// launcher forks and execs inherits none of the store's (a later fcntl would race with that fork).
 #include "dist/store.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,6 +46,20 @@ namespace {
 
 double secs(milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
 
+boost::system::error_code errno_code() { return {errno, boost::system::system_category()}; }
+
+// Gives `s` a new socket of `protocol`, close-on-exec from the start.
+template <typename Socket>
+void open_cloexec(Socket& s, const tcp& protocol, boost::system::error_code& ec) {
+  const int fd = ::socket(protocol.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) {
+    ec = errno_code();
+    return;
+  }
+  s.assign(protocol, fd, ec);
+  if (ec) ::close(fd);
+}
+
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string s;
   for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
@@ -58,7 +77,7 @@ struct StoreServer::Impl {
     uint64_t id = 0;
     std::string peer;
     std::vector<std::byte> in;       // received, not yet parsed
-    std::array<std::byte, 65536> chunk{};
+    std::vector<std::byte> chunk;    // read buffer: the first frame's limit before the hello, 64 KiB after
     bool authed = false, busy = false, reading = false, closed = false;
     Clock::time_point accepted, frame_start, last_activity, write_start;
     std::deque<std::vector<std::byte>> outq;
@@ -88,6 +107,7 @@ struct StoreServer::Impl {
   StoreServerStats stats;
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  tcp protocol = tcp::v4();
   asio::steady_timer sweep{io};
   asio::steady_timer accept_retry{io};
   std::thread thread;
@@ -108,7 +128,9 @@ struct StoreServer::Impl {
     const auto addr = asio::ip::make_address(opt.host, ec);
     if (ec) throw StoreError(BRAID_STR("store: '", opt.host, "' is not an IP address: ", ec.message()));
     const tcp::endpoint ep(addr, static_cast<unsigned short>(opt.port));
-    acceptor.open(ep.protocol(), ec);
+    protocol = ep.protocol();
+    open_cloexec(acceptor, protocol, ec);
+    if (!ec) acceptor.non_blocking(true, ec);  // do_accept drains it with accept4 until EAGAIN
     if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor.bind(ep, ec);
     if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
@@ -141,12 +163,26 @@ struct StoreServer::Impl {
     if (thread.joinable()) thread.join();
   }
 
+  // Waits for the listening socket to be readable, then accepts with accept4(SOCK_CLOEXEC) (Asio's accept
+  // cannot) until no connection is pending.
   void do_accept() {
-    acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+    acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) {
+      while (!ec) {
+        const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return do_accept();
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          ec = errno_code();
+          break;
+        }
+        tcp::socket s(io);
+        s.assign(protocol, fd, ec);
+        if (ec) {
+          ::close(fd);
+          break;
+        }
         on_accept(std::move(s));
-        return do_accept();
       }
       // Out of descriptors (or another accept error): say so, and retry after a pause instead of spinning.
       log(BRAID_STR("accept failed: ", ec.message()));
@@ -165,6 +201,7 @@ struct StoreServer::Impl {
     c->id = next_id++;
     c->accepted = c->last_activity = Clock::now();
     c->sock.set_option(tcp::no_delay(true), ec);
+    c->chunk.resize(opt.max_unauthenticated_bytes + kFrameHeaderBytes);
     ++stats.accepted;
     if (static_cast<int>(unauth.size()) >= opt.max_unauthenticated) {
       // Drop the oldest unauthenticated connection: a flood of idle sockets cannot lock out a real client.
@@ -203,8 +240,15 @@ struct StoreServer::Impl {
 
   void read_more(const ConnPtr& c) {
     if (c->closed || c->reading || c->busy) return;
+    // Before the hello: never more than its frame's limit in memory (a longer frame is refused on its prefix).
+    size_t want = c->chunk.size();
+    if (!c->authed) {
+      const size_t cap = opt.max_unauthenticated_bytes + kFrameHeaderBytes;
+      want = c->in.size() < cap ? std::min(want, cap - c->in.size()) : 0;
+      if (want == 0) return reject(c, "no hello in the first frame");  // next_frame refuses such a frame first
+    }
     c->reading = true;
-    c->sock.async_read_some(asio::buffer(c->chunk), [this, c](boost::system::error_code ec, size_t n) {
+    c->sock.async_read_some(asio::buffer(c->chunk.data(), want), [this, c](boost::system::error_code ec, size_t n) {
       c->reading = false;
       if (c->closed) return;
       if (ec) {
@@ -216,6 +260,8 @@ struct StoreServer::Impl {
       if (c->in.empty()) c->frame_start = Clock::now();
       c->last_activity = Clock::now();
       c->in.insert(c->in.end(), c->chunk.begin(), c->chunk.begin() + static_cast<long>(n));
+      if (!c->authed && c->in.size() > stats.unauthenticated_buffer_peak)
+        stats.unauthenticated_buffer_peak = c->in.size();
       process(c);
       read_more(c);
     });
@@ -226,12 +272,12 @@ struct StoreServer::Impl {
     size_t used = 0;
     while (!c->closed && !c->busy) {
       const std::span<const std::byte> rest(c->in.data() + used, c->in.size() - used);
-      const FrameView f = next_frame(rest, opt.max_message_bytes);
+      const FrameView f = next_frame(rest, c->authed ? opt.max_message_bytes : opt.max_unauthenticated_bytes);
       if (f.state == ParseState::NeedMore) break;
       if (f.state == ParseState::Invalid) {
         if (f.error.find("exceeds") != std::string::npos) ++stats.too_large;
         else ++stats.bad_frame;
-        reject(c, f.error);
+        reject(c, c->authed ? f.error : BRAID_STR(f.error, " before the handshake"));
         return;
       }
       StoreRequest q;
@@ -305,6 +351,7 @@ struct StoreServer::Impl {
       }
       unauth.erase(c->unauth_pos);
       c->authed = true;
+      c->chunk.resize(65536);  // no read is in flight: handle() runs from a completed read or a posted resume
       ++authed_count;
       ++stats.authenticated;
       return send(c, {});
@@ -466,6 +513,7 @@ StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Im
   if (options.token.empty()) throw StoreError("store: refusing to serve without a job token");
   if (!options.log) options.log = stderr_log("braid store");
   BRAID_ASSERT(options.max_connections > 0 && options.max_unauthenticated > 0, "store connection limits must be positive");
+  BRAID_ASSERT(options.max_unauthenticated_bytes >= 64, "the store's pre-handshake frame limit must fit a hello");
   impl_->opt = std::move(options);
   impl_->start();
 }
@@ -520,6 +568,8 @@ void StoreClient::connect_locked() {
   for (int attempt = 0;; ++attempt) {
     auto c = std::make_unique<Conn>();
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    open_cloexec(c->sock, ep.protocol(), ec);  // else async_connect would open it without close-on-exec
+    if (ec) throw StoreError(BRAID_STR("store at ", host_, ":", port_, ": cannot create a socket: ", ec.message()));
     ec = c->run([&](auto h) { c->sock.async_connect(ep, h); }, std::max(left, milliseconds(1)));
     if (!ec) {
       c->sock.set_option(tcp::no_delay(true), ec);

@@ -2,8 +2,9 @@
 // the launcher, and a blocking client per process. It carries who-is-where (each rank's host:port), the
 // communicator's secret, heartbeats and barriers; it never carries tensors.
 // Security: every connection must open with the job token (compared in constant time, never logged) within
-// the handshake timeout; a frame longer than the size limit closes the connection as soon as its length
-// prefix arrives; a frame must arrive whole within the read timeout (slowloris); unauthenticated connections
+// the handshake timeout; before it, a connection may send one frame of at most 4 KiB (the hello is under 100
+// bytes), so an unauthenticated peer never holds more than that of the server's memory; after it, a frame
+// longer than the size limit closes the connection as soon as its length prefix arrives; a frame must arrive whole within the read timeout (slowloris); unauthenticated connections
 // are capped (the oldest is dropped for a newer one) and authenticated ones limited; the server binds only
 // the address it is given. Every client call has a deadline. Each rejection is logged with the peer address.
 #pragma once
@@ -35,7 +36,8 @@ struct StoreServerOptions {
   std::string host = "127.0.0.1";  // the only address bound; "0.0.0.0" must be asked for
   int port = 0;                    // 0: an ephemeral port (see StoreServer::port())
   std::string token;               // required, non-empty
-  size_t max_message_bytes = kDefaultMaxMessageBytes;
+  size_t max_message_bytes = kDefaultMaxMessageBytes;  // once authenticated
+  size_t max_unauthenticated_bytes = 4096;             // the first frame's limit (the hello is under 100 bytes)
   int max_connections = 1024;               // authenticated connections; more are refused
   int max_unauthenticated = 64;             // connections before their hello; the oldest is dropped
   std::chrono::milliseconds handshake_timeout{5'000};  // from accept to a valid hello
@@ -48,6 +50,9 @@ struct StoreServerOptions {
 struct StoreServerStats {
   std::atomic<uint64_t> accepted{0}, authenticated{0}, bad_token{0}, bad_frame{0}, too_large{0}, timed_out{0},
       refused_full{0}, evicted{0}, requests{0};
+  // The most bytes any connection held in its input buffer before its hello was accepted (a high-water mark:
+  // at most max_unauthenticated_bytes + the 4-byte length prefix).
+  std::atomic<uint64_t> unauthenticated_buffer_peak{0};
 };
 
 class StoreServer {

@@ -146,13 +146,22 @@ void write_merged_trace(const io::TraceRecorder& tracer, const std::string& path
 
 }  // namespace
 
-TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
+TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   TrainResult res;
   // Between processes, rank 0 speaks, writes checkpoints, metrics and evaluations; the others train quietly.
   const bool multi = opts.world != nullptr;
   const bool rank0 = !multi || opts.rank == 0;
   std::unique_ptr<FILE, int (*)(FILE*)> devnull(rank0 ? nullptr : std::fopen("/dev/null", "w"), &std::fclose);
   FILE* out = rank0 ? opts.out : devnull.get();
+  // A job of N processes on a run that names one cpu device (`devices: cpu`, also the default) trains N cpu
+  // devices, one per process, planned as `devices: cpu:N` would be: what torchrun users expect of a run file
+  // written for one process. An explicit count (cpu:1, cpu:3) is the user's word and must match.
+  io::RunConfig cfg = run_cfg;
+  if (multi && opts.world->size() > 1 && cfg.devices == "cpu") {
+    cfg.devices = "cpu:" + std::to_string(opts.world->size());
+    std::fprintf(out, "braid: devices cpu in a job of %d processes: training as cpu:%d, one device per process\n",
+                 opts.world->size(), opts.world->size());
+  }
   const uint64_t seed = cfg.train.seed;
   const int64_t batch = cfg.train.batch;
   const int64_t micro = cfg.train.micro_batch.value_or(batch);

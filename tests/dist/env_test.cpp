@@ -50,6 +50,35 @@ TEST(Env, OneProcessJoinsWithoutStoreOrToken) {
   EXPECT_EQ(x.data<float>()[1], 2.5f);
 }
 
+// Issue 24: under torchrun's (or Slurm's, Open MPI's) variables without braid launch, no token is an error
+// that says how to give one, in that launcher's terms.
+TEST(Env, NoJobTokenSaysHowToGiveOne) {
+  ::unsetenv("BRAID_JOB_TOKEN");
+  ::unsetenv("BRAID_JOB_TOKEN_FILE");
+  auto error_of_join = [](const DistEnv& env) -> std::string {
+    try {
+      join_job(env);
+    } catch (const UserError& e) {
+      return e.format();
+    }
+    return "";
+  };
+  const std::string torchrun = error_of_join(
+      detect({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}}));
+  EXPECT_NE(torchrun.find("torchrun's variables (RANK, WORLD_SIZE) make this process rank 1 of 2, but no job token is set"),
+            std::string::npos) << torchrun;
+  EXPECT_NE(torchrun.find("export BRAID_JOB_TOKEN=$(openssl rand -hex 32) before torchrun"), std::string::npos) << torchrun;
+  EXPECT_NE(torchrun.find("BRAID_JOB_TOKEN_FILE=PATH"), std::string::npos) << torchrun;
+  const std::string slurm = error_of_join(detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"},
+                                                  {"SLURM_JOB_NODELIST", "127.0.0.1"}}));
+  EXPECT_NE(slurm.find("Slurm's variables (SLURM_PROCID, SLURM_NTASKS)"), std::string::npos) << slurm;
+  EXPECT_NE(slurm.find("before srun"), std::string::npos) << slurm;
+  const std::string mpi = error_of_join(detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  EXPECT_NE(mpi.find("Open MPI's variables"), std::string::npos) << mpi;
+  EXPECT_NE(mpi.find("mpirun -x BRAID_JOB_TOKEN"), std::string::npos) << mpi;
+}
+
 TEST(Env, Torchrun) {
   const DistEnv e = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                             {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"}});

@@ -73,6 +73,20 @@ TEST(Launch, PrefixesOutputByRankAndExitsZero) {
   }
 }
 
+// Issue 24: the launcher serves the store and is its client; the ranks it starts inherit none of those sockets.
+TEST(Launch, RanksInheritNoSocketOfTheLauncher) {
+  Launch l;
+  l.launcher = &l.procs.spawn({kBraid, "launch", "--nproc", "2", "--", "find", "/proc/self/fd", "-mindepth", "1",
+                               "-printf", "%f %l\n"},
+                              {}, l.dir + "/launch.log");
+  ASSERT_TRUE(l.procs.wait_one(*l.launcher, 60s)) << l.launcher->output();
+  const std::string out = l.launcher->output();
+  EXPECT_TRUE(l.launcher->exited_with(0)) << out;
+  EXPECT_NE(out.find(prefix(0) + " 1 pipe:"), std::string::npos) << out;  // the listing is there: stdout, a pipe
+  EXPECT_NE(out.find(prefix(1) + " 1 pipe:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("socket:"), std::string::npos) << out;
+}
+
 TEST(Launch, FailedRanksStatusIsTheLaunchersAndNamed) {
   Launch l;
   l.start({"--nproc", "2"}, "echo", {{"BRAID_TEST_EXIT_RANK", "1"}, {"BRAID_TEST_EXIT_CODE", "7"}});

@@ -1,17 +1,22 @@
 // The rendezvous store: the frame parser as a pure function (round trips, truncations, hostile lengths),
-// every client operation against a live server, and the server under attack (no token, wrong token, garbage,
-// a 4 GiB length prefix, 1,000 idle connections, one byte a second) while a well-behaved client keeps working.
+// every client operation against a live server, its sockets close-on-exec, and the server under attack (no
+// token, wrong token, garbage, a 4 GiB length prefix, 4 MiB first frames before any hello, 1,000 idle
+// connections, one byte a second) while a well-behaved client keeps working.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -215,6 +220,36 @@ TEST(Store, ClientTimeoutsAndRefusal) {
   EXPECT_THROW(StoreServer{no_token}, StoreError);
 }
 
+// Issue 24: the store's listening socket, the connections it accepts and its clients' sockets are
+// close-on-exec, so a process exec'd meanwhile (a rank of braid launch) inherits none of them.
+TEST(Store, SocketsAreCloseOnExec) {
+  Logged log;
+  StoreServer server(test_options(log));
+  StoreClient a("127.0.0.1", server.port(), "test-token-0123456789");
+  a.set("k", "v");
+  auto sockets = [] {
+    std::vector<int> fds;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      const auto target = std::filesystem::read_symlink(e.path(), ec);
+      if (!ec && target.string().rfind("socket:", 0) == 0) fds.push_back(std::stoi(e.path().filename().string()));
+    }
+    return fds;
+  };
+  const std::vector<int> ours = sockets();
+  EXPECT_GE(ours.size(), 3u);  // listening, the client's end, the server's end
+  for (int fd : ours) EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "socket fd " << fd;
+  // A child exec'd now lists its descriptors: no socket among them.
+  std::FILE* p = ::popen("find /proc/self/fd -mindepth 1 -printf '%f %l\\n'", "r");
+  ASSERT_NE(p, nullptr);
+  std::string listing;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) listing += buf;
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_NE(listing.find("0 "), std::string::npos) << listing;
+  EXPECT_EQ(listing.find("socket:"), std::string::npos) << listing;
+}
+
 TEST(StoreToken, FromEnvironmentOrAPrivateFile) {
   const std::string dir = [] {
     std::string t = "/tmp/braid_token_test_XXXXXX";
@@ -267,6 +302,24 @@ class Raw {
   bool ok() const { return ok_; }
   bool send(const void* p, size_t n) { return ::send(fd_, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n); }
   bool send(const std::vector<std::byte>& v) { return send(v.data(), v.size()); }
+  // Sends up to n bytes of `fill` without blocking past d; returns how many the kernel took before the server
+  // closed the connection (or the time ran out).
+  size_t send_up_to(size_t n, char fill, std::chrono::milliseconds d) {
+    const std::vector<char> buf(65536, fill);
+    const auto end = std::chrono::steady_clock::now() + d;
+    size_t sent = 0;
+    while (sent < n && std::chrono::steady_clock::now() < end) {
+      const ssize_t w = ::send(fd_, buf.data(), std::min(buf.size(), n - sent), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        sent += static_cast<size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno != EAGAIN && errno != EINTR) break;  // reset or closed by the server
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, 50);
+    }
+    return sent;
+  }
   // True once the server has closed the connection (EOF or reset), reading and discarding any reply.
   bool closed_within(std::chrono::milliseconds d) {
     const auto end = std::chrono::steady_clock::now() + d;
@@ -414,6 +467,58 @@ TEST(StoreAttack, RejectsAndTimesOutWhileAGoodClientWorks) {
     EXPECT_TRUE(log.any_contains("a frame took longer than 1.5 s"));
   }
   EXPECT_TRUE(good.progresses());
+  EXPECT_EQ(good.failures(), 0) << good.last_error();
+}
+
+long rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f && std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) std::fclose(f);
+  return kib;
+}
+
+// Issue 24: before its hello a connection could make the server buffer a frame of up to 64 MiB (16 tokenless
+// sockets took a launcher from 169 to 560 MiB). Now the first frame may have at most 4 KiB, refused on its
+// length prefix: 16 sockets offering 4 MiB each are closed for it (not by the handshake timeout), the server
+// never holds more than 4 KiB + 4 of any of them and its memory stays put, while an authenticated client
+// keeps working and may still send large values.
+TEST(StoreAttack, UnauthenticatedBytesAreCapped) {
+  Logged log;
+  StoreServerOptions o = test_options(log);
+  o.handshake_timeout = 4000ms;
+  StoreServer server(o);
+  GoodClient good(server.port());
+  ASSERT_TRUE(good.progresses());
+  const long rss0 = rss_kib();
+  constexpr int kSockets = 16;
+  constexpr size_t kOffered = 4u << 20;
+  std::vector<std::unique_ptr<Raw>> raws;
+  size_t taken = 0;
+  for (int i = 0; i < kSockets; ++i) {
+    raws.push_back(std::make_unique<Raw>(server.port()));
+    ASSERT_TRUE(raws.back()->ok());
+    // Even: a length just under the 64 MiB message limit; odd: 1 MiB. Then garbage.
+    const uint32_t len = i % 2 ? (1u << 20) : (64u << 20) - 1;
+    const unsigned char prefix[4] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                                     static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24)};
+    ASSERT_TRUE(raws.back()->send(prefix, sizeof prefix));
+    taken += raws.back()->send_up_to(kOffered, 'x', 500ms);
+  }
+  const long rss1 = rss_kib();
+  for (auto& r : raws) EXPECT_TRUE(r->closed_within(3s));
+  EXPECT_EQ(server.stats().too_large.load(), static_cast<uint64_t>(kSockets));
+  EXPECT_EQ(server.stats().timed_out.load(), 0u);  // refused on the prefix, not left to the handshake deadline
+  EXPECT_LE(server.stats().unauthenticated_buffer_peak.load(), o.max_unauthenticated_bytes + kFrameHeaderBytes);
+  EXPECT_EQ(log.count("exceeds the limit of 4096 bytes before the handshake"), kSockets);
+  EXPECT_LT(rss1 - rss0, 16 * 1024) << "RSS " << rss0 << " -> " << rss1 << " KiB; the sockets' kernels took "
+                                    << taken << " bytes";
+  EXPECT_TRUE(good.progresses());
+  StoreClient big("127.0.0.1", server.port(), o.token);
+  big.set("big", std::string(1u << 20, 'v'));  // the cap is the first frame's only
+  EXPECT_EQ(big.get("big")->size(), 1u << 20);
   EXPECT_EQ(good.failures(), 0) << good.last_error();
 }
 

@@ -20,3 +20,9 @@ add_test(NAME Parallel.ProcessesAgree
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/processes_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/processes_test)
 set_tests_properties(Parallel.ProcessesAgree PROPERTIES TIMEOUT 600 LABELS "dist;e2e;slow")
+# A run that names one cpu device under braid launch --nproc 2 trains cpu:2, one device per process, with the
+# losses of the one-process cpu:2 run (tests/parallel/launch_devices_test.py).
+add_test(NAME Parallel.LaunchSpreadsOneCpuDevice
+         COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/parallel/launch_devices_test.py $<TARGET_FILE:braid>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/launch_devices_test)
+set_tests_properties(Parallel.LaunchSpreadsOneCpuDevice PROPERTIES TIMEOUT 600 LABELS "dist;e2e")
