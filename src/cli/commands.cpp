@@ -91,11 +91,25 @@ void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
   std::fputs((w.str() + "\n").c_str(), out);
 }
 
+// The training graph (with backward) and the evaluation graph (with metrics): every error to `diags`.
+void check_graphs(const io::RunConfig& cfg, int64_t batch, Diagnostics& diags) {
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  graph::build_graph(cfg.model, batch, bo, diags);
+  graph::BuildOptions eo;
+  eo.with_metrics = true;
+  graph::build_graph(cfg.model, batch, eo, diags);
+}
+
 }  // namespace
 
 int check(const CheckArgs& a, FILE* out) {
-  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets);
+  // Every mistake in one pass: the run file's and its model's (the graph's checks as well as io's).
+  Diagnostics diags;
+  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
   int64_t batch = a.batch > 0 ? a.batch : cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch);
+  check_graphs(cfg, std::max<int64_t>(batch, 1), diags);
+  diags.throw_if_any();
   graph::BuildOptions bo;
   bo.with_backward = true;
   bo.with_metrics = false;
@@ -155,7 +169,12 @@ int check(const CheckArgs& a, FILE* out) {
 }
 
 int train(const TrainArgs& a, FILE* out) {
-  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets);
+  Diagnostics diags;
+  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
+  if (!diags.empty()) {  // the model's mistakes beside the run file's, as braid check reports them
+    check_graphs(cfg, std::max<int64_t>(1, cfg.train.micro_batch.value_or(cfg.train.batch)), diags);
+    diags.throw_if_any();
+  }
   if (cfg.is_model_only)
     throw UserError(SourceLoc{a.path, 1, 1}, "this is a model file; braid train needs a run file",
                     "write a run file with `model: " + a.path + "` and data, train and optimizer sections");
