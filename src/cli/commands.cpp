@@ -10,6 +10,7 @@
 #include "dist/clock_sync.h"
 #include "dist/rendezvous.h"
 #include "exec/memory_plan.h"
+#include "exec/preflight.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
 #include "graph/print.h"
@@ -91,25 +92,15 @@ void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
   std::fputs((w.str() + "\n").c_str(), out);
 }
 
-// The training graph (with backward) and the evaluation graph (with metrics): every error to `diags`.
-void check_graphs(const io::RunConfig& cfg, int64_t batch, Diagnostics& diags) {
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  graph::build_graph(cfg.model, batch, bo, diags);
-  graph::BuildOptions eo;
-  eo.with_metrics = true;
-  graph::build_graph(cfg.model, batch, eo, diags);
-}
-
 }  // namespace
 
 int check(const CheckArgs& a, FILE* out) {
-  // Every mistake in one pass: the run file's and its model's (the graph's checks as well as io's).
+  // Every mistake in one pass: the run file's and its model's, then what train checks before its first step.
   Diagnostics diags;
   io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
-  int64_t batch = a.batch > 0 ? a.batch : cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch);
-  check_graphs(cfg, std::max<int64_t>(batch, 1), diags);
+  exec::preflight(cfg, {}, diags);
   diags.throw_if_any();
+  int64_t batch = a.batch > 0 ? a.batch : cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch);
   graph::BuildOptions bo;
   bo.with_backward = true;
   bo.with_metrics = false;
@@ -172,7 +163,7 @@ int train(const TrainArgs& a, FILE* out) {
   Diagnostics diags;
   io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
   if (!diags.empty()) {  // the model's mistakes beside the run file's, as braid check reports them
-    check_graphs(cfg, std::max<int64_t>(1, cfg.train.micro_batch.value_or(cfg.train.batch)), diags);
+    exec::preflight(cfg, {}, diags);
     diags.throw_if_any();
   }
   if (cfg.is_model_only)
