@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   t->add_option("run", train.path, "run file")->required();
   t->add_option("--set", train.sets, "override a value: key=value (dotted keys, e.g. optimizer.lr=1e-3)");
   t->add_option("--resume", train.resume, "continue exactly from a checkpoint: 'latest' (in checkpoint.dir) or a path");
-  t->add_option("--init-from", train.init_from, "start a new run from the weights of this checkpoint");
+  t->add_option("--init-from", train.init_from,
+                "start a new run from the weights of a checkpoint: a file, a checkpoint folder, a latest file or 'latest'");
   t->add_flag("--init-partial", train.init_partial, "with --init-from: load the tensors that match, list the others");
   t->add_option("--trace", train.trace, "write a chrome-trace JSON of the run (a lane per device; open in Perfetto)");
   t->add_option("--stop-after", train.stop_after, "stop after this step as if interrupted (saves a checkpoint)");

@@ -80,6 +80,7 @@ Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diag
     check_writable_folder(parent.empty() ? "." : parent, "the folder of log.metrics", at, diags);
   }
   if (!opts.resume.empty()) guard([&] { p.resume_path = resolve_checkpoint(cfg, opts.resume, "--resume"); });
+  if (!opts.init_from.empty()) guard([&] { p.init_from_path = resolve_checkpoint(cfg, opts.init_from, "--init-from"); });
   return p;
 }
 

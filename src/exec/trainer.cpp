@@ -159,7 +159,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   const int64_t num_micro = batch / micro;
   Diagnostics diags;
-  Preflight pre = preflight(cfg, PreflightOptions{opts.resume}, diags);
+  Preflight pre = preflight(cfg, PreflightOptions{opts.resume, opts.init_from}, diags);
   diags.throw_if_any();
 
   // 1. Graph and parameters: one runner, or N data-parallel replicas (replica 0 is `store` and `opt`).
@@ -271,7 +271,7 @@ TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts) {
       }
     }
   } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
-  if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
+  if (!pre.init_from_path.empty()) load_weights(pre.init_from_path, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);
   res.arena_bytes = engine ? engine->device_bytes() : train_runner->exec->plan().arena_bytes;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What a new user sees from `braid check` and `braid train` (issue 24): every mistake of a file in one pass
-without cascades, and `braid check RUN` refusing every run `braid train` refuses before its first step
-(malformed data files above all) with the same message.
+without cascades, `braid check RUN` refusing every run `braid train` refuses before its first step
+(malformed data files above all) with the same message, and `--init-from` taking every checkpoint form
+docs/checkpoints.md names.
 Usage: diagnostics_test.py BRAID_BINARY SOURCE_DIR WORK_DIR"""
 import gzip
 import os
@@ -117,6 +118,28 @@ t = run(["train", gpt_run, "--no-progress", "--set", f"checkpoint.dir={good_imag
 case("check and train refuse a checkpoint.dir inside a file (exit 2)",
      c.returncode == 2 and t.returncode == 2 and "is not a folder" in c.stderr and errors(c.stderr) == errors(t.stderr),
      c.stderr + t.stderr)
+
+# 3. --init-from: a file, a checkpoint folder (its latest), a latest file, or the word latest.
+small = write("small.yaml", f"""model: {os.path.join(src, 'models', 'tiny_gpt.yaml')}
+vars: {{n_layer: 1, d: 16, seq: 8}}
+data: {{train: {{format: synthetic, samples: 32}}}}
+train: {{batch: 4, steps: 2}}
+optimizer: {{type: adamw, lr: 1.0e-3}}
+checkpoint: {{dir: {os.path.join(work, 'ckpt')}}}
+""".encode())
+r = run(["train", small, "--no-progress"])
+case("a run that writes checkpoints", r.returncode == 0, r.stderr)
+ck = os.path.join(work, "ckpt")
+latest = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip()) if os.path.exists(os.path.join(ck, "latest")) else ""
+for form in (latest, ck, os.path.join(ck, "latest"), "latest"):
+    into = ck if form == "latest" else os.path.join(work, "ckpt2")  # `latest`: the run's own checkpoint.dir
+    r = run(["train", small, "--no-progress", "--init-from", form, "--set", "checkpoint.dir=" + into])
+    label = form if form in ("latest", "") else os.path.relpath(form, work)
+    case(f"--init-from {label or '(no checkpoint was written)'}", r.returncode == 0 and form != "", r.stderr)
+no_ckpt = write("no_ckpt.yaml", open(small, "rb").read().split(b"checkpoint:")[0])
+r = run(["train", no_ckpt, "--no-progress", "--init-from", "latest"])
+case("--init-from latest without checkpoint.dir: exit 2 saying so",
+     r.returncode == 2 and "--init-from latest needs checkpoint.dir" in r.stderr, r.stderr)
 
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)
