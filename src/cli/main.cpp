@@ -1,4 +1,5 @@
-// The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error).
+// The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error,
+// 1 a failure outside the user's files: another process, out of memory, a full disk).
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/resource_error.h"
 #include "dist/launch.h"
 #ifdef BRAID_HAVE_CUDA_ENGINE
 #include "exec/cuda/cuda_engine.h"
@@ -149,6 +151,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "braid: %s\nThis is a bug in braid; please report it with the files that caused it.\n", e.what());
     return 3;
+  } catch (const braid::ResourceError& e) {  // a full disk, a device's I/O error: not the user's files
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return 1;
   } catch (const braid::CommError& e) {  // another process failed, or a wait timed out: not a bug
     std::fflush(stdout);
     std::fprintf(stderr, "braid: error: %s\n", e.what());

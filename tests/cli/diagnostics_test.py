@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What a new user sees from `braid check` and `braid train` (issue 24): every mistake of a file in one pass
-without cascades, `braid check RUN` refusing every run `braid train` refuses before its first step
-(malformed data files above all) with the same message, and `--init-from` taking every checkpoint form
-docs/checkpoints.md names.
+without cascades, `braid check RUN` refusing every run `braid train` refuses before its first step (malformed
+data files above all) with the same message, `--init-from` taking every checkpoint form docs/checkpoints.md
+names, and the exit-status rule (2: what you gave braid cannot work as given; 1: the machine failed while
+carrying it out, e.g. a full disk).
 Usage: diagnostics_test.py BRAID_BINARY SOURCE_DIR WORK_DIR"""
 import gzip
 import os
@@ -140,6 +141,11 @@ no_ckpt = write("no_ckpt.yaml", open(small, "rb").read().split(b"checkpoint:")[0
 r = run(["train", no_ckpt, "--no-progress", "--init-from", "latest"])
 case("--init-from latest without checkpoint.dir: exit 2 saying so",
      r.returncode == 2 and "--init-from latest needs checkpoint.dir" in r.stderr, r.stderr)
+
+# 4. Exit status: a full disk is the machine's failure (1), not a mistake in the files (2).
+r = run(["train", small, "--no-progress", "--set", "log.metrics=/dev/full", "--set", "checkpoint.dir=" + os.path.join(work, "ckpt3")])
+case("a full disk while writing the metrics: exit 1 naming it",
+     r.returncode == 1 and "No space left on device" in r.stderr and "/dev/full" in r.stderr, f"{r.returncode}: {r.stderr}")
 
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)
