@@ -8,6 +8,10 @@ if(TARGET braid)
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_corpus.py $<TARGET_FILE:braid>
                    ${CMAKE_CURRENT_SOURCE_DIR}/bad)
   set_tests_properties(Cli.BadInputCorpus PROPERTIES TIMEOUT 600)
+  add_test(NAME Cli.Diagnostics
+           COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/diagnostics_test.py $<TARGET_FILE:braid>
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/diagnostics_test)
+  set_tests_properties(Cli.Diagnostics PROPERTIES TIMEOUT 600)
 endif()
 # The benchmark sweep script end to end, tiny: a one-device row (no prediction) beside a cpu:2 row (predicted);
 # sweep.sh prints each row from bench's CSV and plot.py draws both panels and the predicted plot.

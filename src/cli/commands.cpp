@@ -10,6 +10,7 @@
 #include "dist/clock_sync.h"
 #include "dist/rendezvous.h"
 #include "exec/memory_plan.h"
+#include "exec/preflight.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
 #include "graph/print.h"
@@ -94,7 +95,11 @@ void print_json(const graph::Graph& g, const io::RunConfig& cfg, FILE* out) {
 }  // namespace
 
 int check(const CheckArgs& a, FILE* out) {
-  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets);
+  // Every mistake in one pass: the run file's and its model's, then what train checks before its first step.
+  Diagnostics diags;
+  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
+  exec::preflight(cfg, {}, diags);
+  diags.throw_if_any();
   int64_t batch = a.batch > 0 ? a.batch : cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch);
   graph::BuildOptions bo;
   bo.with_backward = true;
@@ -155,7 +160,12 @@ int check(const CheckArgs& a, FILE* out) {
 }
 
 int train(const TrainArgs& a, FILE* out) {
-  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets);
+  Diagnostics diags;
+  io::RunConfig cfg = io::load_run_or_model(a.path, a.sets, diags);
+  if (!diags.empty()) {  // the model's mistakes beside the run file's, as braid check reports them
+    exec::preflight(cfg, {}, diags);
+    diags.throw_if_any();
+  }
   if (cfg.is_model_only)
     throw UserError(SourceLoc{a.path, 1, 1}, "this is a model file; braid train needs a run file",
                     "write a run file with `model: " + a.path + "` and data, train and optimizer sections");

@@ -1,4 +1,5 @@
-// The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error).
+// The braid command: CLI11 parsing and the exit-status contract (0 ok, 2 user error, 3 internal error,
+// 1 a failure outside the user's files: another process, out of memory, a full disk).
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/resource_error.h"
 #include "dist/launch.h"
 #include "exec/signals.h"
 #ifdef BRAID_HAVE_CUDA_ENGINE
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
   t->add_option("run", train.path, "run file")->required();
   t->add_option("--set", train.sets, "override a value: key=value (dotted keys, e.g. optimizer.lr=1e-3)");
   t->add_option("--resume", train.resume, "continue exactly from a checkpoint: 'latest' (in checkpoint.dir) or a path");
-  t->add_option("--init-from", train.init_from, "start a new run from the weights of this checkpoint");
+  t->add_option("--init-from", train.init_from,
+                "start a new run from the weights of a checkpoint: a file, a checkpoint folder, a latest file or 'latest'");
   t->add_flag("--init-partial", train.init_partial, "with --init-from: load the tensors that match, list the others");
   t->add_option("--trace", train.trace, "write a chrome-trace JSON of the run (a lane per device; open in Perfetto)");
   t->add_option("--stop-after", train.stop_after, "stop after this step as if interrupted (saves a checkpoint)");
@@ -168,6 +171,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "braid: %s\nThis is a bug in braid; please report it with the files that caused it.\n", e.what());
     return 3;
+  } catch (const braid::ResourceError& e) {  // a full disk, a device's I/O error: not the user's files
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    return 1;
   } catch (const braid::CommError& e) {  // another process failed, or a wait timed out: not a bug
     std::fflush(stdout);
     std::fprintf(stderr, "braid: error: %s\n", e.what());

@@ -3,8 +3,9 @@
 // (exec/pipeline.h: the devices' shards are gathered into whole tensors for checkpoints and evaluation and
 // scattered back after loading), or on one GPU (`devices: cuda:N`: exec/device_engine.h; the engine runs each
 // step on the device and copies whole tensors to and from `store` for checkpoints). Steps:
+//   0. preflight (exec/preflight.h, the checks braid check RUN makes too): graphs, plan, data, checkpoints;
 //   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
-//   2. open the datasets bound to the model inputs;
+//   2. the datasets bound to the model inputs (opened by the preflight);
 //   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
 //      learning rate from the schedule, optimizer update; log, evaluate when due;
 //   4. final evaluation and report.
@@ -24,6 +25,7 @@
 #include "exec/optimizer.h"
 #include "exec/closed_loop.h"
 #include "exec/pipeline.h"
+#include "exec/preflight.h"
 #include "exec/run_plan.h"
 #include "exec/runner.h"
 #include "core/finite.h"
@@ -166,15 +168,18 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   const int64_t batch = cfg.train.batch;
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   const int64_t num_micro = batch / micro;
+  Diagnostics diags;
+  Preflight pre = preflight(cfg, PreflightOptions{opts.resume, opts.init_from}, diags);
+  diags.throw_if_any();
 
   // 1. Graph and parameters: one runner, or N data-parallel replicas (replica 0 is `store` and `opt`).
   // With a plan (a plan file, or the planner's choice for plan: auto on cpu:N): the PlanRunner's devices train;
   // `store` and `opt` hold whole tensors for checkpoints, evaluation and initial weights, gathered from the
   // devices when needed and scattered to them after loading. DataParallel only when the planner finds nothing.
-  std::optional<RunPlan> run = run_plan(cfg);
+  std::optional<RunPlan> run = std::move(pre.run);
   std::optional<planner::Plan> plan;
   if (run) plan = run->plan;
-  const int dp_degree = plan ? 1 : data_parallel_degree(cfg, micro);
+  const int dp_degree = plan ? 1 : pre.dp_degree;
   std::unique_ptr<DataParallel> dp;
   ParamStore own_store;
   std::unique_ptr<Runner> own_runner;
@@ -276,16 +281,13 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
       }
     }
   } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
-  const graph::Graph& g = engine ? device_graph : train_runner->g;
-  if (!opts.init_from.empty()) load_weights(opts.init_from, store, opts.init_partial, out);
+  if (!pre.init_from_path.empty()) load_weights(pre.init_from_path, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);
   res.arena_bytes = engine ? engine->device_bytes() : train_runner->exec->plan().arena_bytes;
 
   // 2. Data.
-  auto inputs = dataset_inputs(cfg.model, g);
-  auto train_data = open_train_data(cfg, inputs);
-  std::unique_ptr<io::Dataset> eval_data;
-  if (cfg.data.eval) eval_data = io::open_dataset(*cfg.data.eval, inputs, seed + 1);
+  std::unique_ptr<io::Dataset> train_data = std::move(pre.train_data);
+  std::unique_ptr<io::Dataset> eval_data = std::move(pre.eval_data);
   io::BatchSampler sampler(train_data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
 
@@ -295,10 +297,8 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   const int64_t steps_micro = plan ? plan->summary.micro_batches : num_micro;  // the plan's micro-batching (CPU or GPU)
   StepState state;
   state.micro_batches = steps_micro;
-  if (!opts.resume.empty()) {
-    if (cfg.checkpoint.dir.empty() && opts.resume == "latest")
-      throw UserError(SourceLoc{cfg.path, 0, 0}, "--resume latest needs checkpoint.dir in the run file");
-    std::string path = io::CheckpointDir::resolve(cfg.checkpoint.dir, opts.resume);
+  if (!pre.resume_path.empty()) {
+    const std::string& path = pre.resume_path;
     state = restore(io::read_checkpoint(path), path, cfg, store, opt, sampler);
     state.micro_batches = steps_micro;
     std::fprintf(out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),

@@ -1,6 +1,8 @@
 // Model spec -> graph: the loop over layers, attribute evaluation and error reporting.
 #include "graph/build.h"
 
+#include <set>
+
 #include "graph/autodiff.h"
 #include "ops/registry.h"
 
@@ -10,7 +12,7 @@ namespace {
 struct Builder {
   const io::ModelSpec& model;
   Graph& g;
-  Diagnostics& diags;
+  Diagnostics& diags;  // the current layer's (build_graph folds them into the copies' groups)
   DType half = DType::f32;  // BuildOptions::half
   const ops::Registry& reg = ops::Registry::get();
   std::map<std::string, ValueId> values;  // value names visible to `from`
@@ -71,16 +73,16 @@ struct Builder {
     }
   }
 
-  // Adds one layer (or metric); returns its main value or kNoValue after reporting errors.
-  ValueId add_layer(const io::LayerSpec& l) {
+  // What can be checked of a layer without its inputs: the op, its attributes (names, kinds, values,
+  // defaults) and the `init` strings. Returns the op, or nullptr after reporting errors.
+  const ops::OpDef* check_op(const io::LayerSpec& l, ops::Attrs& attrs) {
     const std::string who = "layer '" + l.name + "' (" + l.op + ")";
     const ops::OpDef* op = reg.find(l.op);
     if (!op || op->internal) {
       diags.error(l.op_loc, "unknown op '" + l.op + "' in layer '" + l.name + "'",
                   did_you_mean_hint(l.op, reg.public_names()));
-      return kNoValue;
+      return nullptr;
     }
-    ops::Attrs attrs;
     bool ok = true;
     for (size_t k = 0; k < l.attrs.size(); ++k) {
       const auto& [key, node] = l.attrs[k];
@@ -103,13 +105,35 @@ struct Builder {
       if (!v) ok = false;
       else attrs.set(key, *v);
     }
-    if (!ok) return kNoValue;
+    for (const auto& [pname, node] : l.init)
+      if (auto text = io::eval_string(node, "init of '" + pname + "'", diags)) {
+        std::string err;
+        if (!ops::InitSpec::parse(*text, &err)) {
+          diags.error(node.loc, "layer '" + l.name + "': init of '" + pname + "': " + err);
+          ok = false;
+        }
+      } else {
+        ok = false;
+      }
+    if (!ok) return nullptr;
     try {
       ops::complete_attrs(*op, attrs);
     } catch (const ops::OpError& e) {
       diags.error(l.loc, who + ": " + e.what(), e.hint());
-      return kNoValue;
+      return nullptr;
     }
+    return op;
+  }
+
+  // Adds one layer (or metric); returns its main value or kNoValue after reporting errors. A layer fed by
+  // an unknown value (one that failed, or a model input whose shape is unknown) gets the checks that need
+  // no input and is then unknown itself: no shape checks, no cascaded errors.
+  ValueId add_layer(const io::LayerSpec& l) {
+    const std::string who = "layer '" + l.name + "' (" + l.op + ")";
+    ops::Attrs attrs;
+    const ops::OpDef* op = check_op(l, attrs);
+    if (!op) return kNoValue;
+    bool ok = true;
     // Inputs.
     int n = static_cast<int>(l.from.size());
     if (n < op->min_inputs || (op->max_inputs >= 0 && n > op->max_inputs)) {
@@ -185,25 +209,112 @@ struct Builder {
   }
 };
 
+// The errors of a block's copies (or of a repeated op's) are one mistake: the same place and, with the
+// copy's name taken out, the same words. Each is reported once, naming the copies ("in copies h.0..h.5").
+class CopyFolder {
+ public:
+  void add(const Diagnostics& layer, const io::LayerSpec& l) {
+    const std::string copy = l.block_path.empty() ? l.name : l.block_path;
+    for (const auto& d : layer.all()) {
+      std::string key = d.loc.str() + "\n" + without(d.message, copy) + "\n" + without(d.hint, copy);
+      auto [it, fresh] = by_key_.emplace(key, groups_.size());
+      if (fresh) groups_.push_back(Group{d, {}});
+      auto& copies = groups_[it->second].copies;
+      if (copies.empty() || copies.back() != copy) copies.push_back(copy);
+    }
+  }
+  void flush(Diagnostics& out) {
+    for (const auto& g : groups_) {
+      std::string message = g.first.message;
+      if (g.copies.size() > 1) message += " (in copies " + copies_text(g.copies) + ")";
+      out.error(g.first.loc, message, g.first.hint);
+    }
+    groups_.clear();
+    by_key_.clear();
+  }
+
+ private:
+  struct Group {
+    Diagnostic first;
+    std::vector<std::string> copies;
+  };
+  // `s` with the copy's name, where it starts a layer name ("h.0." or 'h.0'), replaced by a mark.
+  static std::string without(std::string s, const std::string& copy) {
+    for (const std::string& pat : {"'" + copy + ".", "'" + copy + "'"}) {
+      for (size_t p = s.find(pat); p != std::string::npos; p = s.find(pat, p + 2))
+        s.replace(p, pat.size(), pat.back() == '.' ? "'\x01." : "'\x01'");
+    }
+    return s;
+  }
+  // "h.0..h.5" for a run of consecutive copies, runs separated by commas: "h.0..h.2, g.0".
+  static std::string copies_text(const std::vector<std::string>& copies) {
+    auto split = [](const std::string& c, std::string* prefix) -> int64_t {
+      size_t dot = c.rfind('.');
+      if (dot == std::string::npos || dot + 1 == c.size() ||
+          c.find_first_not_of("0123456789", dot + 1) != std::string::npos || c.size() - dot > 10)
+        return -1;
+      *prefix = c.substr(0, dot);
+      return std::stoll(c.substr(dot + 1));
+    };
+    std::string out;
+    for (size_t i = 0; i < copies.size();) {
+      std::string prefix, p2;
+      int64_t first = split(copies[i], &prefix);
+      size_t j = i + 1;
+      while (first >= 0 && j < copies.size() && split(copies[j], &p2) == first + static_cast<int64_t>(j - i) &&
+             p2 == prefix)
+        ++j;
+      out += (out.empty() ? "" : ", ") + copies[i] + (j - i > 1 ? ".." + copies[j - 1] : "");
+      i = j;
+    }
+    return out;
+  }
+  std::vector<Group> groups_;
+  std::map<std::string, size_t> by_key_;
+};
+
 }  // namespace
 
-Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts) {
+Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts, Diagnostics& diags) {
   Graph g(batch);
-  Diagnostics diags;
   BRAID_ASSERT(opts.half == DType::f32 || is_half(opts.half), "BuildOptions::half is bf16, f16 or f32 (off)");
-  Builder b{model, g, diags, opts.half, ops::Registry::get(), {}};
-  // 1. Model inputs, with the batch axis in front.
+  const size_t before = diags.size();
+  Diagnostics layer_diags;
+  Builder b{model, g, layer_diags, opts.half, ops::Registry::get(), {}};
+  CopyFolder folder;
+  auto one = [&](const io::LayerSpec& l, auto&& check) {
+    layer_diags = Diagnostics{};
+    ValueId v = check();
+    folder.add(layer_diags, l);
+    return v;
+  };
+  // 1. Model inputs, with the batch axis in front; unknown when io found mistakes in vars or inputs.
   for (const auto& in : model.inputs) {
     std::vector<int64_t> dims{batch};
     dims.insert(dims.end(), in.shape.begin(), in.shape.end());
-    b.values[in.name] = g.add_input(in.name, TensorDesc{Shape(dims), in.dtype});
+    b.values[in.name] = model.inputs_known ? g.add_input(in.name, TensorDesc{Shape(dims), in.dtype}) : kNoValue;
   }
-  // 2. Layers in file order (blocks already expanded by io).
+  // 2. Layers in file order (blocks already expanded by io). A second layer of a name, or a layer named as an
+  // input (both reported by io), is checked without its inputs and is unknown.
+  std::set<std::string> built;
+  for (const auto& in : model.inputs) built.insert(in.name);
   for (const auto& l : model.layers) {
-    ValueId v = b.add_layer(l);
+    const bool again = !built.insert(l.name).second;
+    ValueId v = one(l, [&] {
+      ops::Attrs attrs;
+      return again ? (b.check_op(l, attrs), kNoValue) : b.add_layer(l);
+    });
     b.values[l.name] = v;
     g.layer_values[l.name] = v;
   }
+  // Blocks no layer uses: what needs no input.
+  for (const auto& l : model.unused_block_layers)
+    one(l, [&] {
+      ops::Attrs attrs;
+      b.check_op(l, attrs);
+      return kNoValue;
+    });
+  folder.flush(diags);
   // 3. Outputs: the first is the scalar training loss.
   for (size_t k = 0; k < model.outputs.size(); ++k) {
     const auto& o = model.outputs[k];
@@ -222,14 +333,22 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
     g.outputs.emplace_back(o.name, it->second);
   }
   // 4. Metrics (evaluation graphs only).
-  if (opts.with_metrics)
+  if (opts.with_metrics) {
     for (const auto& m : model.metrics) {
-      ValueId v = b.add_layer(m);
+      ValueId v = one(m, [&] { return b.add_layer(m); });
       if (v.valid()) g.metrics.emplace_back(m.name, v);
     }
+    folder.flush(diags);
+  }
+  // 5. Backward, of a whole graph only.
+  if (opts.with_backward && diags.size() == before && before == 0) append_backward(g);
+  return g;
+}
+
+Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts) {
+  Diagnostics diags;
+  Graph g = build_graph(model, batch, opts, diags);
   diags.throw_if_any();
-  // 5. Backward.
-  if (opts.with_backward) append_backward(g);
   return g;
 }
 

@@ -1,7 +1,8 @@
 // Builds the graph of a parsed model (io::ModelSpec) for a given batch size: op lookup with did-you-mean,
 // attribute evaluation against each op's AttrSpecs (expressions over the model's vars), parameters with
 // PyTorch names and inits (overridable by `init:`), shape inference layer by layer. Every mistake is
-// reported with the layer's file:line:col; all of them in one pass (a layer whose input failed is skipped).
+// reported with the layer's file:line:col; all of them in one pass (a layer whose input failed is checked
+// only for what needs no input, and its value is unknown).
 #pragma once
 #include "core/error.h"
 #include "graph/ir.h"
@@ -22,6 +23,10 @@ struct BuildOptions {
 
 // Throws UserError with every error found.
 Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts = {});
+// The same, adding every error to `diags` instead of throwing (the errors of a block's copies once, naming
+// the copies; the op layers of unused blocks checked as far as they can be without inputs). The graph is
+// whole (and has its backward part when asked) only when `diags` is empty.
+Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts, Diagnostics& diags);
 
 // For synthetic data: the exclusive upper bound of each integer model input, from the ops that consume it.
 std::map<std::string, int64_t> integer_input_bounds(const Graph& g);

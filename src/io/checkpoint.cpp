@@ -4,6 +4,8 @@
 // (checkpoint_internal.h). Reading is in checkpoint_read.cpp; folders, `latest` and inspect in checkpoint_dir.cpp.
 #include "io/checkpoint.h"
 
+#include "core/resource_error.h"
+
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <zlib.h>
@@ -307,7 +309,8 @@ void check_free_space(const std::string& path, const std::vector<ToWrite>& datas
     char buf[160];
     std::snprintf(buf, sizeof buf, "cannot write: it needs at least %.1f MB and its disk has %.1f MB free",
                   static_cast<double>(need) / 1e6, static_cast<double>(avail) / 1e6);
-    bad_file(path, buf, "free some space, or keep fewer checkpoints (checkpoint.keep)");
+    throw ResourceError("checkpoint '" + path + "': " + buf +
+                        "; free some space, or keep fewer checkpoints (checkpoint.keep)");
   }
 }
 

@@ -3,6 +3,8 @@
 // same folder; anything else in it is reported, never followed. Pruning never deletes what `latest` names.
 #include "core/finite.h"
 #include "core/format.h"
+
+#include "core/resource_error.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,7 +53,8 @@ std::string shown_bytes(const std::string& s) {
 }
 
 [[noreturn]] void bad_write(const std::string& path, const std::string& what) {
-  throw UserError(SourceLoc{}, "cannot write '" + path + "': " + what + ": " + std::strerror(errno));
+  const int err = errno;
+  throw_os_error(err, SourceLoc{}, "cannot write '" + path + "': " + what + ": " + std::strerror(err));
 }
 
 // `text` into `path` atomically: temporary in the same folder, fsync, rename, fsync of the folder.

@@ -2,6 +2,8 @@
 // creation (temporary file, fsync, rename, fsync of the folder) and typed dataset reads and writes.
 #include "io/h5util.h"
 
+#include "core/resource_error.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -55,6 +57,7 @@ void fail(const std::string& path, const std::string& what) {
   H5Eclear2(H5E_DEFAULT);
   std::string msg = "HDF5 file '" + path + "': " + what;
   if (!detail.empty()) msg += " (" + detail + ")";
+  if (says_disk_full(detail)) throw ResourceError(msg);  // a write that met a full disk: exit 1, not 2
   throw UserError(SourceLoc{}, msg);  // the message names the file: callers may re-locate it
 }
 
@@ -125,7 +128,8 @@ void fsync_path(const std::string& p, bool dir, const std::string& shown) {
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) bad(shown, "cannot sync '" + p + "': " + std::strerror(err));
+  if (rc != 0)
+    throw_os_error(err, SourceLoc{}, "HDF5 file '" + shown + "': cannot sync '" + p + "': " + std::strerror(err));
 }
 
 std::string temp_name(const std::string& path) {
@@ -152,7 +156,7 @@ void reserve_for_close(hid_t f, const std::string& tmp, const std::string& path,
   const hsize_t end = std::max<hsize_t>(eoa + userblock, size);
   const off_t len = static_cast<off_t>(end + end / 1000 + (hsize_t{64} << 10));
   if (::fallocate(*fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0 && (errno == ENOSPC || errno == EDQUOT))
-    bad(path, "cannot write '" + tmp + "': " + std::strerror(errno));
+    throw ResourceError("HDF5 file '" + path + "': cannot write '" + tmp + "': " + std::strerror(errno));
 }
 }  // namespace
 
@@ -188,12 +192,16 @@ void write_atomically(const std::string& path, const AtomicWrite& how, const std
     if (H5Fclose(f) < 0) {  // rare once reserved; the file stays open inside HDF5 (never closed twice)
       std::string detail = last_error();
       H5Eclear2(H5E_DEFAULT);
-      bad(path, "cannot finish writing '" + tmp + "'" + (detail.empty() ? "" : " (" + detail + ")"));
+      const std::string msg = "cannot finish writing '" + tmp + "'" + (detail.empty() ? "" : " (" + detail + ")");
+      if (says_disk_full(detail)) throw ResourceError("HDF5 file '" + path + "': " + msg);
+      bad(path, msg);
     }
     if (how.after_close) how.after_close(tmp);
     fsync_path(tmp, false, path);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      bad(path, "cannot rename '" + tmp + "' over it: " + std::strerror(errno));
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      throw_os_error(err, SourceLoc{}, "HDF5 file '" + path + "': cannot rename '" + tmp + "' over it: " + std::strerror(err));
+    }
   } catch (...) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);

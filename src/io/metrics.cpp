@@ -1,6 +1,8 @@
 // JSON-lines metrics: one flushed line per record.
 #include "io/metrics.h"
 
+#include "core/resource_error.h"
+
 #include <cerrno>
 #include <cstring>
 
@@ -29,7 +31,8 @@ std::string metrics_json(const MetricsRecord& r) {
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!f_) throw UserError(SourceLoc{path, 0, 0}, std::string("cannot open metrics file: ") + std::strerror(errno));
+  const int err = errno;
+  if (!f_) throw_os_error(err, SourceLoc{path, 0, 0}, std::string("cannot open metrics file: ") + std::strerror(err));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -39,8 +42,10 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::write(const MetricsRecord& r) {
   std::string line = metrics_json(r);
   line += '\n';
-  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
-    throw UserError(SourceLoc{path_, 0, 0}, std::string("cannot write metrics: ") + std::strerror(errno));
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0) {
+    const int err = errno;  // ENOSPC: a full disk, exit status 1 (core/resource_error.h)
+    throw_os_error(err, SourceLoc{path_, 0, 0}, std::string("cannot write metrics: ") + std::strerror(err));
+  }
 }
 
 }  // namespace braid::io

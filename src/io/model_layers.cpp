@@ -2,6 +2,7 @@
 // too deep, too large — sizes are computed with saturating arithmetic, so `repeat: 1000000000` is refused
 // without expanding anything) and expanding blocks and repeats into flat LayerSpecs with resolved `from`.
 // A block's `from` names are checked once per block (used or not); expansion itself reports nothing new.
+// The op layers of blocks never expanded go to ModelSpec::unused_block_layers for the graph's op checks.
 #include "io/model_layers.h"
 
 #include <algorithm>
@@ -221,6 +222,28 @@ class Expander {
     for (const auto& l : spec_.layers) names.flat.insert(l.name);
   }
 
+  // The op layers of every block that no expansion reached (unused, or refused: a cycle, a limit), for the
+  // graph builder's input-free checks (ops, attributes, inits).
+  void collect_unused(const std::vector<RawBlock>& blocks) {
+    for (const auto& b : blocks) {
+      if (expanded_.count(b.name)) continue;
+      for (const auto& L : b.layers) {
+        if (L.op.empty()) continue;
+        LayerSpec s;
+        s.name = b.name + "." + L.name;
+        s.op = L.op;
+        s.loc = L.loc;
+        s.op_loc = L.op_loc;
+        for (const auto& f : L.from) s.from.push_back(f.name), s.from_locs.push_back(f.loc);
+        s.attrs = L.attrs;
+        s.attr_key_locs = L.attr_key_locs;
+        s.init = L.init;
+        s.block_path = b.name;
+        spec_.unused_block_layers.push_back(std::move(s));
+      }
+    }
+  }
+
  private:
   static std::string count_str(int64_t n) { return n == kSat ? "more than 9.2e18" : std::to_string(n); }
 
@@ -403,6 +426,7 @@ class Expander {
       } else if (!L.block.empty() && emit && by_name_.count(L.block) && !bad_.count(L.block) &&
                  depth < limits_.max_block_depth) {
         std::string in = from.empty() ? prev : from[0];
+        expanded_.insert(L.block);
         for (int64_t c = 0; c < L.repeat; ++c) {
           std::string inner = L.has_repeat ? base + "." + std::to_string(c) + "." : base + ".";
           in = walk(by_name_.at(L.block)->layers, inner, in, true, depth + 1, true, false);
@@ -424,6 +448,7 @@ class Expander {
   std::unordered_set<std::string> emitted_;  // names in spec_.layers
   std::map<std::string, int> color_;  // 1: on the search path, 2: done
   std::set<std::string> bad_;         // blocks that cannot be expanded (cycle, limits)
+  std::set<std::string> expanded_;    // blocks expanded at least once
   std::map<std::string, int64_t> size_;
   std::map<std::string, int64_t> height_;
 };
@@ -436,6 +461,7 @@ void expand_model(const std::vector<RawBlock>& blocks, const std::vector<RawLaye
   Expander x(blocks, spec, limits, diags);
   x.check_blocks(blocks);
   x.expand_top(layers, layers_loc, names);
+  x.collect_unused(blocks);
 }
 
 }  // namespace braid::io::detail

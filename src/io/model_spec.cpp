@@ -241,8 +241,12 @@ ModelSpec parse_model(const std::string& text, const std::string& path, const st
   spec.name = std::filesystem::path(path).stem().string();
   size_t before = diags.size();
   YNode root = parse_yaml(text, path, diags);
-  if (root.is_null() && diags.size() > before) return spec;  // not YAML at all: nothing more to say
+  if (root.is_null() && diags.size() > before) {  // not YAML at all: nothing more to say
+    spec.inputs_known = false;
+    return spec;
+  }
   if (!root.is_map()) {
+    spec.inputs_known = false;
     diags.error(root.loc.valid() ? root.loc : SourceLoc{path, 1, 1},
                 "a model file is a mapping with keys " + join(kModelKeys) + "; got " + root.kind_name());
     return spec;
@@ -252,9 +256,11 @@ ModelSpec parse_model(const std::string& text, const std::string& path, const st
   if (const YNode* n = root.get("name"))
     if (auto s = eval_string(*n, "the model name", diags)) spec.name = *s;
   // 2. vars, in order, with overrides
+  const size_t before_inputs = diags.size();
   parse_vars(root.get("vars"), overrides, spec, diags);
   // 3. inputs
   parse_inputs(root.get("inputs"), root, spec, diags);
+  spec.inputs_known = diags.size() == before_inputs;
   // 4. blocks and layers, parsed
   std::vector<RawBlock> blocks = parse_blocks(root.get("blocks"), spec, limits, diags);
   std::vector<RawLayer> layers;
@@ -290,6 +296,7 @@ ModelSpec load_model(const std::string& path, const std::vector<VarOverride>& ov
     else diags.error(SourceLoc{path, 0, 0}, why);
     ModelSpec spec;
     spec.path = path;
+    spec.inputs_known = false;
     return spec;
   }
   return parse_model(text, path, overrides, diags, limits);

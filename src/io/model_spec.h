@@ -49,6 +49,13 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;    // topological (file) order, blocks expanded
   std::vector<OutputSpec> outputs;  // first = training loss
   std::vector<LayerSpec> metrics;   // name = metric name; op/from/attrs as layers (from resolved)
+  // The op layers of blocks no layer expands (name "<block>.<layer>", block_path "<block>", `from` as
+  // written): the graph builder checks their ops and attributes, which need no inputs (MODEL_FORMAT.md:
+  // blocks are checked even when unused).
+  std::vector<LayerSpec> unused_block_layers;
+  // False when vars or inputs had errors: the inputs' shapes and dtypes are stand-ins, so the graph builder
+  // treats the inputs as unknown (no shape checks, no cascaded errors) and checks only what needs no input.
+  bool inputs_known = true;
 };
 
 struct VarOverride {

@@ -495,28 +495,32 @@ void emit(const YNode& n, int indent, std::string& out) {
 }
 
 // Messages of diagnostics located on the command line start with the --set they come from.
-[[noreturn]] void throw_all(const Diagnostics& diags, const std::vector<std::string>& sets) {
-  std::vector<Diagnostic> out = diags.all();
-  for (auto& d : out)
+void add_all(const Diagnostics& from, const std::vector<std::string>& sets, Diagnostics& to) {
+  for (const auto& d : from.all()) {
+    std::string message = d.message;
     if (d.loc.file == kCmdLine && d.loc.line >= 1 && static_cast<size_t>(d.loc.line) <= sets.size())
-      d.message = "--set " + sets[d.loc.line - 1] + ": " + d.message;
-  throw UserError(std::move(out));
+      message = "--set " + sets[d.loc.line - 1] + ": " + message;
+    to.error(d.loc, message, d.hint);
+  }
 }
 
-}  // namespace
-
-RunConfig load_run_or_model(const std::string& path, const std::vector<std::string>& sets) {
-  Diagnostics diags;
+// load_run_or_model's work; every error goes to `diags` (without the --set prefixes add_all gives them).
+RunConfig load(const std::string& path, const std::vector<std::string>& sets, Diagnostics& diags) {
   RunConfig rc;
+  rc.model.inputs_known = false;  // until a model is read
   std::string text;
   try {
     text = read_file(path);
   } catch (const UserError& e) {
     diags.error(SourceLoc{path, 0, 0}, file_exists(path) ? "cannot read the file" : "no such file");
-    throw_all(diags, sets);
+    rc.is_model_only = true;
+    return rc;
   }
   YNode root = parse_yaml(text, path, diags);
-  if (!diags.empty()) throw_all(diags, sets);
+  if (!diags.empty()) {
+    rc.is_model_only = !(root.is_map() && root.get("model"));
+    return rc;
+  }
   std::vector<SetOverride> overrides;
   for (size_t i = 0; i < sets.size(); ++i)
     if (auto o = parse_set(sets[i], i, diags)) overrides.push_back(std::move(*o));
@@ -541,7 +545,6 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
     rc.is_model_only = true;
     rc.model_path = path;
     rc.model = parse_model(text, path, vars, diags);
-    if (!diags.empty()) throw_all(diags, sets);
     return rc;
   }
 
@@ -567,7 +570,22 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
   }
   r.env = rc.model.vars;
   read_sections(r, root, rc);
-  if (!diags.empty()) throw_all(diags, sets);
+  return rc;
+}
+
+}  // namespace
+
+RunConfig load_run_or_model(const std::string& path, const std::vector<std::string>& sets, Diagnostics& diags) {
+  Diagnostics local;
+  RunConfig rc = load(path, sets, local);
+  add_all(local, sets, diags);
+  return rc;
+}
+
+RunConfig load_run_or_model(const std::string& path, const std::vector<std::string>& sets) {
+  Diagnostics diags;
+  RunConfig rc = load_run_or_model(path, sets, diags);
+  diags.throw_if_any();
   return rc;
 }
 

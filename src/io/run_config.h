@@ -103,5 +103,9 @@ struct RunConfig {
 // `sets` are "dotted.key=value" strings from the command line. Checks that data files exist.
 // Throws UserError with every error found.
 RunConfig load_run_or_model(const std::string& path, const std::vector<std::string>& sets);
+// The same, adding every error to `diags` instead of throwing, and returning what could be read: the model
+// part is complete enough for the graph builder's checks (ModelSpec::inputs_known says whether its inputs
+// are), the rest only when no error was added (`braid check` reports the model's mistakes beside the run's).
+RunConfig load_run_or_model(const std::string& path, const std::vector<std::string>& sets, Diagnostics& diags);
 
 }  // namespace braid::io

@@ -3,6 +3,8 @@
 // and the span of each value without building a tree (json.h deliberately has no parser).
 #include "io/trace.h"
 
+#include "core/resource_error.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -259,7 +261,7 @@ std::string trace_file(const std::vector<std::string>& events, const std::string
   std::error_code ec;
   if (err == ENOENT && !dir.empty() && !fs::is_directory(dir, ec))
     hint = "the folder '" + dir.string() + "' does not exist";
-  throw UserError(SourceLoc{path, 0, 0}, "cannot write the trace: " + what + ": " + std::strerror(err), hint);
+  throw_os_error(err, SourceLoc{path, 0, 0}, "cannot write the trace: " + what + ": " + std::strerror(err), hint);
 }
 
 // Temporary file beside `path`, written, fsynced and renamed over it; on any failure the temporary file

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs `braid check` on every broken file in tests/bad and checks the contract for bad input:
 exit status 2, a message with the file:line:col the file's first line promises (`# expect: L:C fragment`
-or `# expect-cli: L:C fragment`), no crash, no hang (10 s), no runaway memory (2 GiB), no stack trace.
+or `# expect-cli: L:C fragment`) and each `# expect-also:` line after it, all from one run, no crash, no
+hang (10 s), no runaway memory (2 GiB), no stack trace.
 Usage: bad_corpus.py BRAID_BINARY BAD_DIR"""
 import os
 import resource
@@ -14,31 +15,41 @@ def limits():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def location(rest, path):
+    """`[FILE:]LINE:COL FRAGMENT` -> (the location prefix a message must hold, "path:line:col:", fragment)."""
+    prefix = ""
+    if rest.startswith("<command line>:"):
+        prefix, rest = "<command line>", rest[len("<command line>:"):]
+    loc, _, frag = rest.partition(" ")
+    parts = loc.split(":")
+    if not prefix and len(parts) == 3:  # FILE:LINE:COL, FILE relative to the corpus folder
+        prefix = os.path.join(os.path.dirname(path), parts[0])
+        loc = ":".join(parts[1:])
+    return (prefix or path) + ":" + loc + ":", frag.strip()
+
+
 def expectation(path):
-    """(where, fragment, sets) from the header: `# expect[-cli]: [FILE:]LINE:COL FRAGMENT` and `# set: K=V` lines.
-    `where` is the full location prefix the message must contain ("path:line:col")."""
+    """([(where, fragment), ...], sets) from the header: `# expect[-cli]: [FILE:]LINE:COL FRAGMENT` on the first
+    line, then any number of `# set: K=V` and `# expect-also: [FILE:]LINE:COL FRAGMENT` lines (a file with
+    several mistakes promises each; all must be reported by the one run). `where` is "path:line:col:"."""
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     first = lines[0].decode("utf-8", "replace").strip()
-    sets = []
-    for raw in lines[1:]:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("# set:"):
-            break
-        sets.append(line[len("# set:"):].strip())
+    sets, wants = [], []
     for tag in ("# expect:", "# expect-cli:"):
         if first.startswith(tag):
-            rest = first[len(tag):].strip()
-            prefix = ""
-            if rest.startswith("<command line>:"):
-                prefix, rest = "<command line>", rest[len("<command line>:"):]
-            loc, _, frag = rest.partition(" ")
-            parts = loc.split(":")
-            if not prefix and len(parts) == 3:  # FILE:LINE:COL, FILE relative to the corpus folder
-                prefix = os.path.join(os.path.dirname(path), parts[0])
-                loc = ":".join(parts[1:])
-            return (prefix or path) + ":" + loc + ":", frag.strip(), sets
-    return None, None, sets
+            wants.append(location(first[len(tag):].strip(), path))
+    if not wants:
+        return [], sets
+    for raw in lines[1:]:
+        line = raw.decode("utf-8", "replace").strip()
+        if line.startswith("# set:"):
+            sets.append(line[len("# set:"):].strip())
+        elif line.startswith("# expect-also:"):
+            wants.append(location(line[len("# expect-also:"):].strip(), path))
+        else:
+            break
+    return wants, sets
 
 
 def main():
@@ -48,8 +59,8 @@ def main():
         path = os.path.join(bad_dir, name)
         if not os.path.isfile(path) or name.startswith("_"):
             continue
-        want, frag, sets = expectation(path)
-        if not name.endswith(".yaml") or want is None:
+        wants, sets = expectation(path)
+        if not name.endswith(".yaml") or not wants:
             continue  # README and helper files carry no expectation
         cmd = [braid, "check", path]
         for kv in sets:
@@ -66,10 +77,12 @@ def main():
             problems.append(f"exit status {r.returncode}, expected 2")
         if "internal error" in err or "terminate called" in err or r.returncode < 0:
             problems.append("crashed or hit an internal error")
-        if want not in err:
-            problems.append(f"no error at {want}")
-        elif frag and frag not in err:
-            problems.append(f"message lacks '{frag}'")
+        for want, frag in wants:
+            at = [l for l in err.splitlines() if want in l]
+            if not at:
+                problems.append(f"no error at {want}")
+            elif frag and not any(frag in l for l in at) and frag not in err:
+                problems.append(f"message at {want} lacks '{frag}'")
         if problems:
             failed += 1
             print(f"FAIL {name}: {'; '.join(problems)}\n    {err.strip()[:400]}")

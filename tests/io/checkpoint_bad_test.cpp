@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <random>
 
 #include "checkpoint_test_util.h"
+#include "core/resource_error.h"
 #include "io/h5file.h"
 #include "io_test_util.h"
 
@@ -321,6 +323,20 @@ TEST(CheckpointBad, ReadOnlyFolderLeavesPreviousCheckpointIntact) {
   expect_same_checkpoint(sample_checkpoint(1, 2), read_checkpoint(first));
 }
 
+// A full disk is not a mistake in the user's files but the machine's failure: ResourceError (exit status 1).
+std::string resource_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ResourceError& e) {
+    return e.what();
+  } catch (const UserError& e) {
+    ADD_FAILURE() << "a full disk is a ResourceError, not a UserError: " << e.format();
+    return e.format();
+  }
+  ADD_FAILURE() << "expected a ResourceError";
+  return "";
+}
+
 TEST(CheckpointBad, FullDiskLeavesPreviousCheckpointIntact) {
   TempDir dir;
   std::string d = dir.file("small");
@@ -341,7 +357,7 @@ TEST(CheckpointBad, FullDiskLeavesPreviousCheckpointIntact) {
   for (int64_t rows : {int64_t{300}, (free_bytes - 12 * 1024) / (3 * 4096)}) {
     SCOPED_TRACE(rows);
     const size_t fds = names_in("/proc/self/fd").size();
-    std::string e = user_error([&] { cd.save(sample_checkpoint(2, rows)); });
+    std::string e = resource_error([&] { cd.save(sample_checkpoint(2, rows)); });
     EXPECT_NE(e.find(d + "/step_00000002.h5"), std::string::npos) << e;
     if (rows == 300) EXPECT_NE(e.find("cannot write: it needs at least 3.7 MB and its disk has 0."), std::string::npos) << e;
     else EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
@@ -363,9 +379,9 @@ TEST(CheckpointBad, FullDiskLeavesPreviousCheckpointIntact) {
       fs::remove(d + "/step_00000002.h5");
       write_file(d + "/latest", "step_00000001.h5\n");
       ++outcomes["saved"];
-    } catch (const UserError& e) {
-      EXPECT_NE(e.format().find(d + "/step_00000002.h5"), std::string::npos) << e.format();
-      std::string m = e.format();
+    } catch (const ResourceError& e) {  // a full disk: the machine's failure, exit status 1
+      std::string m = e.what();
+      EXPECT_NE(m.find(d + "/step_00000002.h5"), std::string::npos) << m;
       ++outcomes[m.substr(m.find("': ") + 3, m.find(" '", m.find("': ") + 3) - m.find("': ") - 3)];
     }
     EXPECT_EQ(names_in("/proc/self/fd").size(), fds);

@@ -1,0 +1,87 @@
+// preflight(): every check braid train makes before its first step, shared with braid check (preflight.h).
+#include "exec/preflight.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "exec/runner.h"
+#include "exec/trainer.h"
+#include "graph/build.h"
+#include "io/checkpoint.h"
+
+namespace braid::exec {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A folder braid will create and write in (checkpoint.dir, the metrics file's): the nearest part of the path
+// that exists must be a folder this process may write in. As cheap as a few stat calls; a full disk is not
+// foreseen here (docs/checkpoints.md).
+void check_writable_folder(const std::string& dir, const std::string& what, const SourceLoc& at, Diagnostics& diags) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) return;
+  while (!p.empty() && !fs::exists(fs::symlink_status(p, ec)) && p != p.parent_path()) p = p.parent_path();
+  if (!fs::is_directory(p, ec)) {
+    diags.error(at, what + " '" + dir + "' cannot be created: '" + p.string() + "' is not a folder");
+    return;
+  }
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    diags.error(at, what + " '" + dir + "' cannot be written: '" + p.string() + "': " + std::strerror(errno),
+                "choose a folder you may write in, or change its permissions");
+}
+
+std::string resolve_checkpoint(const io::RunConfig& cfg, const std::string& spec, const std::string& flag) {
+  if (spec == "latest" && cfg.checkpoint.dir.empty())
+    throw UserError(SourceLoc{cfg.path, 0, 0}, flag + " latest needs checkpoint.dir in the run file",
+                    "or name a checkpoint file or folder");
+  return io::CheckpointDir::resolve(cfg.checkpoint.dir, spec);
+}
+
+}  // namespace
+
+Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags) {
+  Preflight p;
+  const bool run_whole = diags.empty();  // the run file (and its model) read without a mistake
+  auto guard = [&diags](auto&& f) {
+    try {
+      f();
+    } catch (const UserError& e) {
+      diags.merge(e);
+    }
+  };
+  // 1. The graphs train builds: the training step's (the micro-batch, with backward) and evaluation's.
+  const int64_t micro = std::max<int64_t>(1, cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch));
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  graph::Graph g = graph::build_graph(cfg.model, micro, bo, diags);
+  graph::BuildOptions eo;
+  eo.with_metrics = true;
+  graph::Graph eval = graph::build_graph(cfg.model, micro, eo, diags);
+  if (cfg.is_model_only || !run_whole) return p;
+  const bool graph_whole = diags.empty();
+  // 2. Devices and plan (the plan is read and validated against the graph, or searched for).
+  if (graph_whole) guard([&] { p.run = run_plan(cfg); });
+  if (!p.run) guard([&] { p.dp_degree = data_parallel_degree(cfg, micro); });
+  // 3. Data: opened as train opens it (headers, contents, shapes, label ranges against the model's inputs).
+  if (cfg.model.inputs_known) {
+    p.inputs = dataset_inputs(cfg.model, eval);
+    guard([&] { p.train_data = open_train_data(cfg, p.inputs); });
+    if (cfg.data.eval) guard([&] { p.eval_data = io::open_dataset(*cfg.data.eval, p.inputs, cfg.train.seed + 1); });
+  }
+  // 4. Where the run writes, and the checkpoints it starts from.
+  const SourceLoc at{cfg.path, 0, 0};
+  if (!cfg.checkpoint.dir.empty()) check_writable_folder(cfg.checkpoint.dir, "checkpoint.dir", at, diags);
+  if (!cfg.log.metrics.empty()) {
+    std::string parent = fs::path(cfg.log.metrics).parent_path().string();
+    check_writable_folder(parent.empty() ? "." : parent, "the folder of log.metrics", at, diags);
+  }
+  if (!opts.resume.empty()) guard([&] { p.resume_path = resolve_checkpoint(cfg, opts.resume, "--resume"); });
+  if (!opts.init_from.empty()) guard([&] { p.init_from_path = resolve_checkpoint(cfg, opts.init_from, "--init-from"); });
+  return p;
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,41 @@
+// The checks `braid train` makes before its first step, in the one function `braid check RUN` calls too, so
+// that a run check passes is a run train starts: the training graph at the run's micro-batch (with backward)
+// and the evaluation graph, the split of the micro-batch over cpu:N, the plan (read and validated against the
+// graph, or the planner's choice), the datasets opened and checked against the model's inputs (headers,
+// contents, label ranges, sizes), checkpoint.dir and the metrics file's folder writable, and the checkpoints
+// --resume and --init-from name. Every error found goes to the caller's Diagnostics, all in one pass.
+// Not checked: whether the devices are present (a GPU run file may be checked on a CPU machine; train
+// refuses it there), nor what only steps can find (device memory, a loss that diverges, a full disk).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "exec/run_plan.h"
+#include "io/dataset.h"
+#include "io/run_config.h"
+
+namespace braid::exec {
+
+struct PreflightOptions {
+  std::string resume;     // braid train --resume: "latest" or a checkpoint (file, folder, latest file)
+  std::string init_from;  // braid train --init-from: the same forms
+};
+
+// What the checks opened or chose, for train to use as they are (nothing is read or searched twice).
+struct Preflight {
+  std::optional<RunPlan> run;     // run_plan(cfg)
+  int dp_degree = 1;              // data-parallel replicas when there is no plan
+  std::vector<io::DatasetInput> inputs;
+  std::unique_ptr<io::Dataset> train_data, eval_data;
+  std::string resume_path, init_from_path;  // the checkpoint files they name
+};
+
+// `diags` may already hold the run file's errors (io::load_run_or_model's collecting form): then only the
+// model is checked (its graph errors are independent of the run file's), since the rest of `cfg` is partial.
+// For a bare model (cfg.is_model_only) only the graphs are built.
+Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags);
+
+}  // namespace braid::exec
