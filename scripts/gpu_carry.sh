@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build here, run on the GPU machine: builds test_gpu (and the braid CLI) with CUDA for sm_90 into build-gpu, then
-# assembles .gpucarry/ in the repository root (ignored by git): bin/ with the binaries (strip --strip-debug), lib/
+# assembles .gpucarry/ in the repository root (ignored by git): bin/ with the binaries and the CUDA module
+# (strip --strip-debug), lib/
 # with their non-CUDA, non-glibc shared libraries (ldd, copied through links), and source_dir (the path compiled
 # into the binaries). OpenBLAS (36 MB) is replaced by Debian's reference BLAS under OpenBLAS's file name: braid
 # calls only cblas_sgemm / cblas_dgemm, and the device tool carries at most 64 MiB. Fails above 60 MiB.
@@ -19,7 +20,8 @@ cmake -S . -B "$BUILD" -DBRAID_WITH_ONEDNN=OFF >/dev/null
 nice -n 10 ninja -C "$BUILD" -j"${JOBS:-2}" test_gpu braid
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/lib"
-bins=("$BUILD/tests/test_gpu" "$BUILD/braid")
+# braid loads the CUDA backend from libbraid_cuda.so beside it (exec/device_engine.h): it travels in bin/ too.
+bins=("$BUILD/tests/test_gpu" "$BUILD/braid" "$BUILD/libbraid_cuda.so")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "gpu_carry: $b was not built"; exit 1; }
   cp -L "$b" "$CARRY/bin/"

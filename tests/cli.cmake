@@ -3,15 +3,15 @@ if(TARGET braid)
   add_test(NAME Cli.EndToEnd
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/cli_test.py $<TARGET_FILE:braid>
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/cli_test)
-  set_tests_properties(Cli.EndToEnd PROPERTIES TIMEOUT 900)
+  set_tests_properties(Cli.EndToEnd PROPERTIES TIMEOUT 900 LABELS e2e)
   add_test(NAME Cli.BadInputCorpus
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_corpus.py $<TARGET_FILE:braid>
                    ${CMAKE_CURRENT_SOURCE_DIR}/bad)
-  set_tests_properties(Cli.BadInputCorpus PROPERTIES TIMEOUT 600)
+  set_tests_properties(Cli.BadInputCorpus PROPERTIES TIMEOUT 600 LABELS e2e)
   add_test(NAME Cli.Diagnostics
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/diagnostics_test.py $<TARGET_FILE:braid>
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/diagnostics_test)
-  set_tests_properties(Cli.Diagnostics PROPERTIES TIMEOUT 600)
+  set_tests_properties(Cli.Diagnostics PROPERTIES TIMEOUT 600 LABELS e2e)
 endif()
 # The benchmark sweep script end to end, tiny: a one-device row (no prediction) beside a cpu:2 row (predicted);
 # sweep.sh prints each row from bench's CSV and plot.py draws both panels and the predicted plot.
@@ -19,4 +19,11 @@ if(TARGET braid)
   add_test(NAME Bench.SweepScript
            COMMAND bash -c "BRAID=$<TARGET_FILE:braid> ${CMAKE_SOURCE_DIR}/scripts/bench/sweep.sh ${CMAKE_SOURCE_DIR}/configs/bench/mlp.yaml --sweep devices=cpu,cpu:2 --steps 2 --warmup 1 --window 1 --out ${CMAKE_BINARY_DIR}/bench_sweep_test && ${BRAID_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/bench/plot.py predicted ${CMAKE_BINARY_DIR}/bench_sweep_test/sweep.csv -o ${CMAKE_BINARY_DIR}/bench_sweep_test/predicted.png")
   set_tests_properties(Bench.SweepScript PROPERTIES TIMEOUT 300 LABELS "bench;e2e")
+endif()
+# CUDA builds: the CUDA backend is a module that only cuda runs load (tests/cli/cuda_module_test.py).
+if(TARGET braid AND TARGET braid_cuda)
+  add_test(NAME Cli.CudaModuleLoadedOnlyForCuda
+           COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/cuda_module_test.py $<TARGET_FILE:braid>
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/cuda_module_test)
+  set_tests_properties(Cli.CudaModuleLoadedOnlyForCuda PROPERTIES TIMEOUT 300 LABELS e2e)
 endif()

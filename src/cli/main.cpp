@@ -13,10 +13,8 @@
 #include "core/error.h"
 #include "core/resource_error.h"
 #include "dist/launch.h"
+#include "exec/device_engine.h"
 #include "exec/signals.h"
-#ifdef BRAID_HAVE_CUDA_ENGINE
-#include "exec/cuda/cuda_engine.h"
-#endif
 
 namespace {
 
@@ -40,12 +38,15 @@ int main(int argc, char** argv) {
   // Before any thread exists: SIGINT/SIGTERM reach one thread that runs no kernel (exec/signals.h: a
   // signal inside oneDNN 2.x's JIT sgemm corrupts the heap).
   braid::exec::route_signals_to_one_thread();
-#ifdef BRAID_HAVE_CUDA_ENGINE
-  braid::exec::install_cuda_engine();  // devices: cuda (exec/device_engine.h)
-#endif
   CLI::App app{"braid: train neural networks described in YAML"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "braid 0.1.0");
+  // Which backends this braid has: the CPU's is built in; the CUDA one is a module, looked for, not loaded.
+  const std::string cuda_module = braid::exec::backend_module_path("cuda");
+  app.set_version_flag("--version", "braid 0.1.0\nbackends: cpu (built in), cuda (" +
+                                        (braid::exec::backend_module_present("cuda")
+                                             ? "module " + cuda_module + ", loaded when a run names cuda devices"
+                                             : std::string("not built: no module ") + cuda_module) +
+                                        ")");
 
   braid::cli::CheckArgs check;
   auto* c = app.add_subcommand("check", "check a model or run file; print the layer table or every mistake");

@@ -1,7 +1,11 @@
 // The registry of device engines by device kind (device_engine.h).
 #include "exec/device_engine.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <cstdlib>
 #include <string>
 #include <map>
@@ -30,10 +34,69 @@ void register_device_engine(const std::string& kind, DeviceEngineFactory factory
   registry()[kind] = factory;
 }
 
-DeviceEngineFactory device_engine(const std::string& kind) {
+std::string backend_module_path(const std::string& kind) {
+  std::string var = "BRAID_" + kind + "_MODULE";
+  std::transform(var.begin(), var.end(), var.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (const char* env = std::getenv(var.c_str()); env && *env) return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string dir = ec ? std::string(".") : exe.parent_path().string();
+  return dir + "/libbraid_" + kind + ".so";
+}
+
+bool backend_module_present(const std::string& kind) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(backend_module_path(kind), ec);
+}
+
+namespace {
+
+// Loads kind's module once (the handle is kept for the life of the process); "" when its engine registered.
+std::string load_backend_module(const std::string& kind) {
+  static std::mutex m;
+  static std::map<std::string, std::string> tried;  // kind -> the outcome of its one attempt
+  std::lock_guard<std::mutex> lock(m);
+  if (auto it = tried.find(kind); it != tried.end()) return it->second;
+  std::string& why = tried[kind];
+  const std::string path = backend_module_path(kind);
+  if (!backend_module_present(kind)) {
+    why = "this braid has no " + kind + " backend (no module " + path + ")";
+    return why;
+  }
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = ::dlerror();
+    why = "cannot load the " + kind + " backend " + path + ": " + (e ? e : "unknown error");
+    return why;
+  }
+  using Init = int (*)(int);
+  auto init = reinterpret_cast<Init>(::dlsym(h, "braid_backend_init"));
+  if (!init) {
+    why = path + " is not a braid backend module (no braid_backend_init)";
+    return why;
+  }
+  if (int rc = init(kBackendAbi); rc != 0) {
+    why = path + " is a backend module of another braid (interface " + std::to_string(rc) + ", this braid's " +
+          std::to_string(kBackendAbi) + ")";
+    return why;
+  }
+  return why;  // "": registered
+}
+
+}  // namespace
+
+DeviceEngineFactory device_engine(const std::string& kind, std::string* why_not) {
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().find(kind);
+    if (it != registry().end()) return it->second;
+  }
+  std::string why = load_backend_module(kind);
   std::lock_guard<std::mutex> lock(registry_mutex());
   auto it = registry().find(kind);
-  return it == registry().end() ? nullptr : it->second;
+  if (it != registry().end()) return it->second;
+  if (why_not) *why_not = why.empty() ? "the " + kind + " module registered no engine" : why;
+  return nullptr;
 }
 
 bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
@@ -51,11 +114,16 @@ std::unique_ptr<DeviceEngine> make_device_engine(const io::RunConfig& cfg, const
                                                  bool multi, graph::Graph* g, ParamStore& store, const planner::Plan* plan,
                                                  Communicator* world, int rank) {
   const SourceLoc at{cfg.path, 0, 0};
-  DeviceEngineFactory factory = device_engine(dev.kind);
-  if (!factory)
-    throw UserError(at, "devices " + cfg.devices + ": this braid was built without the " + dev.kind + " backend",
-                    "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are installed "
-                    "(README, \"Building by hand\"), or train on cpu");
+  std::string why_not;
+  DeviceEngineFactory factory = device_engine(dev.kind, &why_not);
+  if (!factory) {
+    const bool built = backend_module_present(dev.kind);
+    throw UserError(at, "devices " + cfg.devices + ": " + why_not,
+                    built ? "install the CUDA runtime, cuBLAS, cuDNN and NCCL this braid was built with (or put "
+                            "them on LD_LIBRARY_PATH), or train on cpu"
+                          : "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are "
+                            "installed (README, \"Building by hand\"), or train on cpu");
+  }
   if (!plan && dev.count > 1 && micro % dev.count != 0)
     throw UserError(at,
                     "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +

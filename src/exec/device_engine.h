@@ -67,8 +67,20 @@ struct DeviceEngineArgs {
 using DeviceEngineFactory = std::unique_ptr<DeviceEngine> (*)(const DeviceEngineArgs&);
 
 void register_device_engine(const std::string& kind, DeviceEngineFactory factory);
-// The registered factory of `kind`, or nullptr.
-DeviceEngineFactory device_engine(const std::string& kind);
+// The registered factory of `kind`, or nullptr. A kind nobody registered is looked for as a backend module
+// first (backend_module_path): loaded once, it registers its engine. *why_not (when given) says why none.
+DeviceEngineFactory device_engine(const std::string& kind, std::string* why_not = nullptr);
+
+// Backends as modules loaded at run time (dlopen), so that a CUDA build of braid starts, and runs every CPU
+// command, without mapping cuBLAS, cuDNN or NCCL, even on a machine that has none of them. The module of kind
+// K is libbraid_K.so beside the braid binary (BRAID_K_MODULE in the environment, with K in capitals, names
+// another file). It resolves braid's own functions from the binary that loads it (ENABLE_EXPORTS) and exports
+// `extern "C" int braid_backend_init(int abi)`, which registers its engine and returns 0; kBackendAbi changes
+// whenever the engine interface does, and a module of another ABI is refused.
+constexpr int kBackendAbi = 1;
+std::string backend_module_path(const std::string& kind);
+// Whether kind's module file exists (for `braid --version`; nothing is loaded).
+bool backend_module_present(const std::string& kind);
 
 // The run's devices when they are accelerators (`cuda`, `cuda:N`): true and *dev; false for cpu devices and
 // cluster files.
