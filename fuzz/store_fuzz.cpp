@@ -1,4 +1,4 @@
-// libFuzzer target for the rendezvous store's wire parser (src/dist/store_protocol.h), the code that reads
+// libFuzzer target for the rendezvous store's wire parser (src/distributed/store_protocol.h), the code that reads
 // bytes from unauthenticated peers. Treats the input as a connection's byte stream: splits frames off the
 // front as the server does and parses each as a request and as a reply. Checks, beyond ASan/UBSan: a frame
 // never claims more bytes than the buffer holds or the limit allows, and the encoding is canonical: a
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "dist/store_protocol.h"
+#include "distributed/store_protocol.h"
 
 using namespace braid::dist;
 

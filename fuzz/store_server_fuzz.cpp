@@ -1,4 +1,4 @@
-// libFuzzer target for the live rendezvous store (src/dist/store.h): one StoreServer in this process, on
+// libFuzzer target for the live rendezvous store (src/distributed/store.h): one StoreServer in this process, on
 // 127.0.0.1 only, with short deadlines; each input is a script of actions over up to 6 raw loopback
 // connections: connect, hello with the right or a wrong token, valid requests, raw bytes, oversized length
 // prefixes, half-closes (shutdown of the write side), resets, pauses (so the handshake and read deadlines and
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/store.h"
+#include "distributed/store.h"
 
 using namespace braid::dist;
 using namespace std::chrono_literals;

@@ -22,15 +22,15 @@ build_target() {  # name, sources...
   local name=$1
   shift
   local out=$build/$name newest
-  newest=$(ls -t "$@" "$root/src/dist/store.h" "$root/src/dist/store_protocol.h" "$root/src/core/error.h" | head -1)
+  newest=$(ls -t "$@" "$root/src/distributed/store.h" "$root/src/distributed/store_protocol.h" "$root/src/core/error.h" | head -1)
   if [[ ! -x $out || $newest -nt $out ]]; then
     echo "building $out" >&2
     "$cxx" "${flags[@]}" "$@" -o "$out"
   fi
 }
-build_target store_fuzz "$root/fuzz/store_fuzz.cpp" "$root/src/dist/store_protocol.cpp" "$root/src/core/error.cpp"
-build_target store_server_fuzz "$root/fuzz/store_server_fuzz.cpp" "$root/src/dist/store.cpp" \
-  "$root/src/dist/store_protocol.cpp" "$root/src/core/error.cpp"
+build_target store_fuzz "$root/fuzz/store_fuzz.cpp" "$root/src/distributed/store_protocol.cpp" "$root/src/core/error.cpp"
+build_target store_server_fuzz "$root/fuzz/store_server_fuzz.cpp" "$root/src/distributed/store.cpp" \
+  "$root/src/distributed/store_protocol.cpp" "$root/src/core/error.cpp"
 
 for target in $targets; do
   corpus=$build/fuzz-corpus-$target

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/rendezvous.h"
+#include "distributed/rendezvous.h"
 
 using namespace braid;
 using namespace braid::dist;

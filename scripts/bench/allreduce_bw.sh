@@ -11,7 +11,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 build="${BUILD:-$root/build}"
 [ -f "$build/build.ninja" ] || { echo "no build in $build: configure it first (cmake -G Ninja ...)" >&2; exit 2; }
-ninja -C "$build" braid braid_dist >/dev/null
+ninja -C "$build" braid braid_distributed >/dev/null
 out="$here/out"
 mkdir -p "$out" "$build/bench_allreduce"
 exe="$build/bench_allreduce/allreduce_bw"

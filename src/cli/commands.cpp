@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "core/format.h"
-#include "dist/clock_sync.h"
-#include "dist/rendezvous.h"
+#include "distributed/clock_sync.h"
+#include "distributed/rendezvous.h"
 #include "exec/memory_plan.h"
 #include "exec/preflight.h"
 #include "exec/trainer.h"

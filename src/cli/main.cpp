@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/resource_error.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 #include "exec/device_engine.h"
 #include "exec/signals.h"
 

@@ -6,7 +6,7 @@
 // or an acknowledgement), then sleeps on seq == the value read; the consumer stores tail (or acked),
 // increments seq, then wakes if waiting is set. All are sequentially consistent, so either the producer sees
 // the consumer's progress or the consumer sees waiting.
-#include "dist/shm_ring.h"
+#include "distributed/shm_ring.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

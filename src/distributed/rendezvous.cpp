@@ -1,5 +1,5 @@
 // Joining a job (see rendezvous.h).
-#include "dist/rendezvous.h"
+#include "distributed/rendezvous.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/store_protocol.h"
+#include "distributed/store_protocol.h"
 
 namespace braid::dist {
 

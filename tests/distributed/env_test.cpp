@@ -5,8 +5,8 @@
 #include <map>
 
 #include "core/error.h"
-#include "dist/env.h"
-#include "dist/rendezvous.h"
+#include "distributed/env.h"
+#include "distributed/rendezvous.h"
 
 using namespace braid;
 using namespace braid::dist;

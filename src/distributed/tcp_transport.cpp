@@ -8,7 +8,7 @@
 // sender rewound an empty ring to its start) and its length; with flag kDirect the socket carries the
 // payload's address in the sender and a 0 (u64 each), which the receiver reads (process_vm_readv) and then
 // acknowledges in the ring's header.
-#include "dist/tcp_transport.h"
+#include "distributed/tcp_transport.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "dist/tcp_socket.h"
+#include "distributed/tcp_socket.h"
 
 namespace braid::dist::detail {
 

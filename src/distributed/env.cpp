@@ -1,6 +1,6 @@
 // Environment detection (see env.h). Every number is parsed strictly (no trailing junk, in range) and every
 // error names the variable and its value.
-#include "dist/env.h"
+#include "distributed/env.h"
 
 #include <cstdlib>
 

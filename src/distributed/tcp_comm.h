@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/store.h"
+#include "distributed/store.h"
 #include "exec/comm/comm.h"
 
 namespace braid::dist {

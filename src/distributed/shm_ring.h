@@ -1,4 +1,4 @@
-// Shared-memory rings of the TCP backend (internal to src/dist; used by tcp_transport.cpp): bulk payloads
+// Shared-memory rings of the TCP backend (internal to src/distributed; used by tcp_transport.cpp): bulk payloads
 // between ranks of one host travel through a ring per directed pair instead of the socket. The receiver
 // creates the segment (shm_open, a random name, O_EXCL, mode 0600, pages allocated up front so a full /dev/shm
 // fails here and not as a SIGBUS later); the sender opens it; the name is unlinked as soon as the sender has

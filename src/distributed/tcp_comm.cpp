@@ -5,7 +5,7 @@
 // round's frames have all been consumed). All-reduce: round 0 sends chunk j (a contiguous numel/n share) to
 // rank j, and rank j folds the n copies of its chunk in rank order; round 1 sends each folded chunk to every
 // rank. That moves 2(n-1)/n of the tensor per rank, as a ring does, and keeps the rank-order fold.
-#include "dist/tcp_comm.h"
+#include "distributed/tcp_comm.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "exec/comm/reduce.h"
-#include "dist/tcp_transport.h"
+#include "distributed/tcp_transport.h"
 
 namespace braid::dist {
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "dist/store.h"
+#include "distributed/store.h"
 
 using namespace braid;
 using namespace braid::dist;

@@ -1,7 +1,7 @@
 // Forming a group of the TCP backend's transport (tcp_transport.h): the connections between every pair of
 // members through the store (Mesh::connect), then shared-memory rings between members on one host
 // (Mesh::setup_shm).
-#include "dist/tcp_transport.h"
+#include "distributed/tcp_transport.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "dist/tcp_socket.h"
+#include "distributed/tcp_socket.h"
 
 namespace braid::dist::detail {
 

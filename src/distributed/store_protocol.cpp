@@ -1,6 +1,6 @@
 // The store's frames (see store_protocol.h). A Reader walks a body with bounds checks on every field; the
 // first short read makes it fail and every later read return zeros, so parse code needs one check at the end.
-#include "dist/store_protocol.h"
+#include "distributed/store_protocol.h"
 
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // Socket primitives of the TCP backend (tcp_socket.h).
-#include "dist/tcp_socket.h"
+#include "distributed/tcp_socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "dist/tcp_socket.h"
-#include "dist/tcp_transport.h"
+#include "distributed/tcp_socket.h"
+#include "distributed/tcp_transport.h"
 
 namespace braid::dist::detail {
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "dist/clock_sync.h"
-#include "dist/store.h"
+#include "distributed/clock_sync.h"
+#include "distributed/store.h"
 
 using namespace braid::dist;
 

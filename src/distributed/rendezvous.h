@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "dist/env.h"
-#include "dist/store.h"
-#include "dist/tcp_comm.h"
+#include "distributed/env.h"
+#include "distributed/store.h"
+#include "distributed/tcp_comm.h"
 
 namespace braid::dist {
 

@@ -14,7 +14,7 @@
 #include <random>
 #include <regex>
 
-#include "dist/store.h"
+#include "distributed/store.h"
 #include "core/error.h"
 #include "procs.h"
 

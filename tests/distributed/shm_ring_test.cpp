@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "dist/shm_ring.h"
+#include "distributed/shm_ring.h"
 
 using namespace braid::dist::detail;
 using namespace std::chrono_literals;

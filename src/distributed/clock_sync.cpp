@@ -1,10 +1,10 @@
 // Clock offset to a reference clock from timed round trips (see clock_sync.h).
-#include "dist/clock_sync.h"
+#include "distributed/clock_sync.h"
 
 #include <chrono>
 
 #include "core/error.h"
-#include "dist/store.h"
+#include "distributed/store.h"
 
 namespace braid::dist {
 

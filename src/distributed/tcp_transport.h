@@ -1,4 +1,4 @@
-// The TCP backend's transport (internal to src/dist): a Mesh is one group's connections, two sockets per
+// The TCP backend's transport (internal to src/distributed): a Mesh is one group's connections, two sockets per
 // peer (one it writes, one it reads), with a receiver thread that reads every socket at once and files each frame by (peer, kind,
 // channel): straight into memory a caller has posted for it (no copy), or into a buffered message.
 // Writers are the communicator's caller thread; several peers are written at once with poll(2), so no
@@ -27,8 +27,8 @@
 #include <tuple>
 #include <vector>
 
-#include "dist/shm_ring.h"
-#include "dist/tcp_comm.h"
+#include "distributed/shm_ring.h"
+#include "distributed/tcp_comm.h"
 
 namespace braid::dist::detail {
 

@@ -1,7 +1,7 @@
 // The launcher (see launch.h). One loop polls the children's stdout/stderr pipes and a self-pipe fed by the
 // signal handler, reaps children with waitpid(WNOHANG), and every half second checks heartbeats and the
 // job-wide abort key. All state lives on the stack of launch(); the handler only writes a byte.
-#include "dist/launch.h"
+#include "distributed/launch.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,8 +19,8 @@
 #include <optional>
 
 #include "core/error.h"
-#include "dist/rendezvous.h"
-#include "dist/store.h"
+#include "distributed/rendezvous.h"
+#include "distributed/store.h"
 
 namespace braid::dist {
 

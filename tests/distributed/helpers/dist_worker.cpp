@@ -1,4 +1,4 @@
-// A worker process for the distributed tests, started by tests/dist/*_test.cpp (or under braid launch) with
+// A worker process for the distributed tests, started by tests/distributed/*_test.cpp (or under braid launch) with
 // torchrun-style variables: `dist_worker SCENARIO`. Scenarios:
 //   collectives  every collective and send/recv over the TCP world, each compared bit for bit with the
 //                in-process backend run (in threads, here) on the same inputs; prints "ok N cases"
@@ -31,7 +31,7 @@
 #include <functional>
 #include <thread>
 
-#include "dist/rendezvous.h"
+#include "distributed/rendezvous.h"
 #include "exec/comm/inproc.h"
 
 using namespace braid;

@@ -5,7 +5,7 @@
 // Every socket here is close-on-exec from its creation: Asio 1.74 opens and accepts without SOCK_CLOEXEC, so
 // sockets are made with socket(SOCK_CLOEXEC) / accept4(SOCK_CLOEXEC) and handed to Asio; a rank that the
 // launcher forks and execs inherits none of the store's (a later fcntl would race with that fork).
-#include "dist/store.h"
+#include "distributed/store.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
