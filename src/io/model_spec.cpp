@@ -233,15 +233,27 @@ void parse_metrics(const YNode* metrics, const TopNames& names, ModelSpec& spec,
 
 }  // namespace
 
-ModelSpec parse_model(const std::string& text, const std::string& path, const std::vector<VarOverride>& overrides,
-                      Diagnostics& diags, const ModelLimits& limits) {
+namespace {
+ModelSpec empty_spec(const std::string& text, const std::string& path) {
   ModelSpec spec;
   spec.path = path;
   spec.text = text;
   spec.name = std::filesystem::path(path).stem().string();
+  return spec;
+}
+}  // namespace
+
+ModelSpec parse_model(const std::string& text, const std::string& path, const std::vector<VarOverride>& overrides,
+                      Diagnostics& diags, const ModelLimits& limits) {
   size_t before = diags.size();
   YNode root = parse_yaml(text, path, diags);
-  if (root.is_null() && diags.size() > before) return spec;  // not YAML at all: nothing more to say
+  if (root.is_null() && diags.size() > before) return empty_spec(text, path);  // not YAML at all: nothing more to say
+  return parse_model_tree(root, text, path, overrides, diags, limits);
+}
+
+ModelSpec parse_model_tree(const YNode& root, const std::string& text, const std::string& path,
+                           const std::vector<VarOverride>& overrides, Diagnostics& diags, const ModelLimits& limits) {
+  ModelSpec spec = empty_spec(text, path);
   if (!root.is_map()) {
     diags.error(root.loc.valid() ? root.loc : SourceLoc{path, 1, 1},
                 "a model file is a mapping with keys " + join(kModelKeys) + "; got " + root.kind_name());

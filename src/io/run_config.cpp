@@ -540,7 +540,7 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
     }
     rc.is_model_only = true;
     rc.model_path = path;
-    rc.model = parse_model(text, path, vars, diags);
+    rc.model = parse_model_tree(root, text, path, vars, diags);
     if (!diags.empty()) throw_all(diags, sets);
     return rc;
   }
