@@ -294,10 +294,9 @@ ModelSpec load_model(const std::string& path, const std::vector<VarOverride>& ov
                      const SourceLoc& from, const ModelLimits& limits) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, YamlLimits{}.max_bytes);
   } catch (const UserError& e) {
-    std::string why = file_exists(path) ? (e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message)
-                                        : "no such file";
+    std::string why = e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message;
     if (from.valid()) diags.error(from, "model file '" + path + "': " + why);
     else diags.error(SourceLoc{path, 0, 0}, why);
     ModelSpec spec;

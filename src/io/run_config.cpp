@@ -510,9 +510,9 @@ RunConfig load_run_or_model(const std::string& path, const std::vector<std::stri
   RunConfig rc;
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, YamlLimits{}.max_bytes);
   } catch (const UserError& e) {
-    diags.error(SourceLoc{path, 0, 0}, file_exists(path) ? "cannot read the file" : "no such file");
+    diags.merge(e);
     throw_all(diags, sets);
   }
   YNode root = parse_yaml(text, path, diags);

@@ -575,7 +575,7 @@ YNode parse_yaml(const std::string& raw, const std::string& file, Diagnostics& d
 YNode load_yaml_file(const std::string& path, Diagnostics& diags, const SourceLoc& from, const YamlLimits& limits) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, limits.max_bytes);
   } catch (const UserError& e) {
     std::string msg = e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message;
     if (from.valid()) diags.error(from, "'" + path + "': " + msg);
