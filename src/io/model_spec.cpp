@@ -21,7 +21,7 @@ using detail::TopNames;
 
 const std::vector<std::string> kModelKeys = {"name", "vars", "inputs", "blocks", "layers", "outputs", "metrics"};
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using detail::quote;
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
