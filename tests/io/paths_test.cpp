@@ -12,6 +12,7 @@
 
 #include "io/paths.h"
 #include "io/run_config.h"
+#include "io/yaml_source.h"
 #include "yaml_test_util.h"
 
 using namespace braid;
@@ -47,7 +48,11 @@ TEST(ReadFile, FifoWithoutWriterIsRefusedWithoutBlocking) {
     FAIL() << "read_file blocked on a FIFO";
   }
   EXPECT_EQ(result.get(), fifo + ": is a FIFO (named pipe), not a regular file");
-  // The run-file loader says the same, naming the path.
+  // Plan files (load_yaml_file) and the run-file loader say the same, naming the path.
+  Diagnostics plan;
+  load_yaml_file(fifo, plan);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan.all()[0].loc.str() + ": " + plan.all()[0].message, fifo + ": is a FIFO (named pipe), not a regular file");
   try {
     load_run_or_model(fifo, {});
     FAIL() << "a FIFO was loaded";
