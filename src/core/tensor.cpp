@@ -31,9 +31,19 @@ std::vector<std::string> dtype_names() {
   return out;
 }
 
+std::optional<int64_t> Shape::checked_numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims_)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
+
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
+  for (int64_t d : dims_) {
+    bool overflow = __builtin_mul_overflow(n, d, &n);
+    BRAID_ASSERT(!overflow, "element count of ", str(), " overflows int64");
+  }
   return n;
 }
 
@@ -44,6 +54,13 @@ std::string Shape::str() const {
     s += std::to_string(dims_[i]);
   }
   return s + "]";
+}
+
+std::optional<int64_t> TensorDesc::checked_bytes() const {
+  auto n = shape.checked_numel();
+  int64_t b = 0;
+  if (!n || __builtin_mul_overflow(*n, static_cast<int64_t>(dtype_size(dtype)), &b)) return std::nullopt;
+  return b;
 }
 
 std::string TensorDesc::str() const { return std::string(dtype_name(dtype)) + shape.str(); }

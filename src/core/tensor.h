@@ -35,7 +35,10 @@ class Shape {
   Shape(std::initializer_list<int64_t> d) : dims_(d) {}
   explicit Shape(std::vector<int64_t> d) : dims_(std::move(d)) {}
   int rank() const { return static_cast<int>(dims_.size()); }
+  // Element count; asserts that it fits in int64 (the graph builder refuses larger shapes as user errors).
   int64_t numel() const;
+  // Element count, or nullopt when a size is negative or the product does not fit in int64.
+  std::optional<int64_t> checked_numel() const;
   int64_t operator[](int i) const { return dims_.at(static_cast<size_t>(i)); }
   int64_t& operator[](int i) { return dims_.at(static_cast<size_t>(i)); }
   // Axis counted from the end when negative (-1 is the last).
@@ -56,6 +59,8 @@ struct TensorDesc {
   Shape shape;
   DType dtype = DType::f32;
   size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
+  // Bytes, or nullopt when the element count or the byte count does not fit in int64.
+  std::optional<int64_t> checked_bytes() const;
   int64_t numel() const { return shape.numel(); }
   std::string str() const;  // "f32[2, 3]"
   bool operator==(const TensorDesc& o) const { return shape == o.shape && dtype == o.dtype; }

@@ -1,4 +1,7 @@
-// Model spec -> graph: the loop over layers, attribute evaluation and error reporting.
+// Model spec -> graph: the loop over layers, attribute evaluation and error reporting. Sizes are checked as
+// the graph grows (issue 24): every tensor's element and byte counts fit in int64, and the graph's bytes (all
+// values, each parameter three more times for its gradient and optimizer moments, every workspace) stay
+// under kMaxGraphBytes, so FLOPs, parameter counts and memory-plan offsets computed from them cannot wrap.
 #include "graph/build.h"
 
 #include <set>
@@ -9,6 +12,54 @@
 namespace braid::graph {
 namespace {
 
+constexpr int64_t kMaxGraphBytes = int64_t{1} << 62;  // 4 EiB
+constexpr int kParamCopies = 4;                         // value, gradient, two optimizer moments
+const char* const kSizeHint = "sizes multiply: is a size, the batch or a var far too large?";
+
+// Bytes of the graph so far; add() is false when `bytes` would take it past kMaxGraphBytes.
+struct SizeBudget {
+  int64_t total = 0;
+  bool add(int64_t bytes, int copies = 1) {
+    int64_t b = 0, t = 0;
+    if (__builtin_mul_overflow(bytes, copies, &b) || __builtin_add_overflow(total, b, &t) || t > kMaxGraphBytes)
+      return false;
+    total = t;
+    return true;
+  }
+};
+
+// Checks one tensor of `what` (reported at loc): its sizes fit in int64 and the budget takes it.
+bool check_tensor(const TensorDesc& d, const std::string& what, const SourceLoc& loc, SizeBudget& budget,
+                  Diagnostics& diags, int copies = 1) {
+  auto bytes = d.checked_bytes();
+  if (!bytes) {
+    diags.error(loc, what + " " + d.str() + " has more elements or bytes than a 64-bit integer holds", kSizeHint);
+    return false;
+  }
+  if (!budget.add(*bytes, copies)) {
+    diags.error(loc, what + " " + d.str() + " takes the graph past 2^62 bytes (4 EiB)", kSizeHint);
+    return false;
+  }
+  return true;
+}
+
+// The node's workspace in the budget; an OpError (a size past int64) or a budget overrun is reported at loc.
+bool check_workspace(const Node& n, const Graph& g, const std::string& who, SizeBudget& budget, Diagnostics& diags) {
+  if (!n.op->workspace) return true;
+  std::vector<TensorDesc> in, out;
+  for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+  for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+  try {
+    size_t ws = n.op->workspace(n.attrs, in, out);
+    if (ws <= static_cast<size_t>(kMaxGraphBytes) && budget.add(static_cast<int64_t>(ws))) return true;
+    diags.error(n.loc, who + ": its workspace of " + std::to_string(ws) + " bytes takes the graph past 2^62 bytes",
+                kSizeHint);
+  } catch (const ops::OpError& e) {
+    diags.error(n.loc, who + ": workspace: " + e.what(), e.hint());
+  }
+  return false;
+}
+
 struct Builder {
   const io::ModelSpec& model;
   Graph& g;
@@ -16,6 +67,7 @@ struct Builder {
   DType half = DType::f32;  // BuildOptions::half
   const ops::Registry& reg = ops::Registry::get();
   std::map<std::string, ValueId> values;  // value names visible to `from`
+  SizeBudget budget;                      // bytes of the forward graph so far
 
   std::optional<ops::AttrValue> eval_attr(const ops::AttrSpec& spec, const io::YNode& node, const std::string& what) {
     switch (spec.kind) {
@@ -188,11 +240,18 @@ struct Builder {
       target->init = *spec;
     }
     if (!ok) return kNoValue;
+    for (const auto& p : params)
+      ok &= check_tensor(p.desc, who + ": parameter '" + p.name + "'", l.loc, budget, diags, kParamCopies);
+    if (!ok) return kNoValue;
     std::vector<ValueId> all_inputs = inputs;
     for (const auto& p : params) all_inputs.push_back(g.add_param(l.name, p));
     try {
       auto outs = g.add_node(*op, attrs, all_inputs, n, l.name, l.name, l.loc, false);
-      return outs[0];
+      const Node& node = g.node(g.value(outs[0]).producer);
+      for (size_t k = 0; k < outs.size(); ++k)
+        ok &= check_tensor(g.value(outs[k]).desc, who + ": output " + std::to_string(k), l.loc, budget, diags);
+      ok = ok && check_workspace(node, g, who, budget, diags);
+      return ok ? outs[0] : kNoValue;
     } catch (const ops::OpError& e) {
       // Shapes inside ops carry the batch axis; users think per sample, so say what each input is.
       std::string inputs_text;
@@ -292,7 +351,10 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
   for (const auto& in : model.inputs) {
     std::vector<int64_t> dims{batch};
     dims.insert(dims.end(), in.shape.begin(), in.shape.end());
-    b.values[in.name] = model.inputs_known ? g.add_input(in.name, TensorDesc{Shape(dims), in.dtype}) : kNoValue;
+    TensorDesc desc{Shape(dims), in.dtype};
+    std::string what = "input '" + in.name + "' (batch " + std::to_string(batch) + ")";
+    b.values[in.name] =
+        model.inputs_known && check_tensor(desc, what, in.loc, b.budget, diags) ? g.add_input(in.name, desc) : kNoValue;
   }
   // 2. Layers in file order (blocks already expanded by io). A second layer of a name, or a layer named as an
   // input (both reported by io), is checked without its inputs and is unknown.
@@ -341,7 +403,11 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
     folder.flush(diags);
   }
   // 5. Backward, of a whole graph only.
-  if (opts.with_backward && diags.size() == before && before == 0) append_backward(g);
+  // The sizes of the whole graph again once it has its backward part (gradients and their workspaces count too).
+  if (opts.with_backward && diags.size() == before && before == 0) {
+    append_backward(g);
+    check_graph_sizes(g);
+  }
   return g;
 }
 
@@ -350,6 +416,23 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
   Graph g = build_graph(model, batch, opts, diags);
   diags.throw_if_any();
   return g;
+}
+
+void check_graph_sizes(const Graph& g) {
+  Diagnostics diags;
+  SizeBudget budget;
+  for (ValueId v : g.inputs())
+    if (!check_tensor(g.value(v).desc, "input '" + g.value(v).name + "'", SourceLoc{}, budget, diags)) break;
+  for (const auto& p : g.params())
+    if (!check_tensor(p.spec.desc, "parameter '" + p.name + "'", SourceLoc{}, budget, diags, kParamCopies)) break;
+  for (const auto& n : g.nodes()) {
+    if (!diags.empty()) break;
+    std::string who = "layer '" + n.layer + "' (" + n.op->name + (n.backward ? ", backward" : "") + ")";
+    for (ValueId v : n.outputs)
+      if (!check_tensor(g.value(v).desc, who + ": value '" + g.value(v).name + "'", n.loc, budget, diags)) break;
+    if (diags.empty()) check_workspace(n, g, who, budget, diags);
+  }
+  diags.throw_if_any();
 }
 
 std::map<std::string, int64_t> integer_input_bounds(const Graph& g) {

@@ -14,6 +14,9 @@ namespace braid::io {
 namespace {
 
 const std::vector<std::string> kFunctions = {"min", "max", "ceil"};
+// Nesting levels of '(', calls and unary signs in one expression: the parser recurses per level, so ten
+// thousand '(' would overflow the stack. The YAML reader bounds its nesting the same way (YamlLimits).
+constexpr int kMaxExprDepth = 64;
 
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -171,6 +174,14 @@ class ExprParser {
   std::optional<Number> unary() {
     skip_ws();
     size_t op = p_;
+    if (depth_ >= kMaxExprDepth)
+      return fail(op, "expression nests deeper than " + std::to_string(kMaxExprDepth) + " levels",
+                  "parentheses, calls and signs count as levels; split it with vars");
+    struct Level {
+      int& d;
+      explicit Level(int& x) : d(++x) {}
+      ~Level() { --d; }
+    } level(depth_);
     if (accept("-")) {
       auto v = unary();
       if (!v) return std::nullopt;
@@ -289,6 +300,7 @@ class ExprParser {
   const VarEnv& vars_;
   Diagnostics& diags_;
   size_t p_ = 0;
+  int depth_ = 0;  // unary() calls in progress
 };
 
 // A plain numeric literal such as 5, -2.5 or 1e-3 (no operators, vars or calls).

@@ -6,6 +6,7 @@
 #include "io/model_layers.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_set>
 
@@ -17,9 +18,22 @@ constexpr int64_t kSat = std::numeric_limits<int64_t>::max();
 int64_t add_sat(int64_t a, int64_t b) { return a > kSat - b ? kSat : a + b; }
 int64_t mul_sat(int64_t a, int64_t b) { return (b != 0 && a > kSat / b) ? kSat : a * b; }
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
-
 }  // namespace
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
 
 std::string TopNames::resolve(const std::string& name) const {
   if (auto it = local.find(name); it != local.end()) return it->second;
@@ -38,6 +52,12 @@ bool check_name(const std::string& name, const SourceLoc& loc, const std::string
     diags.error(loc, what + " name is empty");
     return false;
   }
+  for (char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+      diags.error(loc, what + " name " + quote(name) + " holds a control character",
+                  "names are printable text; is an escape such as \\0 or \\t in the quotes?");
+      return false;
+    }
   if (name.find_first_of(". \t\n") != std::string::npos) {
     diags.error(loc, what + " name " + quote(name) + " holds a '.' or a space",
                 "'.' separates the parts of expanded names (h.0.fc); use '_' or '-'");

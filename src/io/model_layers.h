@@ -49,7 +49,11 @@ struct TopNames {
 };
 
 // A name of a layer, input, block, var or metric: non-empty, no '.', no spaces; reports otherwise.
+// A name is non-empty, holds no '.' or space and no control character (a NUL would cut it short in
+// checkpoints and messages; issue 24).
 bool check_name(const std::string& name, const SourceLoc& loc, const std::string& what, Diagnostics& diags);
+// 'name' for messages, control characters written as \xNN so that a message is never cut at a NUL.
+std::string quote(const std::string& s);
 
 // `what` names the list in messages ("layers", "block 'decoder'").
 std::vector<RawLayer> parse_layer_list(const YNode& list, const std::string& what, bool in_block,

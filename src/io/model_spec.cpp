@@ -21,7 +21,7 @@ using detail::TopNames;
 
 const std::vector<std::string> kModelKeys = {"name", "vars", "inputs", "blocks", "layers", "outputs", "metrics"};
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using detail::quote;
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -233,18 +233,31 @@ void parse_metrics(const YNode* metrics, const TopNames& names, ModelSpec& spec,
 
 }  // namespace
 
-ModelSpec parse_model(const std::string& text, const std::string& path, const std::vector<VarOverride>& overrides,
-                      Diagnostics& diags, const ModelLimits& limits) {
+namespace {
+ModelSpec empty_spec(const std::string& text, const std::string& path) {
   ModelSpec spec;
   spec.path = path;
   spec.text = text;
   spec.name = std::filesystem::path(path).stem().string();
+  return spec;
+}
+}  // namespace
+
+ModelSpec parse_model(const std::string& text, const std::string& path, const std::vector<VarOverride>& overrides,
+                      Diagnostics& diags, const ModelLimits& limits) {
   size_t before = diags.size();
   YNode root = parse_yaml(text, path, diags);
   if (root.is_null() && diags.size() > before) {  // not YAML at all: nothing more to say
+    ModelSpec spec = empty_spec(text, path);
     spec.inputs_known = false;
     return spec;
   }
+  return parse_model_tree(root, text, path, overrides, diags, limits);
+}
+
+ModelSpec parse_model_tree(const YNode& root, const std::string& text, const std::string& path,
+                           const std::vector<VarOverride>& overrides, Diagnostics& diags, const ModelLimits& limits) {
+  ModelSpec spec = empty_spec(text, path);
   if (!root.is_map()) {
     spec.inputs_known = false;
     diags.error(root.loc.valid() ? root.loc : SourceLoc{path, 1, 1},
@@ -288,10 +301,9 @@ ModelSpec load_model(const std::string& path, const std::vector<VarOverride>& ov
                      const SourceLoc& from, const ModelLimits& limits) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, YamlLimits{}.max_bytes);
   } catch (const UserError& e) {
-    std::string why = file_exists(path) ? (e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message)
-                                        : "no such file";
+    std::string why = e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message;
     if (from.valid()) diags.error(from, "model file '" + path + "': " + why);
     else diags.error(SourceLoc{path, 0, 0}, why);
     ModelSpec spec;

@@ -75,5 +75,9 @@ ModelSpec load_model(const std::string& path, const std::vector<VarOverride>& ov
 ModelSpec parse_model(const std::string& text, const std::string& path,
                       const std::vector<VarOverride>& overrides, Diagnostics& diags,
                       const ModelLimits& limits = {});
+// parse_model on the tree parse_yaml made of `text` (a file read and parsed once, as load_run_or_model does).
+ModelSpec parse_model_tree(const YNode& root, const std::string& text, const std::string& path,
+                           const std::vector<VarOverride>& overrides, Diagnostics& diags,
+                           const ModelLimits& limits = {});
 
 }  // namespace braid::io

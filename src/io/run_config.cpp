@@ -510,9 +510,9 @@ RunConfig load(const std::string& path, const std::vector<std::string>& sets, Di
   rc.model.inputs_known = false;  // until a model is read
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, YamlLimits{}.max_bytes);
   } catch (const UserError& e) {
-    diags.error(SourceLoc{path, 0, 0}, file_exists(path) ? "cannot read the file" : "no such file");
+    diags.merge(e);  // read_file's own message: no such file, not a regular file, too large, unreadable
     rc.is_model_only = true;
     return rc;
   }
@@ -544,7 +544,7 @@ RunConfig load(const std::string& path, const std::vector<std::string>& sets, Di
     }
     rc.is_model_only = true;
     rc.model_path = path;
-    rc.model = parse_model(text, path, vars, diags);
+    rc.model = parse_model_tree(root, text, path, vars, diags);
     return rc;
   }
 

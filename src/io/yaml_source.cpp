@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "io/line_table.h"
 #include "io/paths.h"
 
 namespace braid::io {
@@ -63,37 +64,6 @@ std::string YNode::kind_name() const {
 }
 
 namespace {
-
-// ---- locations ----------------------------------------------------------------------------------------------
-
-// Maps byte offsets and yaml-cpp's 0-based (line, byte column) marks to 1-based (line, character column).
-class LineTable {
- public:
-  LineTable(const std::string& text, const std::string& file) : text_(text), file_(file) {
-    starts_.push_back(0);
-    for (size_t i = 0; i < text.size(); ++i)
-      if (text[i] == '\n') starts_.push_back(i + 1);
-  }
-  SourceLoc at(int line0, int bytecol0) const {
-    if (line0 < 0 || bytecol0 < 0) return SourceLoc{file_, 1, 1};
-    size_t line = std::min<size_t>(static_cast<size_t>(line0), starts_.size() - 1);
-    size_t begin = starts_[line];
-    size_t end = std::min(text_.size(), begin + static_cast<size_t>(bytecol0));
-    int col = 1;
-    for (size_t i = begin; i < end; ++i)
-      if ((static_cast<unsigned char>(text_[i]) & 0xC0) != 0x80) ++col;
-    return SourceLoc{file_, static_cast<int>(line) + 1, col};
-  }
-  SourceLoc at_offset(size_t off) const {
-    size_t line = std::upper_bound(starts_.begin(), starts_.end(), off) - starts_.begin() - 1;
-    return at(static_cast<int>(line), static_cast<int>(off - starts_[line]));
-  }
-
- private:
-  const std::string& text_;
-  const std::string& file_;
-  std::vector<size_t> starts_;
-};
 
 // BOM dropped, CRLF and lone CR turned into LF (yaml-cpp counts only LF as a line break).
 std::string normalize_text(const std::string& in) {
@@ -422,7 +392,7 @@ class Builder : public YAML::EventHandler {
     size_t start = 0;
     bool have_key = false;
     YNode key;
-    std::unordered_map<std::string, SourceLoc> seen;
+    std::unordered_map<std::string, size_t> seen;  // key -> its index in node.map (the entry holds its place)
     std::vector<YNode> merges;  // values of `<<` keys, applied at the end of the mapping
     int child_height = 0;       // height of the tallest child so far
   };
@@ -484,7 +454,7 @@ class Builder : public YAML::EventHandler {
         for (const auto& [k, v] : src->map) {
           if (f.seen.count(k.scalar)) continue;  // keys written in the mapping win over merged ones
           take(count_nodes(k) + count_nodes(v), k.loc);
-          f.seen.emplace(k.scalar, k.loc);
+          f.seen.emplace(k.scalar, f.node.map.size());
           f.node.map.emplace_back(k, v);
         }
     }
@@ -531,11 +501,11 @@ class Builder : public YAML::EventHandler {
       for (unsigned char c : key.scalar) value.loc.col += (c & 0xC0) != 0x80;
       value.loc.col += key.quoted ? 3 : 1;
     }
-    auto [it, inserted] = f.seen.emplace(key.scalar, key.loc);
+    auto [it, inserted] = f.seen.emplace(key.scalar, f.node.map.size());
     if (!inserted) {
+      const SourceLoc& first = f.node.map[it->second].first.loc;
       diags_.error(key.loc, "duplicate key '" + key.scalar + "'",
-                   "first written at line " + std::to_string(it->second.line) + ", column " +
-                       std::to_string(it->second.col));
+                   "first written at line " + std::to_string(first.line) + ", column " + std::to_string(first.col));
       return;
     }
     f.node.map.emplace_back(std::move(key), std::move(value));
@@ -605,7 +575,7 @@ YNode parse_yaml(const std::string& raw, const std::string& file, Diagnostics& d
 YNode load_yaml_file(const std::string& path, Diagnostics& diags, const SourceLoc& from, const YamlLimits& limits) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, limits.max_bytes);
   } catch (const UserError& e) {
     std::string msg = e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message;
     if (from.valid()) diags.error(from, "'" + path + "': " + msg);

@@ -65,6 +65,21 @@ class OpError : public std::runtime_error {
   std::string hint_;
 };
 
+// Sizes computed from shapes and attributes (workspaces, padded extents, products of attribute sizes): a
+// result past int64 throws OpError, which the graph builder reports at the layer (issue 24).
+inline int64_t size_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw OpError("a size overflows 64 bits: " + std::to_string(a) + " * " + std::to_string(b), "are the sizes too large?");
+  return r;
+}
+inline int64_t size_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw OpError("a size overflows 64 bits: " + std::to_string(a) + " + " + std::to_string(b), "are the sizes too large?");
+  return r;
+}
+
 // ---- parameters ----------------------------------------------------------------------------------------
 struct InitSpec {
   enum class Kind { Zeros, Ones, Constant, Uniform, Normal };

@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "io/expr.h"
+#include "io/paths.h"
 #include "io/yaml_source.h"
 
 namespace braid::planner {
@@ -208,14 +207,15 @@ Cluster parse_cluster(const std::string& text, const std::string& path, Diagnost
 }
 
 Cluster read_cluster(const std::string& path, Diagnostics& diags) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    diags.error(SourceLoc{path, 0, 0}, "cannot read cluster file '" + path + "'");
+  std::string text;
+  try {
+    text = io::read_file(path, io::YamlLimits{}.max_bytes);
+  } catch (const UserError& e) {
+    std::string why = e.diagnostics().empty() ? "cannot read" : e.diagnostics()[0].message;
+    diags.error(SourceLoc{path, 0, 0}, "cannot read cluster file '" + path + "': " + why);
     return {};
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_cluster(ss.str(), path, diags);
+  return parse_cluster(text, path, diags);
 }
 
 namespace {

@@ -224,3 +224,27 @@ TEST(Expr, EvalString) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 24: deep nesting is an error at the level past the limit, not a stack overflow.
+TEST(Expr, NestingDepthIsBounded) {
+  std::string deep(10000, '(');
+  deep += "1" + std::string(10000, ')');
+  Diagnostics d = bad(deep);
+  EXPECT_NE(d.all()[0].message.find("nests deeper than 64 levels"), std::string::npos) << iotest::dump(d);
+  EXPECT_EQ(d.all()[0].loc.str(), "m.yaml:3:" + std::to_string(10 + 64));  // the 65th '('
+  std::string calls;
+  for (int i = 0; i < 10000; ++i) calls += "min(";
+  Diagnostics c = bad(calls + "1");
+  EXPECT_NE(c.all()[0].message.find("nests deeper"), std::string::npos) << iotest::dump(c);
+  Diagnostics s = bad(std::string(100000, '-') + "1");
+  EXPECT_NE(s.all()[0].message.find("nests deeper"), std::string::npos) << iotest::dump(s);
+  // 63 levels of parentheses (64 with the number inside) still evaluate; long flat sums are not nesting.
+  EXPECT_EQ(ok_int(std::string(63, '(') + "2" + std::string(63, ')')), 2);
+  std::string sum = "1";
+  for (int i = 0; i < 20000; ++i) sum += " + 1";
+  EXPECT_EQ(ok_int(sum), 20001);
+}
+
+}  // namespace

@@ -380,3 +380,22 @@ TEST(Model, LoadMissingFileNamesTheReference) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 24: a NUL or other control character (written as an escape in quotes) is refused in every name, and
+// messages show it escaped instead of being cut at it.
+TEST(Model, NamesWithControlCharactersAreRefused) {
+  auto first = [](const Diagnostics& d) { return d.all().at(0).loc.str() + ": " + d.all().at(0).message; };
+  EXPECT_EQ(first(parse_bad(model("  - {name: \"out\\0\", op: linear, out: d}\n"))),
+            "m.yaml:6:12: layer name 'out\\x00' holds a control character");
+  EXPECT_EQ(first(parse_bad(model("  - {name: out, block: b}\n", "  \"b\\x1b\": [{op: relu}]\n"))),
+            "m.yaml:6:3: block name 'b\\x1b' holds a control character");
+  EXPECT_EQ(first(parse_bad("vars: {\"d\\0\": 1}\ninputs: {x: {shape: [2]}}\nlayers: [{name: out, op: relu}]\n"
+                            "outputs: [out]\n")),
+            "m.yaml:1:8: var name 'd\\x00' is not an identifier");
+  EXPECT_EQ(first(parse_bad(model("  - {name: out, op: linear, out: d}\n", "", "[out]\nmetrics:\n  \"m\\t\": {op: relu}"))),
+            "m.yaml:9:3: metric name 'm\\x09' holds a control character");
+}
+
+}  // namespace

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "io/line_table.h"
 #include "io/yaml_source.h"
 #include "yaml_test_util.h"
 
@@ -274,6 +275,57 @@ TEST(Yaml, LoadFileMissing) {
   YNode n = load_yaml_file(t.write("a.yaml", "k: v\n"), d2);
   EXPECT_TRUE(d2.empty());
   EXPECT_EQ(n.get("k")->loc.file, t.path() + "/a.yaml");
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 24: a position lookup examines a bounded number of bytes however long the line is (it used to count
+// every character from the line start, which made a one-line 5 MB file take over a minute).
+TEST(LineTable, LookupCostDoesNotGrowWithTheLine) {
+  std::string text;
+  for (int i = 0; text.size() < (2u << 20); ++i) text += i % 7 == 0 ? "é, " : "ab, ";  // 2 MiB, one line
+  text += "\nlast";
+  const std::string file = "long.yaml";
+  LineTable lt(text, file);
+  size_t expect_chars = 0;
+  std::vector<size_t> probes = {0, 1, 63, 64, 65, 1000, text.size() / 2, text.size() - 6};
+  for (size_t off : probes) {
+    expect_chars = 0;
+    for (size_t i = 0; i < off; ++i) expect_chars += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+    SourceLoc loc = lt.at(0, static_cast<int>(off));
+    EXPECT_EQ(loc.line, 1);
+    EXPECT_EQ(loc.col, static_cast<int>(expect_chars) + 1) << "offset " << off;
+    EXPECT_LE(lt.last_scanned(), 2 * LineTable::kStride) << "offset " << off;
+  }
+  SourceLoc last = lt.at_offset(text.size() - 2);
+  EXPECT_EQ(last.line, 2);
+  EXPECT_EQ(last.col, 3);
+  EXPECT_LE(lt.last_scanned(), 2 * LineTable::kStride);
+  EXPECT_EQ(lt.at(5, 0).line, 2);  // lines past the end clamp to the last
+}
+
+TEST(LineTable, EmptyTextAndMultibyteColumns) {
+  const std::string empty, file = "e.yaml";
+  EXPECT_EQ(LineTable(empty, file).at(0, 0).str(), "e.yaml:1:1");
+  const std::string text = "€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€: x";  // 40 three-byte characters
+  LineTable lt(text, file);
+  EXPECT_EQ(lt.at(0, 120).col, 41);
+  EXPECT_EQ(lt.at(0, 122).col, 43);
+}
+
+// A one-line file with many nodes: every node's column is exact (functional check; no clock).
+TEST(Yaml, OneLineFileLocatesItsLastNode) {
+  std::string text = "{";
+  for (int i = 0; i < 50000; ++i) text += "v" + std::to_string(i) + ": " + std::to_string(i) + ", ";
+  size_t col = text.size() + 1;
+  text += "last: 7}";
+  Diagnostics d;
+  YNode n = parse_yaml(text, "one.yaml", d);
+  ASSERT_TRUE(d.empty()) << iotest::dump(d);
+  ASSERT_TRUE(n.is_map());
+  EXPECT_EQ(n.key_loc("last")->str(), "one.yaml:1:" + std::to_string(col));
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ struct Units {
 size_t attention_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
   Dims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], a.i("heads"), in[0].shape[2] / a.i("heads")};
   Units u(n);
-  return static_cast<size_t>(u.slots * u.rb * n.t) * dtype_size(in[0].dtype);
+  return static_cast<size_t>(size_mul(size_mul(size_mul(u.slots, u.rb), n.t), static_cast<int64_t>(dtype_size(in[0].dtype))));
 }
 
 void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -270,7 +270,8 @@ std::vector<TensorDesc> grad_infer(const Attrs& a, std::span<const TensorDesc> i
 // Three (rows x T) planes per slot: the probabilities, the dropped probabilities (with dropout) and dP.
 size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
   int64_t pairs = in[0].shape[0] * a.i("heads"), t = in[0].shape[1], dh = in[0].shape[2] / a.i("heads");
-  return static_cast<size_t>(std::min(pairs, kMaxSlots) * 3 * row_block(t, dh) * t) * dtype_size(in[0].dtype);
+  int64_t per_slot = size_mul(size_mul(3 * row_block(t, dh), t), static_cast<int64_t>(dtype_size(in[0].dtype)));
+  return static_cast<size_t>(size_mul(std::min(pairs, kMaxSlots), per_slot));
 }
 
 // Backward of one (sample, head), query rows in blocks (causal blocks skip future keys); dK and dV accumulate

@@ -28,14 +28,16 @@ constexpr int64_t kGroupBytes = int64_t{2} << 20;
 
 // Samples per group: G such that the column matrix [K, G P] and the [O, G P] matrix fit kGroupBytes.
 int64_t group_size(const Window& w, int64_t O, size_t elem) {
-  int64_t per_sample = (w.C * w.k() + O) * w.out_plane() * static_cast<int64_t>(elem);
+  int64_t per_sample =
+      size_mul(size_mul(size_add(size_mul(w.C, w.k()), O), w.out_plane()), static_cast<int64_t>(elem));
   return std::clamp<int64_t>(kGroupBytes / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(w.B, 1));
 }
 
 // Bytes of one group's scratch: the column matrix [K, G P] and the [O, G P] matrix.
 size_t group_bytes(const Window& w, int64_t O, DType t) {
   int64_t G = group_size(w, O, dtype_size(t));
-  return static_cast<size_t>((w.C * w.k() + O) * G * w.out_plane()) * dtype_size(t);
+  return static_cast<size_t>(
+      size_mul(size_mul(size_mul(size_add(size_mul(w.C, w.k()), O), G), w.out_plane()), static_cast<int64_t>(dtype_size(t))));
 }
 
 template <typename T>

@@ -211,8 +211,9 @@ std::vector<TensorDesc> infer_reshape(const Attrs& a, std::span<const TensorDesc
     } else if (to[i] < 1) {
       throw OpError("reshape 'shape' " + asked.str() + " has size " + std::to_string(to[i]),
                     "sizes are at least 1, or -1 for the one size inferred from the others");
-    } else {
-      known *= to[i];
+    } else if (__builtin_mul_overflow(known, to[i], &known)) {
+      throw OpError("reshape 'shape' " + asked.str() + " has more elements than a 64-bit integer holds",
+                    "shapes are per sample: the batch axis is not part of 'shape'");
     }
   }
   int64_t n = from.numel();

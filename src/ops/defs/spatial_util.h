@@ -69,13 +69,15 @@ inline Window window_of(const std::string& op, const Attrs& a, const TensorDesc&
   Window w;
   w.B = x.shape[0], w.C = x.shape[1], w.H = x.shape[2], w.W = x.shape[3];
   w.kh = k[0], w.kw = k[1], w.sh = s[0], w.sw = s[1], w.ph = p[0], w.pw = p[1];
-  if (w.H + 2 * w.ph < w.kh || w.W + 2 * w.pw < w.kw)
+  const int64_t padded_h = size_add(w.H, size_mul(2, w.ph)), padded_w = size_add(w.W, size_mul(2, w.pw));
+  (void)size_mul(w.kh, w.kw);  // the kernel's taps, a size in the kernels
+  if (padded_h < w.kh || padded_w < w.kw)
     throw OpError("kernel " + pair_str(k) + " is larger than the padded input: per-sample input " +
                       per_sample(x.shape).str() + " with padding " + pair_str(p) + " is " +
-                      std::to_string(w.H + 2 * w.ph) + " x " + std::to_string(w.W + 2 * w.pw),
+                      std::to_string(padded_h) + " x " + std::to_string(padded_w),
                   "use a smaller kernel or more padding");
-  w.Ho = (w.H + 2 * w.ph - w.kh) / w.sh + 1;
-  w.Wo = (w.W + 2 * w.pw - w.kw) / w.sw + 1;
+  w.Ho = (padded_h - w.kh) / w.sh + 1;
+  w.Wo = (padded_w - w.kw) / w.sw + 1;
   return w;
 }
 

@@ -1,0 +1,34 @@
+// Source positions for the YAML reader: byte offsets and yaml-cpp's 0-based (line, byte column) marks turned
+// into 1-based (line, character column). Each lookup costs O(log lines + kStride), whatever the line length:
+// a character count is kept every kStride bytes, so a 16 MiB file on one line costs no more per node than a
+// short one (issue 24: counting from the line start made such a file quadratic). Holds references only.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace braid::io {
+
+class LineTable {
+ public:
+  static constexpr size_t kStride = 64;  // bytes between stored character counts
+
+  LineTable(const std::string& text, const std::string& file);
+  SourceLoc at(int line0, int bytecol0) const;
+  SourceLoc at_offset(size_t off) const;
+  // Bytes the last lookup examined one by one (at most 2 * kStride): lets tests check the cost per lookup.
+  size_t last_scanned() const { return scanned_; }
+
+ private:
+  size_t chars_before(size_t off) const;  // characters (UTF-8 lead bytes) in text_[0, off)
+
+  const std::string& text_;
+  const std::string& file_;
+  std::vector<size_t> starts_;  // byte offset of each line start
+  std::vector<size_t> chars_;   // chars_[k]: characters before byte k * kStride
+  mutable size_t scanned_ = 0;
+};
+
+}  // namespace braid::io
