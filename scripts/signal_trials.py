@@ -2,13 +2,16 @@
 """SIGINT/SIGTERM at random moments of braid training runs: counts clean stops that resume bit-identically.
 
 For each setting (run file x OpenMP threads x float GEMM library) one reference run trains S steps without
-interruption. Each trial starts the same run, waits for its training banner, sleeps a random time within the
-reference's training time, sends SIGINT or SIGTERM, and expects a clean stop: exit status 130 (SIGINT) or 143
-(SIGTERM) and a `latest` checkpoint. It then resumes that checkpoint to step S and compares every tensor of the
+interruption. Each trial starts the same run, waits for its training banner and then for the line of a random
+step k (0 <= k <= S - 2; 0: right after the banner), sleeps a random part of the last step's time (so that the
+signal lands anywhere inside step k + 1, its save included), sends SIGINT or SIGTERM, and expects a clean stop:
+exit status 130 (SIGINT) or 143 (SIGTERM) and a `latest` checkpoint. Moments are chosen by the run's own
+progress, not by a clock, so a machine whose load changes between the reference and the trials still gets
+signals inside training. It then resumes that checkpoint to step S and compares every tensor of the
 final checkpoint (params, buffers, optimizer state, random streams, sampler) with the reference's, bit for bit.
 Checkpoints are saved every few steps, so many signals arrive during a save.
 
-A trial whose run finished before the signal left is run again (up to three times). The figure is
+A trial whose run finished before the signal left is run again (up to five times). The figure is
 clean / trials; every other outcome (a crash, another exit status, no checkpoint, a resume that differs) is
 listed with its output.
 
@@ -123,15 +126,28 @@ def main():
         sig = rnd.choice([signal.SIGINT, signal.SIGTERM])
         cfg = os.path.join(ROOT, "configs", f"{c}.yaml")
         env = env_for(t, g)
-        for attempt in range(3):
+        for attempt in range(5):
             d = os.path.join(a.out, f"trial_{i:03d}")
             shutil.rmtree(d, ignore_errors=True)
             ckpt = os.path.join(d, "ckpt")
-            delay = rnd.uniform(0.0, 0.9 * train_s)
+            k = rnd.randint(0, a.steps - 2)
+            part = rnd.random()
             p = start(a.braid, cfg, a.steps, ckpt, d, env)
             lines = []
             started = wait_banner(p, lines)
+            delay = 0.0
             if started:
+                last = time.monotonic()
+                dt = train_s / a.steps
+                if k > 0:
+                    for line in p.stdout:
+                        lines.append(line)
+                        if line.startswith("step "):
+                            now = time.monotonic()
+                            dt, last = now - last, now
+                            if line.startswith(f"step {k}/"):
+                                break
+                delay = part * dt
                 time.sleep(delay)
                 if p.poll() is None:
                     p.send_signal(sig)
@@ -140,7 +156,8 @@ def main():
             if rc == 0 and started:
                 continue  # finished before the signal: try another moment
             break
-        what = f"trial {i} {c} threads={t} sgemm={g} {signal.Signals(sig).name} after {delay:.2f} s"
+        what = (f"trial {i} {c} threads={t} sgemm={g} {signal.Signals(sig).name} in step {k + 1} "
+                f"({delay:.3f} s after step {k}'s line)")
         out = "".join(lines) + rest
         if rc != 128 + sig:
             bad.append(f"{what}: exit status {rc}\n{out[-2000:]}")
