@@ -14,6 +14,8 @@ import sys
 import h5py
 import numpy as np
 
+from run_outputs import losses, weights
+
 braid, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 STEPS = 8
@@ -38,18 +40,6 @@ def cmd(name, extra=()):
     for kv in SETS + list(extra):
         c += ["--set", kv]
     return c, d
-
-
-def losses(d):
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(l)["loss"] for l in f if "loss" in json.loads(l)]
-
-
-def weights(d):
-    out = {}
-    with h5py.File(os.path.join(d, "final.h5"), "r") as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) and n.startswith("params/") else None)
-    return out
 
 
 def run(c):

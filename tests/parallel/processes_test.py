@@ -23,6 +23,8 @@ import time
 import h5py
 import numpy as np
 
+from run_outputs import losses, weights
+
 braid, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(work, exist_ok=True)
 STEPS = 8
@@ -77,18 +79,6 @@ def run(c, timeout=300):
 
 def launch(n, c, timeout=300):
     return run([braid, "launch", "--nproc", str(n), "--"] + c, timeout)
-
-
-def losses(d):
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(l)["loss"] for l in f if "loss" in json.loads(l)]
-
-
-def weights(d):
-    out = {}
-    with h5py.File(os.path.join(d, "final.h5"), "r") as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) and n.startswith("params/") else None)
-    return out
 
 
 for name, (n, plan) in PLANS.items():

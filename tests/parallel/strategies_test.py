@@ -24,6 +24,9 @@ import sys
 import h5py
 import numpy as np
 
+from run_outputs import losses
+from run_outputs import weights as _weights
+
 braid, src, work = sys.argv[1], sys.argv[2], sys.argv[3]
 only = set(sys.argv[4:])
 os.makedirs(work, exist_ok=True)
@@ -121,19 +124,8 @@ def train(model, name, devices="cpu", plan=None, extra=()):
     return r, d
 
 
-def losses(d):
-    with open(os.path.join(d, "metrics.jsonl")) as f:
-        return [json.loads(l)["loss"] for l in f if "loss" in json.loads(l)]
-
-
 def weights(d):
-    out = {}
-    with h5py.File(os.path.join(d, "final.h5"), "r") as f:
-        def visit(n, obj):
-            if isinstance(obj, h5py.Dataset) and (n.startswith("params/") or n.startswith("buffers/")):
-                out[n] = obj[()]
-        f.visititems(visit)
-    return out
+    return _weights(d, buffers=True)
 
 
 STRATEGIES = ["dp2", "dp4", "tp2", "pp2_gpipe", "pp2_1f1b", "pp4_interleaved", "dp2_pp2", "tp2_pp2", "dp2_tp2",
