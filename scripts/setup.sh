@@ -2,7 +2,8 @@
 # braid setup: installs exactly the Debian packages the build, the tests and the default demo need (only
 # those missing; safe to run again), then configures and builds. CUDA is used when nvcc is found.
 #   scripts/setup.sh           install + build
-#   scripts/setup.sh --test    install + build + run the whole test suite (what CI runs)
+#   scripts/setup.sh --test    install + build + run the whole test suite, then the unit suites under
+#                              ASan+UBSan (what CI runs; BRAID_SANITIZE_TESTS=0 skips the sanitizer pass)
 #   scripts/setup.sh --demo    install + build + train configs/fashion_mlp.yaml on Fashion-MNIST
 # Environment: BUILD_DIR (default build), BRAID_JOBS (default: all cores), BRAID_WITH_CUDA (ON/OFF/auto).
 set -euo pipefail
@@ -49,6 +50,11 @@ case "$mode" in
   --test)
     cd "$build"
     ctest --output-on-failure -j "$jobs" --timeout 900
+    # Then the GoogleTest suites again under AddressSanitizer + UBSan (build-asan/, CPU only; docs/testing.md):
+    # memory errors and undefined behaviour are found by the tool. BRAID_SANITIZE_TESTS=0 skips it.
+    if [[ "${BRAID_SANITIZE_TESTS:-1}" != 0 ]]; then
+      BRAID_ASAN_BUILD="${BRAID_ASAN_BUILD:-$root/build-asan}" BRAID_JOBS="$jobs" "$root/scripts/sanitize.sh" --unit
+    fi
     ;;
   --demo)
     cd "$root"
