@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "core/stats.h"
 #include "exec/calibrate.h"
 #include "io/expr.h"
+#include "io/paths.h"
 #include "io/yaml_source.h"
 
 namespace braid::exec {
@@ -87,8 +90,11 @@ planner::Profile::Feedback fit_feedback(const std::vector<std::string>& metrics_
   std::vector<double> busy, tail;
   int other = 0, records = 0;
   for (const std::string& path : metrics_files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw UserError(SourceLoc{path, 0, 0}, "cannot read the metrics file", "give the log.metrics file of a run");
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      throw UserError(SourceLoc{path, 0, 0}, "cannot read the metrics file: no such file", "give the log.metrics file of a run");
+    // read_file: a regular file only (a FIFO or a device named here would block or never end), any size.
+    std::istringstream in(io::read_file(path));
     std::string line;
     int lineno = 0;
     while (std::getline(in, line)) {

@@ -9,6 +9,7 @@
 
 #include "core/parallel.h"
 #include "exec/calibrate.h"
+#include "io/paths.h"
 #include "planner/cluster.h"
 
 namespace braid::exec {
@@ -56,12 +57,11 @@ std::string profile_path() {
 
 std::optional<planner::Profile> load_profile() {
   std::string path = profile_path();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  const std::string text = io::read_file(path, 16 << 20);  // a regular file of at most 16 MiB, or a UserError
   Diagnostics d;
-  planner::Profile p = planner::parse_profile(ss.str(), path, d);
+  planner::Profile p = planner::parse_profile(text, path, d);
   if (p.devices < 1) d.error(SourceLoc{path, 1, 1}, "the profile needs 'devices' (the N of cpu:N it measured)");
   if (!d.empty())
     throw UserError(d.all()[0].loc, d.all()[0].message, "run `braid calibrate --devices cpu:N` again, or delete " + path);
