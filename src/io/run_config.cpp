@@ -498,8 +498,12 @@ void emit(const YNode& n, int indent, std::string& out) {
 void add_all(const Diagnostics& from, const std::vector<std::string>& sets, Diagnostics& to) {
   for (const auto& d : from.all()) {
     std::string message = d.message;
-    if (d.loc.file == kCmdLine && d.loc.line >= 1 && static_cast<size_t>(d.loc.line) <= sets.size())
-      message = "--set " + sets[d.loc.line - 1] + ": " + message;
+    if (d.loc.file == kCmdLine && d.loc.line >= 1 && static_cast<size_t>(d.loc.line) <= sets.size()) {
+      // The --set as given, cut past 80 characters (a 10,000-parenthesis value printed whole buried the error).
+      const std::string& set = sets[static_cast<size_t>(d.loc.line - 1)];
+      message = "--set " + (set.size() > 80 ? set.substr(0, 80) + "... (" + std::to_string(set.size()) + " characters)" : set) +
+                ": " + message;
+    }
     to.error(d.loc, message, d.hint);
   }
 }

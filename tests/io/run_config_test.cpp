@@ -347,3 +347,18 @@ TEST_F(Run, UnreadableOrBrokenRunFile) {
 }
 
 }  // namespace
+
+// A long --set is cut in its message (the error and its location stay readable): 10,000 parentheses printed
+// whole buried the message.
+TEST_F(Run, LongSetIsCutInMessages) {
+  const std::string v = "vars.hidden=" + std::string(10000, '(');
+  try {
+    load_run_or_model(model_, {v});
+    ADD_FAILURE();
+  } catch (const UserError& e) {
+    const std::string msg = e.diagnostics()[0].message;
+    EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+    EXPECT_NE(msg.find("(10012 characters)"), std::string::npos) << msg.substr(0, 300);
+    EXPECT_NE(msg.find("nests deeper than"), std::string::npos) << msg.substr(0, 300);
+  }
+}
