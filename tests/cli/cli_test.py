@@ -250,6 +250,9 @@ for line in open(m) if os.path.exists(m) else []:
     ok = ok and (rec.get("kind") != "train" or "loss" in rec) and (rec.get("kind") != "prediction" or "predicted_step_s" in rec)
 case("every metrics record has its kind (train, eval, prediction)", ok and {"train", "eval", "prediction"} <= kinds,
      str(kinds))
+r = run(["calibrate", "--help"])
+case("calibrate --help says the budget bounds the op measurements only",
+     r.returncode == 0 and "seconds for the op measurements" in r.stdout and "a minute more" in r.stdout, r.stdout)
 quoted = os.path.join(work, "quoted_bool.yaml")
 with open(os.path.join(src, "models", "tiny_gpt.yaml")) as f:
     open(quoted, "w").write(f.read().replace("causal: true", 'causal: "yes please"'))
