@@ -16,6 +16,13 @@ namespace {
 std::atomic<long> g_allocs{0};
 }
 
+// Under AddressSanitizer (scripts/sanitize.sh) operator new is ASan's: a replacement here would pair with its
+// other variants (nothrow, arrays) as new/free mismatches in every test of this binary. The count is taken in the
+// normal build; the sanitizer build skips these two tests, saying so.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCounting = false;
+#else
+constexpr bool kCounting = true;
 void* operator new(size_t n) {
   ++g_allocs;
   if (void* p = std::malloc(n ? n : 1)) return p;
@@ -23,6 +30,7 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#endif
 
 using namespace braid;
 
@@ -48,9 +56,11 @@ long allocations_per_run(const std::string& model_file, int64_t batch) {
 }  // namespace
 
 TEST(NoAllocation, TinyGptTrainingStep) {
+  if (!kCounting) GTEST_SKIP() << "SKIPPED, NOT PASSED: AddressSanitizer owns operator new; counted in the normal build";
   EXPECT_EQ(allocations_per_run(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 2), 0);
 }
 
 TEST(NoAllocation, ResNetTrainingStep) {
+  if (!kCounting) GTEST_SKIP() << "SKIPPED, NOT PASSED: AddressSanitizer owns operator new; counted in the normal build";
   EXPECT_EQ(allocations_per_run(std::string(BRAID_SOURCE_DIR) + "/models/fashion_resnet.yaml", 2), 0);
 }
