@@ -61,7 +61,7 @@ std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, co
         pred += p.stages[s].time() * static_cast<double>(pr.micro_batches());
         if (dev < 0) dev = progs[s].devices.front();
       }
-    if (dev < 0) continue;
+    if (dev < 0 || !pr.is_local(dev)) continue;  // another process's position: measured there, not here
     double meas = (busy[static_cast<size_t>(dev)] - busy0_[static_cast<size_t>(dev)]) / static_cast<double>(times_.size());
     rec.extra.emplace_back("predicted_busy_s_" + std::to_string(pos), pred);
     rec.extra.emplace_back("measured_busy_s_" + std::to_string(pos), meas);

@@ -635,8 +635,10 @@ bool PlanRunner::any(bool flag) {
 }
 
 std::vector<double> PlanRunner::busy_seconds() const {
-  std::vector<double> out;
-  for (const auto& d : devices_) out.push_back(d->busy_s);
+  // By plan device id: in a job of several processes devices_ holds this process's devices only (indexing it by
+  // plan device read past its end: AddressSanitizer, Parallel.ProcessesAgree).
+  std::vector<double> out(static_cast<size_t>(devices()), 0.0);
+  for (const auto& d : devices_) out.at(static_cast<size_t>(d->id)) = d->busy_s;
   return out;
 }
 

@@ -110,7 +110,8 @@ class PlanRunner {
   // Per chunk of `device` (stage order): its gradient buckets' sizes in bytes, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_bytes(int device) const;
   void set_trace(int device, io::TraceLane* lane);
-  // Per device: seconds spent in Forward and Backward instructions (its stage executors) since construction.
+  // Per plan device (devices() entries, indexed by plan device id): seconds spent in Forward and Backward
+  // instructions (its stage executors) since construction; 0 for devices another process runs (is_local).
   // Read between steps (the closed loop compares them with the predicted stage times).
   std::vector<double> busy_seconds() const;
   int micro_batches() const { return micro_batches_; }

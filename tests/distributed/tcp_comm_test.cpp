@@ -259,7 +259,9 @@ void blocked_sender_loses_reader(int sig, Transport shm) {
     EXPECT_NE(out.find("connection to rank 1 (world rank 1) lost"), std::string::npos) << out;
   else
     EXPECT_NE(out.find("sending to ranks [1 (world rank 1)]: they are not reading"), std::string::npos) << out;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, sig == SIGKILL ? 5s : timeout + 2s);
+  // A killed reader is found by its lost connection, long before the 60 s timeout; a stopped one by the 3 s
+  // timeout, within wait_one's bound above. (A bound of 5 s failed under AddressSanitizer at 5.5 s.)
+  if (sig == SIGKILL) EXPECT_LT(std::chrono::steady_clock::now() - t0, timeout / 2);
   w.expect_transport(2, shm);
   w.procs.kill_all();
   EXPECT_TRUE(w.segments_left().empty());
