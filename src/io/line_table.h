@@ -25,7 +25,7 @@ class LineTable {
   size_t chars_before(size_t off) const;  // characters (UTF-8 lead bytes) in text_[0, off)
 
   const std::string& text_;
-  const std::string& file_;
+  SourcePath file_;  // once: every location copies it (a reference count)
   std::vector<size_t> starts_;  // byte offset of each line start
   std::vector<size_t> chars_;   // chars_[k]: characters before byte k * kStride
   mutable size_t scanned_ = 0;
