@@ -35,17 +35,14 @@ io::Checkpoint weights_of(const io::RunConfig& cfg, const ParamStore& store) {
 }  // namespace
 
 void refuse_non_finite(const io::Checkpoint& c, const io::RunConfig& cfg, int64_t step) {
-  auto check = [&](const std::string& name, const Tensor& t) {
+  io::for_each_tensor(c, [&](const std::string& name, const Tensor& t, int) {
     if (const NonFinite nf = find_non_finite(t); nf.count > 0)
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       "not saving the checkpoint of step " + std::to_string(step) + ": tensor '" + name + "' holds " +
                           describe(nf) + "; the previous checkpoint and 'latest' are untouched",
                       "the run diverged: lower the learning rate or enable optimizer.clip_grad_norm, and resume "
                       "from the last checkpoint");
-  };
-  for (const auto& [n, t] : c.params) check("/params/" + n, t);
-  for (const auto& [n, t] : c.buffers) check("/buffers/" + n, t);
-  for (const auto& e : c.optimizer) check("/optimizer/" + e.param + "/" + e.state, e.value);
+  });
 }
 
 io::Checkpoint capture(const io::RunConfig& cfg, const ParamStore& store, Optimizer& opt,

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/finite.h"
 #include "exec/data_parallel.h"
 #include "exec/device_engine.h"
 #include "exec/optimizer.h"
@@ -28,7 +29,6 @@
 #include "exec/preflight.h"
 #include "exec/run_plan.h"
 #include "exec/runner.h"
-#include "core/finite.h"
 #include "exec/signals.h"
 #include "exec/train_state.h"
 #include "graph/build.h"

@@ -402,11 +402,11 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
     }
     folder.flush(diags);
   }
-  // 5. Backward, of a whole graph only.
-  // The sizes of the whole graph again once it has its backward part (gradients and their workspaces count too).
+  // 5. Backward, of a whole graph only; then the sizes of the whole graph again (gradients and their workspaces
+  // count too).
   if (opts.with_backward && diags.size() == before && before == 0) {
     append_backward(g);
-    check_graph_sizes(g);
+    check_graph_sizes(g, diags);
   }
   return g;
 }
@@ -420,19 +420,24 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
 
 void check_graph_sizes(const Graph& g) {
   Diagnostics diags;
+  check_graph_sizes(g, diags);
+  diags.throw_if_any();
+}
+
+void check_graph_sizes(const Graph& g, Diagnostics& diags) {
+  const size_t before = diags.size();
   SizeBudget budget;
   for (ValueId v : g.inputs())
     if (!check_tensor(g.value(v).desc, "input '" + g.value(v).name + "'", SourceLoc{}, budget, diags)) break;
   for (const auto& p : g.params())
     if (!check_tensor(p.spec.desc, "parameter '" + p.name + "'", SourceLoc{}, budget, diags, kParamCopies)) break;
   for (const auto& n : g.nodes()) {
-    if (!diags.empty()) break;
+    if (diags.size() > before) break;
     std::string who = "layer '" + n.layer + "' (" + n.op->name + (n.backward ? ", backward" : "") + ")";
     for (ValueId v : n.outputs)
       if (!check_tensor(g.value(v).desc, who + ": value '" + g.value(v).name + "'", n.loc, budget, diags)) break;
-    if (diags.empty()) check_workspace(n, g, who, budget, diags);
+    if (diags.size() == before) check_workspace(n, g, who, budget, diags);
   }
-  diags.throw_if_any();
 }
 
 std::map<std::string, int64_t> integer_input_bounds(const Graph& g) {

@@ -30,6 +30,8 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
 // Throws UserError at the first layer whose tensors or workspace take the graph past 2^62 bytes or past int64
 // (build_graph runs it after appending the backward pass; callers that grow a graph further may run it again).
 void check_graph_sizes(const Graph& g);
+// The same, adding the first such error to `diags` instead of throwing.
+void check_graph_sizes(const Graph& g, Diagnostics& diags);
 
 // For synthetic data: the exclusive upper bound of each integer model input, from the ops that consume it.
 std::map<std::string, int64_t> integer_input_bounds(const Graph& g);

@@ -59,6 +59,16 @@ struct Checkpoint {
   std::string plan_text;  // /plan: the plan in force (informational)
 };
 
+// Every tensor of `c` with its path in the file, in file order: fn("/params/<name>", t, 0), then the buffers'
+// ("/buffers/<name>", 1) and the optimizer state's ("/optimizer/<param>/<state>", 2). Random streams are not
+// tensors here.
+template <typename F>
+void for_each_tensor(const Checkpoint& c, F&& fn) {
+  for (const auto& [n, t] : c.params) fn("/params/" + n, t, 0);
+  for (const auto& [n, t] : c.buffers) fn("/buffers/" + n, t, 1);
+  for (const auto& e : c.optimizer) fn("/optimizer/" + e.param + "/" + e.state, e.value, 2);
+}
+
 // The hash stored in meta.run_hash / model_hash: 16 hex digits of the 64-bit FNV-1a of `text`.
 std::string text_hash(const std::string& text);
 // The checksum stored with every tensor: "crc32:" + 8 hex digits of the CRC-32 (zlib's) of its raw bytes

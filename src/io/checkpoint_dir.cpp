@@ -233,9 +233,7 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& c) {
     sizes[kind] += static_cast<double>(t.bytes());
     counts[kind] += t.numel();
   };
-  for (const auto& [n, t] : c.params) add("/params/" + n, t, 0);
-  for (const auto& [n, t] : c.buffers) add("/buffers/" + n, t, 1);
-  for (const auto& e : c.optimizer) add("/optimizer/" + e.param + "/" + e.state, e.value, 2);
+  for_each_tensor(c, add);
   size_t w[4] = {6, 5, 5, 4};
   for (const auto& r : rows) {
     w[0] = std::max(w[0], r.name.size());
