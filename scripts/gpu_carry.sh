@@ -20,7 +20,7 @@ cmake -S . -B "$BUILD" -DBRAID_WITH_ONEDNN=OFF >/dev/null
 nice -n 10 ninja -C "$BUILD" -j"${JOBS:-2}" test_gpu braid
 rm -rf "$CARRY"
 mkdir -p "$CARRY/bin" "$CARRY/lib"
-# braid loads the CUDA backend from libbraid_cuda.so beside it (exec/device_engine.h): it travels in bin/ too.
+# braid loads the CUDA backend from libbraid_cuda.so beside it (exec/backend.h): it travels in bin/ too.
 bins=("$BUILD/tests/test_gpu" "$BUILD/braid" "$BUILD/libbraid_cuda.so")
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "gpu_carry: $b was not built"; exit 1; }

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/resource_error.h"
 #include "distributed/launch.h"
-#include "exec/device_engine.h"
+#include "exec/backend.h"
 #include "exec/signals.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // is exactly train()'s step (same graph from make_runner, same dataset, sampler, forward_backward, clipping,
 // schedule and optimizer), without checkpoints, evaluation, metrics files or progress output.
 // Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results. A run with a plan
-// (a plan file, or plan: auto on cpu:N) times PlanRunner::step, exactly as train() runs it.
+// (a plan file, or plan: auto on cpu:N) times the engine's step, exactly as train() runs it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -42,11 +42,11 @@ struct BenchResult {
   // per_node only: seconds over the timed steps by node op (forward and backward ops apart: linear, linear_dx,
   // ...), the most first.
   std::vector<std::pair<std::string, double>> ops;
-  // Runs under a plan (a plan file, or plan: auto on cpu:N): PlanRunner's step is timed; the plan in one line
+  // Runs under a plan (a plan file, or plan: auto on cpu:N): the engine's step is timed; the plan in one line
   // and the cost model's predicted step time (exec/run_plan.h). Empty / 0 on one device.
   std::string plan;
   double predicted_step_s = 0;
-  // On an accelerator (devices: cuda:N, exec/device_engine.h): the device ("cuda:0 (NVIDIA H200), bf16
+  // On an accelerator (devices: cuda:N, exec/backend.h): the device ("cuda:0 (NVIDIA H200), bf16
   // autocast") and its dense peak in FLOP/s, which MFU is then reported against instead of the CPU's.
   std::string device;
   double device_peak_flops = 0;

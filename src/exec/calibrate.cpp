@@ -11,7 +11,7 @@
 #include <map>
 
 #include "exec/calibrate_parts.h"
-#include "exec/pipeline.h"
+#include "exec/engine.h"
 #include "exec/runner.h"
 #include "graph/build.h"
 #include "io/dataset.h"
@@ -167,10 +167,10 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
 }
 
 // ---- the plan runner's own costs ----------------------------------------------------------------------------------
-// PlanRunner's median step time over `steps` steps (after 5 untimed) of `plan`.
+// Engine's median step time over `steps` steps (after 5 untimed) of `plan`.
 double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, const planner::Plan& plan,
                      io::Dataset& data, int64_t batch, int steps) {
-  PlanRunner pr(spec, os, plan, 1);
+  Engine pr(spec, os, plan, 1);
   io::BatchSampler sampler(data.size(), batch, true, 1);
   std::vector<double> ts;
   for (int i = 0; i < 5 + steps; ++i) {
@@ -181,7 +181,7 @@ double runner_step_s(const io::ModelSpec& spec, const io::OptimizerSpec& os, con
   return median(ts);
 }
 
-// What PlanRunner's steps take beyond the model's prediction without runner costs, on a small MLP whose
+// What Engine's steps take beyond the model's prediction without runner costs, on a small MLP whose
 // compute is short: dp N with 1 and 4 micro-batches, a pipeline of N stages with N and 4N micro-batches.
 // Residual r = measured - predicted; per-micro-batch cost (one stage) = (r(dp, 4) - r(dp, 1)) / 3; in a
 // pipeline = (r(pp, 4N) - r(pp, N)) / 3N (each micro-batch more adds one micro-batch's time of the slowest

@@ -2,13 +2,13 @@
 // the profile; and the one place that turns a `cpu:N` into a cost model (profile when cached, else the
 // documented fallbacks), shared by `braid plan`, `braid bench` and the trainer's `plan: auto`.
 // What is measured (docs/planner.md, "Calibration"): small training graphs of the shipped op families run
-// through the real Executor on N worker threads at once (as PlanRunner runs them), timed per node, giving
+// through the real Executor on N worker threads at once (as Engine runs them), timed per node, giving
 // per (op, shape class) the achieved fraction of the roofline and per op the backward/forward ratio; the
 // memory bandwidth of N concurrent copies; alpha/beta of all_reduce, all_gather, reduce_scatter and
 // send/recv on an InProcWorld of N ranks (least squares over message sizes), and of the first three for every
 // smaller group size with all groups at once; the optimizer and gradient clipping per byte; each device's
-// speed with 1..N busy; PlanRunner's own per-step and per-micro-batch costs on a small MLP. Workers are
-// pinned as PlanRunner pins devices. Never writes half a profile.
+// speed with 1..N busy; Engine's own per-step and per-micro-batch costs on a small MLP. Workers are
+// pinned as Engine pins devices. Never writes half a profile.
 #pragma once
 #include <cstdio>
 #include <memory>
@@ -49,7 +49,7 @@ struct CpuModel {
 };
 CpuModel cpu_cost_model(int n);
 
-// Devices taking turns on a core (docs/planner.md, "Turns on a core"): N workers pinned as PlanRunner pins
+// Devices taking turns on a core (docs/planner.md, "Turns on a core"): N workers pinned as Engine pins
 // cpu:N's devices, those of a core passing a token after every training step of their MLP and after every 6;
 // all-busy seconds per byte a step touches (Profile::switch_s_per_byte). 0 when every device has a core of its
 // own. *bytes_out: the bytes one step of that MLP touches (3 x its parameter bytes).

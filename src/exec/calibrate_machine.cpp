@@ -127,7 +127,7 @@ std::vector<double> time_collective(int n, const std::string& k, int g, int64_t 
 }
 
 // Collectives of groups of g consecutive ranks of n (g = n: the whole world), every group at once, as the tensor
-// groups of a plan with n / g of them run theirs (PlanRunner: tensor rank t of replica r is device r g + t).
+// groups of a plan with n / g of them run theirs (Engine: tensor rank t of replica r is device r g + t).
 // Key "all_reduce" for g = n, "all_reduce@g" for smaller groups.
 }  // namespace
 
@@ -272,7 +272,7 @@ std::map<int, double> measure_optimizer(int n, bool warm) {
   return out;
 }
 
-// Seconds per gradient byte of PlanRunner's clipping (pipeline.cpp, run_step): sum_squares of the gradients,
+// Seconds per gradient byte of Engine's clipping (pipeline.cpp, run_step): sum_squares of the gradients,
 // then scale_in_place (optimizer.h: the very functions it calls); 4 MiB of gradients on N workers at once
 // (caches displaced before each run and the core share applied, as for the optimizer).
 double measure_clip(int n) {
@@ -295,7 +295,7 @@ double measure_clip(int n) {
 }
 
 // Seconds per gradient byte of adding a micro-batch's gradients into the accumulated ones (exec::accumulate, as
-// PlanRunner does after every backward), 2 MiB of gradients on N workers at once: the new gradient freshly
+// Engine does after every backward), 2 MiB of gradients on N workers at once: the new gradient freshly
 // written (as the backward leaves it), the accumulated one from before the worker rewrote its L2 (a
 // micro-batch's forward and backward ran in between and used more than L2, less than L3: the models planned
 // on this machine); median of 9, times the core share. The DRAM-bandwidth figure used before charged a pipeline's first stage (fc1 of the MLP, 1.6 MB of
@@ -323,7 +323,7 @@ double measure_accumulate(int n) {
 
 // ---- devices sharing the machine --------------------------------------------------------------------------------
 // speed[b - 1] = t(N busy) / t(b busy): one training step of a GPT block (d 64, seq 32, batch 4) and an MLP
-// (784-256-128, batch 32) per run, on b workers at once (each with the threads PlanRunner gives one of N
+// (784-256-128, batch 32) per run, on b workers at once (each with the threads Engine gives one of N
 // devices), the same runs on each, started together; t = the mean run of the median worker, and of three
 // sweeps over b = 1..N the median per b (one sweep gave speeds of 2.1 or 3.4 for one busy device of cpu:4 on
 // 2 cores from one calibration to the next, and the pipeline simulation scales stage times by them). Cores
@@ -382,7 +382,7 @@ using namespace calib;
 // neighbour's send waits until the one running on its core blocks, then starts its forward or backward with
 // the other's weights and activations in the core's caches. Calibration's op figures come from workers
 // that alternate only every scheduler slice (many runs each), so they hold none of that refill.
-// Measured here: N workers pinned as PlanRunner pins N devices, each running a training step (forward and
+// Measured here: N workers pinned as Engine pins N devices, each running a training step (forward and
 // backward) of its own MLP 784-512-512-10 at batch 16; the workers of one core pass a token between them
 // (blocking, as a pipeline's receive does). Alternating, each run starts after the partner's; in turns of 6,
 // the last 5 runs of a turn find their own data in cache. The median worker's mean run alternating less its

@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Runs fn(rank) on n threads at once, each with the OpenMP threads PlanRunner gives one of `devices`
+// Runs fn(rank) on n threads at once, each with the OpenMP threads Engine gives one of `devices`
 // devices (0: n).
 template <typename F>
 void on_workers(int n, const F& fn, int devices = 0) {
@@ -34,7 +34,7 @@ void on_workers(int n, const F& fn, int devices = 0) {
   std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r]() {
-      pin_thread_to_share(r, devices > 0 ? devices : n);  // as PlanRunner places its devices
+      pin_thread_to_share(r, devices > 0 ? devices : n);  // as Engine places its devices
       omp_set_num_threads(per);
       try {
         fn(r);
@@ -102,7 +102,7 @@ size_t cache_share_bytes(int n);
 double core_share(int n);
 // Seconds per parameter byte of an optimizer step by state count, cold (caches displaced) or warm.
 std::map<int, double> measure_optimizer(int n, bool warm);
-// Seconds per gradient byte of PlanRunner's clipping, and of gradient accumulation.
+// Seconds per gradient byte of Engine's clipping, and of gradient accumulation.
 double measure_clip(int n);
 double measure_accumulate(int n);
 // busy_speed[b - 1]: a device's speed with b of n busy, relative to all n.

@@ -18,7 +18,7 @@
 
 namespace braid::exec {
 
-void ClosedLoop::record(int64_t i, double seconds, const PlanRunner& pr) {
+void ClosedLoop::record(int64_t i, double seconds, const Engine& pr) {
   if (done_) return;
   if (i == kFirst - 1 || (i == 0 && kFirst == 0)) busy0_ = pr.busy_seconds();
   if (i >= kFirst && i < kEnd) {
@@ -27,7 +27,7 @@ void ClosedLoop::record(int64_t i, double seconds, const PlanRunner& pr) {
   }
 }
 
-std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, const RunPlan& run, const PlanRunner& pr,
+std::optional<io::MetricsRecord> ClosedLoop::report(int64_t i, int64_t steps, const RunPlan& run, const Engine& pr,
                                                     FILE* out, const std::string& metrics_path) {
   const planner::StepPrediction& p = run.prediction;
   if (done_ || times_.empty() || (i != kEnd - 1 && i != steps - 1)) return std::nullopt;

@@ -1,5 +1,5 @@
 // The trainer's closed loop (issue 5): over steps 3 to 12 of a run under a plan, the measured step time (the
-// median of PlanRunner::step's wall time) beside the cost model's prediction, and per pipeline position the
+// median of Engine::step's wall time) beside the cost model's prediction, and per pipeline position the
 // devices' measured forward+backward busy time beside the predicted one; a warning when the step times differ
 // by more than 25%. The trainer prints the lines and writes the figures into its metrics file, from which
 // `braid calibrate --from-run` fits the profile's feedback (fit_feedback below; docs/planner.md, "Feeding a run's
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "exec/pipeline.h"
+#include "exec/engine.h"
 #include "exec/run_plan.h"
 #include "io/metrics.h"
 #include "planner/cost_model.h"
@@ -23,13 +23,13 @@ class ClosedLoop {
   static constexpr int64_t kFirst = 2, kEnd = 12;  // 0-based step indices of this run: steps 3..12
   static constexpr double kWarnAbove = 0.25;
   // Step `i` (0-based, counted from this run's first step) took `seconds`.
-  void record(int64_t i, double seconds, const PlanRunner& pr);
+  void record(int64_t i, double seconds, const Engine& pr);
   // After step `i` of `steps`: at the window's end (or the run's last step inside it), prints the comparison
   // and returns the record for the metrics file (step to be set by the caller); otherwise nullopt.
   // The record holds predicted_step_s, measured_step_s, predicted_tail_s, per pipeline position k
   // predicted_busy_s_k and measured_busy_s_k, devices, host_cores, and the busy_scale and tail_scale the
   // prediction's model already had (CostModel::busy_scale).
-  std::optional<io::MetricsRecord> report(int64_t i, int64_t steps, const RunPlan& run, const PlanRunner& pr,
+  std::optional<io::MetricsRecord> report(int64_t i, int64_t steps, const RunPlan& run, const Engine& pr,
                                           FILE* out, const std::string& metrics_path = "");
 
  private:

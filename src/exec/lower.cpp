@@ -274,7 +274,9 @@ TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts) {
 }
 
 std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options) {
-  const Graph model = graph::build_graph(m, plan.summary.micro_batch, {});
+  graph::BuildOptions bo;
+  bo.half = options.half;
+  const Graph model = graph::build_graph(m, plan.summary.micro_batch, bo);
   const auto fwd = planner::forward_layers(model);
   std::map<std::string, int> layer_index;
   for (size_t i = 0; i < fwd.size(); ++i) layer_index[fwd[i]->layer] = static_cast<int>(i);

@@ -72,6 +72,9 @@ struct LowerOptions {
   // bn_sync_* ops (src/ops/defs/batch_norm.cpp), whose statistics and gradients are those of one device
   // over the whole micro-batch. Off: per-device statistics, as PyTorch's DDP without SyncBatchNorm.
   bool sync_batch_norm = false;
+  // 16-bit values between ops (graph::BuildOptions::half: bf16 on accelerators of one stage without tensor
+  // parallelism); f32 otherwise.
+  DType half = DType::f32;
 };
 std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options = {});
 

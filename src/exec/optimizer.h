@@ -35,13 +35,13 @@ class Optimizer {
 };
 
 // torch.nn.utils.clip_grad_norm_'s factor for gradients of global L2 norm `norm`: max_norm / (norm + 1e-6), at
-// most 1 (every trainer that clips: on one device, PlanRunner, the CUDA engine).
+// most 1 (every trainer that clips: on one device, Engine, the CUDA engine).
 inline double clip_coefficient(double norm, double max_norm) { return std::min(1.0, max_norm / (norm + 1e-6)); }
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before clipping.
 double clip_grad_norm(ParamStore& store, double max_norm);
 double grad_norm(const ParamStore& store);
 // One tensor's sum of squares in double, in pieces fixed by its size (the same bits for any thread count),
-// and g *= k on the threads; the building blocks of grad_norm and clip_grad_norm, shared with PlanRunner.
+// and g *= k on the threads; the building blocks of grad_norm and clip_grad_norm, shared with Engine.
 double sum_squares(const Tensor& g);
 void scale_in_place(Tensor& g, double k);
 

@@ -1,6 +1,7 @@
 // run_plan(): the run's plan file or the planner's choice, with its prediction (run_plan.h).
 #include "exec/run_plan.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "exec/calibrate.h"
@@ -97,6 +98,54 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
                 r.prediction.step_time_s * 1e3, r.cost_model.c_str());
   r.summary = buf;
   return r;
+}
+
+bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
+  std::string err;
+  return planner::parse_devices(cfg.devices, dev, &err) && dev->kind != "cpu";
+}
+
+DType device_value_dtype(const io::RunConfig& cfg, bool split) {
+  const char* env = std::getenv("BRAID_BF16_VALUES");
+  const bool off = env != nullptr && std::string(env) == "0";
+  return cfg.train.precision == "bf16" && !split && !off ? DType::bf16 : DType::f32;
+}
+
+std::unique_ptr<Engine> make_engine(const io::RunConfig& cfg, const std::optional<RunPlan>& run, Communicator* world,
+                                    int rank) {
+  const SourceLoc at{cfg.path, 0, 0};
+  planner::DeviceSpec dev;
+  std::string err;
+  if (!planner::parse_devices(cfg.devices, &dev, &err)) throw UserError(at, "devices '" + cfg.devices + "': " + err);
+  std::string why_not;
+  Backend* b = backend(dev.kind, &why_not);
+  if (!b) {
+    const bool built = backend_module_present(dev.kind);
+    throw UserError(at, "devices " + cfg.devices + ": " + why_not,
+                    built ? "install the CUDA runtime, cuBLAS, cuDNN and NCCL this braid was built with (or put "
+                            "them on LD_LIBRARY_PATH), or train on cpu"
+                          : "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are "
+                            "installed (README, \"Building by hand\"), or train on cpu");
+  }
+  const planner::Plan plan = run ? run->plan : data_parallel_plan(cfg, dev.count);
+  std::vector<int> where;
+  if (b->name() != "cpu") {
+    where = dev.ids.empty() ? std::vector<int>(static_cast<size_t>(dev.count), 0) : dev.ids;
+    if (static_cast<int>(where.size()) < plan.summary.devices)
+      throw UserError(at, "the plan uses " + std::to_string(plan.summary.devices) + " devices but devices " +
+                              cfg.devices + " lists " + std::to_string(where.size()),
+                      "list one GPU per device of the plan (a GPU may be listed more than once)");
+  }
+  EngineOptions eo;
+  eo.sync_batch_norm = cfg.parallel.sync_batch_norm;
+  const bool split = plan.stages.size() > 1 || plan.summary.tensor_parallel > 1;
+  eo.half = b->host_memory() ? DType::f32 : device_value_dtype(cfg, split);  // CPU devices train in f32
+  PlanWorld pw;
+  if (world) {
+    pw.local = {rank};
+    pw.host = world;
+  }
+  return std::make_unique<Engine>(cfg, plan, *b, where, eo, world ? &pw : nullptr);
 }
 
 }  // namespace braid::exec

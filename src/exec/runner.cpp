@@ -1,8 +1,7 @@
-// Runner construction and the forward+backward of one optimizer step; see runner.h.
+// Runner construction and the helpers of runner.h.
 #include "exec/runner.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "graph/build.h"
 #include "graph/verify.h"
@@ -78,38 +77,5 @@ void accumulate(Tensor& dst, const Tensor& src, double scale, bool first) {
   });
 }
 
-
-double forward_backward(Runner& r, ParamStore& store, io::Dataset& data, std::span<const int64_t> batch_idx,
-                        int64_t micro, uint64_t seed, int64_t step, std::vector<int64_t>& scratch,
-                        const Shard& shard, PhaseTimes* times) {
-  using Clock = std::chrono::steady_clock;
-  auto lap = [times, t = times ? Clock::now() : Clock::time_point{}](double PhaseTimes::*field) mutable {
-    if (!times) return;
-    auto now = Clock::now();
-    times->*field += std::chrono::duration<double>(now - t).count();
-    t = now;
-  };
-  const int64_t num_micro = static_cast<int64_t>(batch_idx.size()) / micro;
-  BRAID_ASSERT(micro % shard.count == 0, "micro-batch ", micro, " does not divide into ", shard.count, " shards");
-  const int64_t part = micro / shard.count, first = shard.index * part;
-  scratch.resize(static_cast<size_t>(part));
-  double loss = 0;
-  for (int64_t m = 0; m < num_micro; ++m) {
-    auto begin = batch_idx.begin() + m * micro + first;
-    std::copy(begin, begin + part, scratch.begin());
-    data.read(scratch, r.inputs);
-    lap(&PhaseTimes::data_s);
-    r.exec->set_trace_micro_batch(static_cast<int>(m));
-    r.exec->run(true, seed, static_cast<uint64_t>(step * num_micro + m), first);
-    loss += scalar(r.exec->value(r.g.loss())) / static_cast<double>(num_micro);
-    lap(&PhaseTimes::graph_s);
-    BRAID_ASSERT(!r.grads_in_store || num_micro == 1, "gradients written into the store need one micro-batch a step");
-    if (!r.grads_in_store)
-      for (const auto& [grad, entry] : r.grads)
-        accumulate(store.entries()[entry].grad, r.exec->value(grad), 1.0 / static_cast<double>(num_micro), m == 0);
-    lap(&PhaseTimes::accumulate_s);
-  }
-  return loss;
-}
 
 }  // namespace braid::exec

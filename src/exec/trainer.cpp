@@ -1,13 +1,13 @@
-// Training loop on one CPU device, data parallel on `cpu:N` (exec/data_parallel.h: N replicas, replica 0's
-// parameters, buffers and optimizer state are what checkpoints save and evaluation runs), or under a plan
-// (exec/pipeline.h: the devices' shards are gathered into whole tensors for checkpoints and evaluation and
-// scattered back after loading), or on one GPU (`devices: cuda:N`: exec/device_engine.h; the engine runs each
-// step on the device and copies whole tensors to and from `store` for checkpoints). Steps:
+// The training loop around the one engine (exec/engine.h), whatever the devices: the engine runs each step (on
+// `cpu`, `cpu:N`, `cuda:N`, under a plan file or the planner's plan, in one process or several); the loop here keeps
+// the data order, the learning-rate schedule, checkpoints, evaluation, metrics and signals. The whole model's host
+// tensors (`store`, `opt`) are plan device 0's own when it holds all of the model in host memory, else gathered
+// from the devices when needed and scattered to them after loading. Steps:
 //   0. preflight (exec/preflight.h, the checks braid check RUN makes too): graphs, plan, data, checkpoints;
-//   1. build the training graph (micro-batch size, with backward) and create/initialise parameters;
+//   1. the engine (lowering the plan, creating and initialising every device's parameters);
 //   2. the datasets bound to the model inputs (opened by the preflight);
-//   3. per step: micro-batches through forward+backward, gradients accumulated (scaled 1/M), clipping,
-//      learning rate from the schedule, optimizer update; log, evaluate when due;
+//   3. per step: the engine's step (micro-batches through forward+backward, gradients accumulated and all-reduced,
+//      clipping, the update) at the learning rate of the schedule; log, evaluate when due, checkpoint;
 //   4. final evaluation and report.
 #include "exec/trainer.h"
 
@@ -21,11 +21,9 @@
 #include <optional>
 
 #include "core/finite.h"
-#include "exec/data_parallel.h"
-#include "exec/device_engine.h"
+#include "exec/engine.h"
 #include "exec/optimizer.h"
 #include "exec/closed_loop.h"
-#include "exec/pipeline.h"
 #include "exec/preflight.h"
 #include "exec/run_plan.h"
 #include "exec/runner.h"
@@ -44,50 +42,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Evaluator {
-  const io::RunConfig& cfg;
-  ParamStore& store;
-  io::Dataset* data;
-  DeviceEngine* engine = nullptr;  // evaluates on the device when the run trains on one
-  std::map<int64_t, std::unique_ptr<Runner>> runners;  // by batch size (the last batch may be smaller)
-
-  std::vector<std::pair<std::string, double>> run(uint64_t seed) {
-    int64_t batch = cfg.train.batch;
-    int64_t n = data->size();
-    if (cfg.eval.batches > 0) n = std::min(n, cfg.eval.batches * batch);
-    std::vector<std::pair<std::string, double>> sums;
-    std::vector<int64_t> idx;
-    for (int64_t start = 0; start < n; start += batch) {
-      int64_t b = std::min(batch, n - start);
-      idx.resize(static_cast<size_t>(b));
-      for (int64_t i = 0; i < b; ++i) idx[static_cast<size_t>(i)] = start + i;
-      std::vector<std::pair<std::string, double>> vals;
-      if (engine) {
-        vals = engine->evaluate(*data, idx);
-      } else {
-        auto& r = runners[b];
-        if (!r) r = make_runner(cfg.model, b, false, store, seed);
-        data->read(idx, r->inputs);
-        r->exec->run(false, seed, 0);
-        vals.emplace_back("loss", scalar(r->exec->value(r->g.loss())));
-        for (const auto& [name, v] : r->g.metrics) vals.emplace_back(name, scalar(r->exec->value(v)));
-      }
-      if (sums.empty())
-        for (const auto& [k, v] : vals) sums.emplace_back(k, 0.0);
-      for (size_t k = 0; k < vals.size(); ++k) sums[k].second += vals[k].second * static_cast<double>(b);
-    }
-    for (auto& [k, v] : sums) v /= static_cast<double>(std::max<int64_t>(n, 1));
-    return sums;
+// Loss and metrics over the evaluation set (eval.batches batches at most), on the engine's device 0, with the
+// parameters in `store` (current: gathered before).
+std::vector<std::pair<std::string, double>> evaluate(const io::RunConfig& cfg, Engine& engine, ParamStore& store,
+                                                     io::Dataset& data) {
+  const int64_t batch = cfg.train.batch;
+  int64_t n = data.size();
+  if (cfg.eval.batches > 0) n = std::min(n, cfg.eval.batches * batch);
+  std::vector<std::pair<std::string, double>> sums;
+  std::vector<int64_t> idx;
+  for (int64_t start = 0; start < n; start += batch) {
+    const int64_t b = std::min(batch, n - start);
+    idx.resize(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) idx[static_cast<size_t>(i)] = start + i;
+    const auto vals = engine.evaluate(store, data, idx);
+    if (sums.empty())
+      for (const auto& [k, v] : vals) sums.emplace_back(k, 0.0);
+    for (size_t k = 0; k < vals.size(); ++k) sums[k].second += vals[k].second * static_cast<double>(b);
   }
-};
+  for (auto& [k, v] : sums) v /= static_cast<double>(std::max<int64_t>(n, 1));
+  return sums;
+}
 
 }  // namespace
 
 int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
   planner::DeviceSpec dev;
   std::string err;
-  if (!planner::parse_devices(cfg.devices, &dev, &err) || dev.kind != "cpu" || dev.count <= 1) return 1;
-  if (cfg.parallel.plan != "auto") return 1;  // a plan file: PlanRunner
+  if (!planner::parse_devices(cfg.devices, &dev, &err) || dev.count <= 1) return 1;
+  if (cfg.parallel.plan != "auto") return 1;  // a plan file
   if (micro % dev.count != 0)
     throw UserError(SourceLoc{cfg.path, 0, 0},
                     "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
@@ -172,94 +155,66 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   Preflight pre = preflight(cfg, PreflightOptions{opts.resume, opts.init_from}, diags);
   diags.throw_if_any();
 
-  // 1. Graph and parameters: one runner, or N data-parallel replicas (replica 0 is `store` and `opt`).
-  // With a plan (a plan file, or the planner's choice for plan: auto on cpu:N): the PlanRunner's devices train;
-  // `store` and `opt` hold whole tensors for checkpoints, evaluation and initial weights, gathered from the
-  // devices when needed and scattered to them after loading. DataParallel only when the planner finds nothing.
+  // 1. The engine: the run's plan (a plan file, or the planner's choice for plan: auto), or the trivial one over
+  // the run's devices (one device; data parallel over several). `store` and `opt` hold the whole model for
+  // checkpoints, evaluation and initial weights: plan device 0's own when it holds all of it in host memory, else
+  // whole host tensors gathered from the devices when needed and scattered to them after loading.
   std::optional<RunPlan> run = std::move(pre.run);
-  std::optional<planner::Plan> plan;
-  if (run) plan = run->plan;
-  const int dp_degree = plan ? 1 : pre.dp_degree;
-  std::unique_ptr<DataParallel> dp;
-  ParamStore own_store;
-  std::unique_ptr<Runner> own_runner;
-  std::unique_ptr<PlanRunner> pr;
   planner::DeviceSpec devspec;
   const bool on_accelerator = accelerator_devices(cfg, &devspec);
   if (!on_accelerator && cfg.train.precision != "f32")  // said, not refused: a GPU run file may be tried on a CPU
     std::fprintf(stderr, "braid: warning: %s: train.precision %s is mixed precision on cuda devices; devices %s train in f32\n",
                  cfg.path.c_str(), cfg.train.precision.c_str(), cfg.devices.c_str());
-  PlanWorld world;  // between processes: this process is device `rank`, on the job's world communicator
-  if (multi) {
-    if (!plan)
+  if (multi) {  // one device per process
+    const int n = run ? run->plan.summary.devices : std::max(1, pre.dp_degree);
+    if (!run && n != opts.world->size())
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       "a job of " + std::to_string(opts.world->size()) + " processes needs a plan over " +
                           std::to_string(opts.world->size()) + " devices",
                       "set devices: cpu:" + std::to_string(opts.world->size()) + " or cuda:0-" +
                           std::to_string(opts.world->size() - 1) +
                           " (with parallel.plan auto or a plan file): one device per process");
-    if (plan->summary.devices != opts.world->size())
+    if (n != opts.world->size())
       throw UserError(SourceLoc{cfg.path, 0, 0},
-                      "the plan uses " + std::to_string(plan->summary.devices) + " devices but the job has " +
+                      "the plan uses " + std::to_string(n) + " devices but the job has " +
                           std::to_string(opts.world->size()) + " processes",
                       "start one process per device of the plan");
-    world.local = {opts.rank};
-    world.communicator = [&opts](int) { return borrow(*opts.world); };
   }
-  graph::Graph device_graph;
-  std::unique_ptr<DeviceEngine> engine;  // training on a GPU: the engine runs the steps, the loop stays here
-  if (on_accelerator) {
-    engine = make_device_engine(cfg, devspec, micro, multi, &device_graph, own_store, plan ? &*plan : nullptr,
-                                opts.world, opts.rank);
-  } else if (dp_degree > 1 && !plan) {
-    dp = std::make_unique<DataParallel>(cfg.model, cfg.optimizer, micro, seed, DataParallelOptions{dp_degree});
-  } else {
-    own_runner = make_runner(cfg.model, plan ? plan->summary.micro_batch : micro, true, own_store, seed,
-                             RunnerOptions{.grads_in_store = !plan && num_micro == 1});
-  }
-  if (plan && !engine) pr = std::make_unique<PlanRunner>(cfg.model, cfg.optimizer, *plan, seed,
-                                              PlanRunnerOptions{cfg.parallel.sync_batch_norm}, multi ? &world : nullptr);
-  ParamStore& store = dp ? dp->store(0) : own_store;
-  Runner* train_runner = dp ? &dp->runner(0) : own_runner.get();
-  // Tracing: a lane per device; forward/backward per micro-batch, all-reduce, optimizer, eval, checkpoints.
+  std::unique_ptr<Engine> engine = make_engine(cfg, run, multi ? opts.world : nullptr, opts.rank);
+  const planner::Plan& plan = engine->plan();
+  ParamStore own_store;
+  std::unique_ptr<Optimizer> own_opt;
+  ParamStore* whole = engine->whole_store();
+  if (!whole) own_store.create(graph::build_graph(cfg.model, plan.summary.micro_batch, {}), seed);
+  ParamStore& store = whole ? *whole : own_store;
+  if (!whole) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
+  Optimizer& opt = whole ? *engine->whole_optimizer() : *own_opt;
+  // Tracing: a lane per device (and one for each device's gradient all-reduce thread under data parallelism);
+  // forward/backward per micro-batch, sends, receives, all-reduces, optimizer, eval, checkpoints.
   std::unique_ptr<io::TraceRecorder> tracer;
   io::TraceLane* lane0 = nullptr;
+  const std::string kind = on_accelerator ? devspec.kind : "cpu";
   if (!opts.trace.empty()) {
+    const int n = engine->devices();
+    const bool comm_lanes = plan.summary.data_parallel > 1;
     io::TraceOptions topts;
+    std::vector<io::TraceLaneSpec> lanes;
+    std::vector<int> traced;  // this process's devices
     if (multi) {  // this process's device only: pid = rank, lanes keep their device ids
       topts.rank = opts.rank;
       topts.process_name = "rank " + std::to_string(opts.rank) + (opts.trace_host.empty() ? "" : " (" + opts.trace_host + ")");
       topts.clock_offset_ns = opts.trace_clock_offset_ns;
-      const int d = opts.rank;
-      if (pr) {
-        const int n = pr->devices();
-        tracer = std::make_unique<io::TraceRecorder>(
-            std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (cpu)"},
-                                           {n + d, "device " + std::to_string(d) + " all-reduce"}},
-            topts);
-        pr->set_trace(d, &tracer->lane(d), &tracer->lane(n + d));
-      } else {  // a GPU: the engine's device
-        tracer = std::make_unique<io::TraceRecorder>(
-            std::vector<io::TraceLaneSpec>{{d, "device " + std::to_string(d) + " (" + devspec.kind + ")"}}, topts);
-        engine->set_trace(&tracer->lane(d));
-      }
-      lane0 = &tracer->lane(d);
+      lanes.push_back({opts.rank, "device " + std::to_string(opts.rank) + " (" + kind + ")"});
+      traced.push_back(opts.rank);
     } else {
-      auto lanes = io::device_lanes(pr ? pr->devices() : std::max(1, dp_degree), on_accelerator ? devspec.kind : "cpu");
-      if (pr)  // each device's gradient all-reduce thread: a lane of its own
-        for (int d = 0; d < pr->devices(); ++d)
-          lanes.push_back({pr->devices() + d, "device " + std::to_string(d) + " all-reduce"});
-      tracer = std::make_unique<io::TraceRecorder>(lanes, topts);
-      lane0 = &tracer->lane(0);
-      if (pr)
-        for (int d = 0; d < pr->devices(); ++d) pr->set_trace(d, &tracer->lane(d), &tracer->lane(pr->devices() + d));
-      else if (dp)
-        for (int r = 0; r < dp_degree; ++r) dp->set_trace(r, &tracer->lane(r));
-      else if (engine)
-        engine->set_trace(lane0);
-      else
-        train_runner->exec->set_trace(lane0);
+      lanes = io::device_lanes(n, kind);
+      for (int d = 0; d < n; ++d) traced.push_back(d);
     }
+    if (comm_lanes)
+      for (int d : traced) lanes.push_back({n + d, "device " + std::to_string(d) + " all-reduce"});
+    tracer = std::make_unique<io::TraceRecorder>(lanes, topts);
+    for (int d : traced) engine->set_trace(d, &tracer->lane(d), comm_lanes ? &tracer->lane(n + d) : nullptr);
+    lane0 = &tracer->lane(traced.front());
   }
   auto write_trace = [&] {
     if (!tracer) return;
@@ -283,7 +238,11 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   } part_on_failure{multi ? tracer.get() : nullptr, multi ? trace_part_path(opts.trace, opts.rank) : std::string()};
   if (!pre.init_from_path.empty()) load_weights(pre.init_from_path, store, opts.init_partial, out);
   if (!opts.save_init.empty() && rank0) save_weights(opts.save_init, cfg, store);
-  res.arena_bytes = engine ? engine->device_bytes() : train_runner->exec->plan().arena_bytes;
+  if (engine->backend().host_memory()) {
+    for (size_t b : engine->arena_bytes()) res.arena_bytes = std::max(res.arena_bytes, b);
+  } else {
+    res.arena_bytes = engine->device_bytes();
+  }
 
   // 2. Data.
   std::unique_ptr<io::Dataset> train_data = std::move(pre.train_data);
@@ -291,38 +250,30 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   io::BatchSampler sampler(train_data->size(), batch, cfg.data.shuffle, seed);
   const int64_t total_steps = cfg.train.steps ? *cfg.train.steps : *cfg.train.epochs * sampler.batches_per_epoch();
 
-  std::unique_ptr<Optimizer> own_opt;
-  if (!dp) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
-  Optimizer& opt = dp ? dp->optimizer(0) : *own_opt;
-  const int64_t steps_micro = plan ? plan->summary.micro_batches : num_micro;  // the plan's micro-batching (CPU or GPU)
   StepState state;
-  state.micro_batches = steps_micro;
+  state.micro_batches = plan.summary.micro_batches;
   if (!pre.resume_path.empty()) {
     const std::string& path = pre.resume_path;
     state = restore(io::read_checkpoint(path), path, cfg, store, opt, sampler);
-    state.micro_batches = steps_micro;
+    state.micro_batches = plan.summary.micro_batches;
     std::fprintf(out, "braid: resuming from %s at step %lld (epoch %lld)\n", path.c_str(),
                  static_cast<long long>(state.step), static_cast<long long>(sampler.epoch()));
     if (state.step >= total_steps)
       std::fprintf(out, "braid: the checkpoint is already at step %lld of %lld; nothing to train\n",
                    static_cast<long long>(state.step), static_cast<long long>(total_steps));
   }
-  if (dp) dp->broadcast_from_replica0();  // loaded weights or a checkpoint: every replica starts from them
-  if (pr) pr->scatter(store, &opt);       // every device takes its shards of the whole tensors
-  if (engine) engine->from_host(store, &opt);  // loaded weights, a checkpoint's state
+  engine->scatter(store, &opt);  // loaded weights or a checkpoint: every device takes its shards of them
   std::unique_ptr<io::CheckpointDir> ckpt_dir;
   if (!cfg.checkpoint.dir.empty() && rank0)
     ckpt_dir = std::make_unique<io::CheckpointDir>(cfg.checkpoint.dir, cfg.checkpoint.keep);
   auto save_checkpoint = [&]() {
     if (cfg.checkpoint.dir.empty()) return;
-    if (pr) pr->gather(store, &opt);  // a collective of every process
-    if (engine) engine->to_host(store, &opt);
+    engine->gather(store, &opt);  // a collective of every process
     if (!ckpt_dir) return;
     io::Checkpoint c = capture(cfg, store, opt, sampler, state);
     refuse_non_finite(c, cfg, state.step);  // a diverged state never replaces `latest`
     res.last_checkpoint = ckpt_dir->save(c);
   };
-  Evaluator evaluator{cfg, store, eval_data.get(), engine.get(), {}};
   std::unique_ptr<io::MetricsWriter> metrics;
   if (!cfg.log.metrics.empty() && rank0) {
     std::error_code ec;
@@ -339,34 +290,32 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
 
   // The micro-batching in force: the plan's under a plan (per data-parallel replica), else the run's.
   const std::string split =
-      plan ? BRAID_STR(plan->summary.data_parallel, " replica(s) x ", plan->summary.micro_batches, " micro-batch(es) of ",
-                       plan->summary.micro_batch)
-           : BRAID_STR(num_micro, " micro-batch(es) of ", micro);
+      run ? BRAID_STR(plan.summary.data_parallel, " replica(s) x ", plan.summary.micro_batches, " micro-batch(es) of ",
+                      plan.summary.micro_batch)
+          : BRAID_STR(num_micro, " micro-batch(es) of ", micro);
   std::fprintf(out, "braid: training %s: %lld parameters, %lld steps of batch %lld (%s), %s\n",
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
                static_cast<long long>(batch), split.c_str(), train_data->describe().c_str());
-  if (pr) {
+  if (run && !on_accelerator) {
     std::string slots;
-    for (int sl : pr->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
+    for (int sl : engine->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
     std::fprintf(out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
                  "%lld micro-batches of %lld per replica; in flight per stage: %s\n",
-                 run->automatic ? "auto" : cfg.parallel.plan.c_str(), cfg.devices.c_str(), static_cast<int>(pr->programs().size()),
-                 plan->summary.data_parallel, plan->summary.tensor_parallel, plan->summary.schedule.c_str(),
-                 static_cast<long long>(plan->summary.micro_batches), static_cast<long long>(plan->summary.micro_batch),
-                 slots.c_str());
-    if (run->automatic)
-      std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
+                 run->automatic ? "auto" : cfg.parallel.plan.c_str(), cfg.devices.c_str(),
+                 static_cast<int>(engine->programs().size()), plan.summary.data_parallel, plan.summary.tensor_parallel,
+                 plan.summary.schedule.c_str(), static_cast<long long>(plan.summary.micro_batches),
+                 static_cast<long long>(plan.summary.micro_batch), slots.c_str());
   }
-  if (engine) std::fprintf(out, "braid: training on %s\n", engine->describe().c_str());
-  if (engine && run && run->automatic)
+  if (on_accelerator) std::fprintf(out, "braid: training on %s\n", engine->describe().c_str());
+  if (run && run->automatic)
     std::fprintf(out, "braid: planner chose %s; searched in %.2f s\n", run->summary.c_str(), run->search_s);
-  if (dp)
+  if (!run && !on_accelerator && plan.summary.data_parallel > 1)
     std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
-                 cfg.devices.c_str(), dp_degree, static_cast<long long>(micro / dp_degree), dp->bucket_bytes().size());
+                 cfg.devices.c_str(), plan.summary.data_parallel, static_cast<long long>(plan.summary.micro_batch),
+                 engine->bucket_bytes(0).empty() ? size_t{0} : engine->bucket_bytes(0)[0].size());
   std::fflush(out);  // the header now, not with the first step line when stdout is a pipe
 
   // 3. Steps.
-  std::vector<int64_t> indices(static_cast<size_t>(micro));
   auto window_start = Clock::now();
   auto train_start = window_start;
   auto step_start = window_start;
@@ -374,41 +323,26 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   const int64_t first_step = state.step;
   ClosedLoop loop;
   const std::string metrics_path = metrics ? metrics->path() : std::string();  // for the closed loop's advice
+  const bool closed_loop = run && !on_accelerator;  // the prediction of a plan's step against its measurement
   for (int64_t step = first_step; step < total_steps; ++step) {
     std::span<const int64_t> batch_idx = sampler.next_view();
     double lr = lr_at(cfg.lr_schedule, cfg.optimizer.lr, step, total_steps);
-    double loss = 0, norm = -1;
-    if (pr) {
-      // The plan's schedule on every device: forward, backward, sends, all-reduces, clipping, the update.
-      auto t0 = Clock::now();
-      auto r = pr->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
-      loss = r.loss;
-      norm = r.grad_norm;
-      loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *pr);
-      if (auto rec = loop.report(step - first_step, total_steps - first_step, *run, *pr, out, metrics_path); rec && metrics) {
+    // The plan's schedule on every device: forward, backward, sends, all-reduces, clipping, the update.
+    auto t0 = Clock::now();
+    const StepResult r = engine->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
+    const double loss = r.loss, norm = r.grad_norm;
+    if (closed_loop) {
+      loop.record(step - first_step, std::chrono::duration<double>(Clock::now() - t0).count(), *engine);
+      if (auto rec = loop.report(step - first_step, total_steps - first_step, *run, *engine, out, metrics_path);
+          rec && metrics) {
         rec->step = step + 1;
         metrics->write(*rec);
       }
-    } else if (dp) {
-      // Forward, backward, gradient all-reduce, clipping and the update on every replica.
-      auto r = dp->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0));
-      loss = r.loss;
-      norm = r.grad_norm;
-    } else if (engine) {
-      // Forward, backward, accumulation, clipping and the update on the device.
-      loss = engine->step(*train_data, batch_idx, step, lr, cfg.optimizer.clip_grad_norm.value_or(0.0), &norm);
-    } else {
-      loss = forward_backward(*train_runner, store, *train_data, batch_idx, micro, seed, step, indices);
     }
     if (!std::isfinite(loss))
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the loss became " + non_finite_name(loss) + " at step " +
                                                     std::to_string(step + 1) + " (nothing saved at this step)",
                       "lower the learning rate or enable optimizer.clip_grad_norm; resume from the last checkpoint");
-    if (!dp && !pr && !engine) {
-      io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Optimizer, {}, {}, "step"});
-      norm = cfg.optimizer.clip_grad_norm ? clip_grad_norm(store, *cfg.optimizer.clip_grad_norm) : -1;
-      opt.step(lr);
-    }
     if (norm != -1 && !std::isfinite(norm))  // -1: not computed (no clipping)
       throw UserError(SourceLoc{cfg.path, 0, 0}, "the gradient norm became " + non_finite_name(norm) + " at step " +
                                                     std::to_string(step + 1) + " (nothing saved at this step)",
@@ -427,9 +361,8 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
     std::vector<std::pair<std::string, double>> ev;
     if (eval_now) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Eval, {}, {}, "eval"});
-      if (pr) pr->gather(store, nullptr);
-      if (engine && multi) engine->to_host(store, nullptr);  // a collective: every process, then rank 0 evaluates
-      if (rank0) ev = evaluator.run(seed);
+      engine->gather(store, nullptr);  // a collective: every process, then rank 0 evaluates
+      if (rank0) ev = evaluate(cfg, *engine, store, *eval_data);
       progress.message("step " + std::to_string(step + 1) + " eval: " + eval_str(ev));
     }
     if (metrics && (log_now || eval_now)) {
@@ -441,8 +374,7 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
       rec.samples_per_s = sps;
       rec.extra.emplace_back("epoch", static_cast<double>(sampler.epoch()));
       if (norm >= 0) rec.extra.emplace_back("grad_norm", norm);
-      if (engine)
-        for (const auto& kv : engine->step_metrics()) rec.extra.push_back(kv);
+      for (const auto& kv : engine->step_metrics()) rec.extra.push_back(kv);
       for (const auto& [k, v] : ev) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }
@@ -455,7 +387,7 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
     state.wall_time_s += std::chrono::duration<double>(Clock::now() - step_start).count();
     step_start = Clock::now();
     bool stop = StopSignals::stop_requested() || (opts.stop_after > 0 && step + 1 >= opts.stop_after && step + 1 < total_steps);
-    if (multi) stop = pr ? pr->any(stop) : engine->any(stop);  // a signal reaches the ranks at different steps
+    stop = engine->any(stop);  // between processes a signal reaches the ranks at different steps
     bool due = cfg.checkpoint.every_steps > 0 && (step + 1) % cfg.checkpoint.every_steps == 0;
     if (due || stop || step + 1 == total_steps) {
       io::TraceScope scope(lane0, io::TraceLabel{io::TraceKind::Checkpoint, {}, {}, "save"});
@@ -471,9 +403,7 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
     }
   }
   progress.finish();
-  if (dp) dp->check_replicas_identical();
-  if (pr) pr->gather(store, &opt);
-  if (engine) engine->to_host(store, &opt);
+  engine->gather(store, &opt);
   double total_secs = std::chrono::duration<double>(Clock::now() - train_start).count();
   res.steps = state.step;
   res.samples_per_s = total_secs > 0 ? static_cast<double>((state.step - first_step) * batch) / total_secs : 0;
@@ -484,7 +414,7 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
 
   // 4. Final evaluation.
   if (eval_data && rank0) {
-    res.eval = evaluator.run(seed);
+    res.eval = evaluate(cfg, *engine, store, *eval_data);
     std::fprintf(out, "braid: final eval on %lld samples: %s\n",
                  static_cast<long long>(cfg.eval.batches > 0 ? std::min(eval_data->size(), cfg.eval.batches * batch)
                                                              : eval_data->size()),

@@ -125,14 +125,14 @@ struct Profile {
   // Devices sharing a core taking turns every pipeline chunk: the refill, all-busy seconds per byte a
   // micro-batch's forward and backward touch (CostModel::switch_time). 0: not measured, or no core shared.
   double switch_s_per_byte = 0;
-  double clip_s_per_byte = 0;  // PlanRunner's gradient norm and scaling, seconds per gradient byte (0: none)
+  double clip_s_per_byte = 0;  // Engine's gradient norm and scaling, seconds per gradient byte (0: none)
   // Adding a micro-batch's gradients into the accumulated ones (exec::accumulate), seconds per gradient byte on
   // N devices at once. 0: not measured (the analytic memory-bound figure).
   double accumulate_s_per_byte = 0;
   // busy_speed[b - 1]: a device's compute speed while b of the N devices compute, relative to all N
   // computing (Cluster::busy_speed). Empty: not measured.
   std::vector<double> busy_speed;
-  // PlanRunner's own costs (CostModel::step_overhead, micro_batch_overhead): what a step of a tiny model
+  // Engine's own costs (CostModel::step_overhead, micro_batch_overhead): what a step of a tiny model
   // takes beyond the prediction without them. All 0: not measured.
   struct Runner {
     double step_overhead = 0;             // seconds per step

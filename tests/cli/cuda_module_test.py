@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CUDA backend as a module (exec/device_engine.h), in CUDA builds: braid links no CUDA library, maps none for
+"""The CUDA backend as a module (exec/backend.h), in CUDA builds: braid links no CUDA library, maps none for
 CPU work, trains on the CPU with the module and every CUDA library out of reach, and a cuda run loads the module
 (or, when it cannot, says what is missing, exit 2). Prints the whole-process time and peak RSS of `braid check`.
 Usage: cuda_module_test.py BRAID SOURCE_DIR WORK_DIR"""

@@ -1,4 +1,4 @@
-// PlanRunner and lowering on small models: the static memory plan bounds in-flight activations as each
+// Engine and lowering on small models: the static memory plan bounds in-flight activations as each
 // schedule promises (GPipe: every micro-batch; 1F1B: at most as many as there are stages),
 // a lowered tensor-parallel program holds the reshards its signatures imply, and every device's programs
 // hold only its shards of the parameters.
@@ -11,7 +11,8 @@
 #include "exec/lower.h"
 #include "exec/runner.h"
 #include "io/dataset.h"
-#include "exec/pipeline.h"
+#include "exec/comm/inproc.h"
+#include "exec/engine.h"
 #include "graph/build.h"
 #include "io/run_config.h"
 
@@ -51,8 +52,8 @@ planner::Plan pipeline_plan(const io::ModelSpec& m, int stages, int micro_batche
 TEST(PipelineMemory, GPipeHoldsEveryMicroBatchAndOneFOneBAtMostTheStagesAhead) {
   auto cfg = tiny_gpt();
   const int P = 4, M = 8;
-  PlanRunner gp(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "gpipe"), 1);
-  PlanRunner fb(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "1f1b"), 1);
+  Engine gp(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "gpipe"), 1);
+  Engine fb(cfg.model, cfg.optimizer, pipeline_plan(cfg.model, P, M, "1f1b"), 1);
   auto g_arena = gp.arena_bytes(), f_arena = fb.arena_bytes();
   for (int s = 0; s < P; ++s) {
     SCOPED_TRACE("stage " + std::to_string(s));
@@ -85,9 +86,9 @@ TEST(PipelineBuckets, BucketSizeChangesNothingButTheNumberOfBuckets) {
     for (auto& st : p.stages) st.mesh = {2, 1};
     return p;
   }();
-  PlanRunnerOptions small;
+  EngineOptions small;
   small.bucket_bytes = 4096;
-  PlanRunner a(cfg.model, cfg.optimizer, plan, 1), b(cfg.model, cfg.optimizer, plan, 1, small);
+  Engine a(cfg.model, cfg.optimizer, plan, 1), b(cfg.model, cfg.optimizer, plan, 1, small);
   EXPECT_EQ(a.bucket_bytes(0).at(0).size(), 1u);
   EXPECT_GT(b.bucket_bytes(0).at(0).size(), 3u);
   auto data = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
@@ -109,7 +110,7 @@ TEST(PipelineBuckets, BucketSizeChangesNothingButTheNumberOfBuckets) {
         << wa.entries()[i].name;
 }
 
-// A plan split over two "processes": two PlanRunners in one process, each running half the devices and talking
+// A plan split over two "processes": two Engines in one process, each running half the devices and talking
 // only through world communicators (here from one InProcWorld; between processes, TCP). Their steps and
 // their collective gather equal one runner holding every device, bit for bit.
 TEST(PipelineWorld, DevicesSplitOverRunnersTrainAndGatherAsOne) {
@@ -121,11 +122,11 @@ TEST(PipelineWorld, DevicesSplitOverRunnersTrainAndGatherAsOne) {
   plan.stages[0].devices = {0, 1};
   plan.stages[1].devices = {2, 3};
   for (auto& st : plan.stages) st.mesh = {2, 1};
-  PlanRunner whole(cfg.model, cfg.optimizer, plan, 1);
+  Engine whole(cfg.model, cfg.optimizer, plan, 1);
   InProcWorld world(4);
   PlanWorld wa{{0, 1}, [&](int d) { return world.communicator(d); }};
   PlanWorld wb{{2, 3}, [&](int d) { return world.communicator(d); }};
-  PlanRunner a(cfg.model, cfg.optimizer, plan, 1, {}, &wa), b(cfg.model, cfg.optimizer, plan, 1, {}, &wb);
+  Engine a(cfg.model, cfg.optimizer, plan, 1, {}, &wa), b(cfg.model, cfg.optimizer, plan, 1, {}, &wb);
   EXPECT_EQ(a.local_devices(), (std::vector<int>{0, 1}));
   auto data = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
   io::BatchSampler s0(data->size(), 8, true, 1), s1(data->size(), 8, true, 1), s2(data->size(), 8, true, 1);
@@ -133,7 +134,7 @@ TEST(PipelineWorld, DevicesSplitOverRunnersTrainAndGatherAsOne) {
   auto data_b = io::open_dataset(cfg.data.train, dataset_inputs(cfg.model, g), 1);
   for (int step = 0; step < 3; ++step) {
     auto rw = whole.step(*data, s0.next_view(), step, 1e-3, 1.0);
-    DpStepResult ra, rb;
+    StepResult ra, rb;
     auto ia = s1.next_view();
     auto vb = s2.next_view();
     std::vector<int64_t> ib(vb.begin(), vb.end());

@@ -1,4 +1,4 @@
-// `braid train` on one GPU (exec::train with devices cuda:0, the CUDA DeviceEngine) against the same run on the
+// `braid train` on one GPU (exec::train with devices cuda:0: the engine over the CUDA backend) against the same run on the
 // CPU: tiny_gpt (dropout on, two micro-batches a step, AdamW with clip_grad_norm, a cosine schedule) for 10 steps,
 // every step's loss and the final evaluation within 1e-4; a run stopped after step 3 and resumed from its
 // checkpoint gives the straight run's later losses; bf16 autocast trains within 1e-2 of the fp32 CPU run, and so
@@ -12,7 +12,8 @@
 
 #include "exec/bench.h"
 #include "exec/cuda/cuda_engine.h"
-#include "exec/device_engine.h"
+#include "exec/engine.h"
+#include "exec/run_plan.h"
 #include "exec/runner.h"
 #include "graph/build.h"
 #include "io/dataset.h"
@@ -163,7 +164,7 @@ TEST(TrainGpu, F16OverflowSkipsStepsAndHalvesTheScale) {
   }
 }
 
-// braid bench on the GPU times DeviceEngine::step (waited for on the device) and reports the device and its peak.
+// braid bench on the GPU times the engine's step (waited for on the device) and reports the device and its peak.
 TEST(TrainGpu, BenchTimesTheDeviceStep) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
@@ -224,22 +225,14 @@ TEST(TrainGpu, TwoDevicesOnOneGpuMatchOneGpu) {
 
 // The data-parallel engine (no plan: what runs when the planner finds none), built directly: two replicas on one
 // GPU against one, 5 steps of the run's batches, losses within 1e-5 relative.
-std::vector<double> engine_losses(const TrainCase& c, const std::vector<int>& devices, int steps) {
-  io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0"});
-  const int64_t micro = cfg.train.micro_batch.value_or(cfg.train.batch);
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  graph::Graph g = graph::build_graph(cfg.model, micro / static_cast<int64_t>(devices.size()), bo);
-  exec::ParamStore store;
-  store.create(g, cfg.train.seed);
-  auto engine = exec::device_engine("cuda")(exec::DeviceEngineArgs{cfg, devices, g, store, micro, nullptr});
+std::vector<double> engine_losses(const TrainCase& c, const std::string& devices, int steps) {
+  io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=" + devices});
+  auto engine = exec::make_engine(cfg, std::nullopt);
+  const graph::Graph g = graph::build_graph(cfg.model, 1, {});
   auto data = exec::open_train_data(cfg, exec::dataset_inputs(cfg.model, g));
   io::BatchSampler sampler(data->size(), cfg.train.batch, cfg.data.shuffle, cfg.train.seed);
   std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) {
-    double norm = -1;
-    losses.push_back(engine->step(*data, sampler.next_view(), i, cfg.optimizer.lr, 0.5, &norm));
-  }
+  for (int i = 0; i < steps; ++i) losses.push_back(engine->step(*data, sampler.next_view(), i, cfg.optimizer.lr, 0.5).loss);
   return losses;
 }
 
@@ -247,7 +240,7 @@ TEST(TrainGpu, DataParallelEngineTwoReplicasMatchOne) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
   TrainCase c = write_run("dp_engine");
-  std::vector<double> one = engine_losses(c, {0}, 5), two = engine_losses(c, {0, 0}, 5);
+  std::vector<double> one = engine_losses(c, "cuda:0", 5), two = engine_losses(c, "cuda:0,0", 5);
   for (size_t k = 0; k < one.size(); ++k) EXPECT_NEAR(two[k], one[k], 1e-5 * std::abs(one[k])) << "step " << k;
 }
 
@@ -258,20 +251,16 @@ TEST(TrainGpu, DataParallelNeedsADivisibleMicroBatch) {
   exec::install_cuda_engine();
   TrainCase c = write_run("dp_odd");
   try {
-    exec::ParamStore store;
-    graph::Graph g;
-    io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0,0,0"});
-    planner::DeviceSpec dev;
-    ASSERT_TRUE(exec::accelerator_devices(cfg, &dev));
-    exec::make_device_engine(cfg, dev, 4, false, &g, store);
+    io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0,0,0", "train.batch=4", "train.micro_batch=4"});
+    exec::make_engine(cfg, std::nullopt);
     ADD_FAILURE() << "a micro-batch of 4 over 3 replicas was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("does not split evenly over 3"), std::string::npos) << e.what();
   }
 }
 
-// Plans over GPUs (a plan file with devices cuda:...): the plan engine (exec/cuda/cuda_plan_engine.h) runs the
-// same lowered stages and schedule as the CPU's PlanRunner. With the GPU listed once per plan device (cuda:0,0,0,0)
+// Plans over GPUs (a plan file with devices cuda:...): the one engine runs the same lowered stages and schedule over
+// the CUDA backend as over the CPU's. With the GPU listed once per plan device (cuda:0,0,0,0)
 // every plan runs on one GPU, its communication through host memory: data and pipeline parallel with 1F1B, tensor
 // and pipeline parallel with GPipe, interleaved 1F1B; each within 1e-5 relative of the same plan on cpu:4, step by
 // step, and the evaluation after it within 1e-4.

@@ -1,14 +1,19 @@
-// `braid train` on one GPU (`devices: cuda` or `cuda:N`): the DeviceEngine (exec/device_engine.h) of the CUDA
-// backend. The training graph runs through CudaExecutor (bf16 autocast under `precision: bf16`), gradients are
-// accumulated over micro-batches and updated by CudaOptimizer's fused AdamW / SGD on the device, clipping by the
-// device norm; checkpoints and evaluation see whole host tensors through to_host / from_host, and evaluation
-// batches run on the device through an executor of the evaluation graph per batch size.
+// The CUDA backend (exec/backend.h): stage programs on CudaExecutor (bf16 or fp16 autocast under the run's
+// precision), gradients accumulated over micro-batches and updated by CudaOptimizer's fused AdamW / SGD on the
+// device, the data-parallel gradients as one flat block per stage, all-reduced by the engine; NCCL between distinct
+// GPUs (in one process, or joined over the job's world between processes), host memory when plan devices share a
+// GPU (cuda:0,0,0,0: any plan on one GPU, checked against the CPU). Evaluation runs the whole evaluation graph on
+// plan device 0's GPU. The engine (exec/engine.h) does everything else, as for every backend.
 #pragma once
+#include <memory>
+
+#include "exec/backend.h"
 
 namespace braid::exec {
 
-// Registers the CUDA engine for device kind "cuda" (the braid binary's main calls it in CUDA builds; tests that
-// drive exec::train on cuda call it too). Idempotent.
+std::unique_ptr<Backend> make_cuda_backend();
+// Registers the CUDA backend for device kind "cuda" (the module's entry point does; tests that drive exec::train on
+// cuda without the module call it too). Idempotent.
 void install_cuda_engine();
 
 }  // namespace braid::exec

@@ -1,7 +1,6 @@
 // DeviceEvaluator (device_eval.h).
 #include "exec/cuda/device_eval.h"
 
-#include "exec/device_engine.h"
 #include "exec/runner.h"
 #include "graph/build.h"
 #include "graph/verify.h"
@@ -10,13 +9,13 @@
 namespace braid::exec {
 
 DeviceEvaluator::DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options,
-                                 bool plan)
-    : cfg_(cfg), store_(store), options_(options), plan_(plan) {
+                                 DType values)
+    : cfg_(cfg), store_(store), options_(options), values_(values) {
   options_.mirror_keep = true;  // the loss and metrics: scalars
 }
 
 std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& data, std::span<const int64_t> idx,
-                                                                 int64_t version, const std::function<void()>& refresh) {
+                                                                 int64_t version) {
   cuda::set_device(options_.device);
   const int64_t b = static_cast<int64_t>(idx.size());
   auto& e = evals_[b];
@@ -24,7 +23,7 @@ std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& da
     e = std::make_unique<Eval>();
     graph::BuildOptions bo;
     bo.with_metrics = true;
-    bo.half = options_.bf16 ? device_value_dtype(cfg_, plan_) : DType::f32;  // as the training graph
+    bo.half = values_;  // as the training graphs
     e->g = graph::build_graph(cfg_.model, b, bo);
     graph::verify(e->g);
     std::vector<ValueId> keep{e->g.loss()};
@@ -41,8 +40,6 @@ std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& da
     for (const auto& in : cfg_.model.inputs) e->inputs.push_back(e->exec->input(in.name));
   }
   if (e->fresh_at != version) {  // this executor's copy of the parameters: through the host store
-    refresh();
-    cuda::set_device(options_.device);
     e->exec->upload_params();
     e->fresh_at = version;
   }
@@ -51,10 +48,6 @@ std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& da
   std::vector<std::pair<std::string, double>> out{{"loss", scalar(e->exec->value(e->g.loss()))}};
   for (const auto& [name, v] : e->g.metrics) out.emplace_back(name, scalar(e->exec->value(v)));
   return out;
-}
-
-void DeviceEvaluator::invalidate() {
-  for (auto& [b, e] : evals_) e->fresh_at = -1;
 }
 
 }  // namespace braid::exec

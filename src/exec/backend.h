@@ -1,0 +1,180 @@
+// The device-backend interface: what the one engine (exec/engine.h) needs of a kind of device, in the spirit of
+// ggml's backend vtable. A backend makes devices; a device compiles stage programs (a graph with its executor, its
+// gradients and their accumulation), keeps its shards' update (clipping's sum of squares and scaling, the
+// optimizer), and copies them to and from the engine's host copies. Everything a training step does beyond that
+// (the schedule, micro-batch accumulation, gradient buckets overlapped with backward, the global norm, loss
+// scaling, gather/scatter for checkpoints, tracing, timing) is the engine's, written once for every backend.
+//
+// Backends: "cpu" (src/backends/cpu, built into braid) and "cuda" (src/backends/cuda, the module libbraid_cuda.so
+// that braid loads at run time only for cuda devices: no CUDA library is mapped otherwise). Adding one is a module
+// that registers itself from braid_backend_init (backend_module_path); nothing in exec/ changes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/comm/comm.h"
+#include "exec/lower.h"
+#include "exec/optimizer.h"
+#include "exec/param_store.h"
+#include "io/dataset.h"
+#include "io/run_config.h"
+#include "io/trace.h"
+
+namespace braid::exec {
+
+// What distinguishes one run of a program from another: dropout masks and other draws are a function of these.
+struct RunIds {
+  uint64_t seed = 0;
+  uint64_t stream = 0;       // step * micro_batches + micro-batch
+  int64_t batch_offset = 0;  // the replica's first sample in the whole micro-batch
+};
+
+// Where the time of a step went on the device that is timed (`braid time`), seconds, added to.
+struct PhaseTimes {
+  double data_s = 0, graph_s = 0, accumulate_s = 0, optimizer_s = 0;
+};
+
+// A stage program on one device. Gradients: each backward adds its micro-batch's gradients, scaled 1/M (and under
+// loss scaling divided by the scale), to the step's; the update reads them.
+class Program {
+ public:
+  virtual ~Program() = default;
+  // The host tensor the dataset fills with model input `name` before forward (the executor's arena view on a CPU,
+  // a staging tensor copied to the device on an accelerator).
+  virtual Tensor input(const std::string& name, int slot) = 0;
+  // Value v in device memory, for sends and receives.
+  virtual Tensor value(ValueId v, int slot) = 0;
+  // The first element of value v, on the host (the loss).
+  virtual double scalar(ValueId v, int slot) = 0;
+  // The communicators of the program's comm_* nodes.
+  virtual void set_groups(Communicator* tensor, Communicator* data) = 0;
+  virtual void forward(int slot, const RunIds& ids) = 0;
+  // Backward of the step's k-th micro-batch (of M). On the last (k == M - 1), ready(i) is called for gradient i as
+  // soon as it is final and in its bucket (the CPU: right after the node that produces it, so that a full bucket's
+  // all-reduce overlaps the rest of backward; an accelerator: at the end, its stream synchronised).
+  virtual void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) = 0;
+  // The data-parallel gradient buckets, reduced in place (averaged) by the engine: bucket b is buckets()[b], and
+  // gradient i is in bucket_of()[i]. Empty when the program's gradients are not all-reduced.
+  virtual const std::vector<Tensor>& buckets() const = 0;
+  virtual const std::vector<size_t>& bucket_of() const = 0;
+  // Loss scaling (fp16): the loss's gradient seed is s instead of 1 from the next run on.
+  virtual void set_loss_scale(double s) = 0;
+  virtual void set_trace(io::TraceLane* lane) = 0;
+  virtual void set_trace_micro_batch(int mb) = 0;
+  // `braid time`: each node's seconds added to node_seconds[node], and gradient accumulation's to
+  // phases->accumulate_s (nullptr: off). False where it cannot.
+  virtual bool set_node_timing(double* node_seconds, PhaseTimes* phases) = 0;
+  // Node pairs run as one kernel, by the first node's index (`braid time` names the layer it is fused into).
+  virtual std::vector<size_t> fused() const { return {}; }
+  virtual int slots() const = 0;
+  // Bytes of the program's static memory: arena (shared region and slots) and kernel workspace.
+  virtual size_t arena_bytes() const = 0;
+  virtual size_t workspace_bytes() const = 0;
+};
+
+// How the engine asks a device to compile a stage program.
+struct ProgramSpec {
+  const StageProgram* prog = nullptr;
+  int replica = 0, tensor_rank = 0;
+  int slots = 1;              // micro-batches in flight between forward and backward
+  int micro_batches = 1;      // backward runs a step
+  int64_t micro = 1;          // samples of the program's micro-batch
+  size_t bucket_bytes = 0;    // data-parallel gradient bucket size (dp > 1)
+  bool fuse = true;           // kernel fusions (off for calibration)
+};
+
+// A device of a backend: its stage programs and the update of its shards. `store` is the engine's host copy of the
+// device's shards (created and initialised before compile); `opt` the host optimizer over it. On a CPU they are
+// the device's memory; an accelerator uploads from them and downloads into them.
+class Device {
+ public:
+  virtual ~Device() = default;
+  // Called first on the device's worker thread: placement on `place` of `places` shares of the cores with
+  // `threads` threads (a CPU), the current device (CUDA).
+  virtual void enter_thread(int place, int places, int threads) = 0;
+  virtual std::unique_ptr<Program> compile(const ProgramSpec& spec, ParamStore& store) = 0;
+  // After every program: the device's update state over `store` (host copy `opt`).
+  virtual void prepare(ParamStore& store, Optimizer& opt, const io::OptimizerSpec& spec) = 0;
+  // The sum of squares of the gradients that count in the global norm (a replicated shard counts on one device).
+  virtual double grad_sum_squares() = 0;
+  virtual void scale_grads(double k) = 0;
+  virtual void update(double lr) = 0;
+  // Device -> host (values, buffers and, with opt, optimizer state and steps) and host -> device.
+  virtual void download(bool with_optimizer) = 0;
+  virtual void upload(bool with_optimizer) = 0;
+  virtual size_t device_bytes() const = 0;
+  // Waits for the device's queued work.
+  virtual void synchronize() {}
+  // v summed over `world` in rank order (the step's loss and squared norm), through device memory where the
+  // world's communicator needs it.
+  virtual void all_reduce_sum(Communicator& world, std::span<double> v) = 0;
+};
+
+// Evaluation of the whole model (loss and metrics) on one device, with the host store's parameters.
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  // `version` identifies the training state (the optimizer's steps): an accelerator uploads the host store's
+  // parameters again when it changed.
+  virtual std::vector<std::pair<std::string, double>> run(io::Dataset& data, std::span<const int64_t> idx,
+                                                          int64_t version) = 0;
+};
+
+// How the engine asks a backend for the job's world communicators.
+struct WorldSpec {
+  int size = 1;                    // plan devices
+  std::vector<int> local;          // the plan devices of this process
+  std::vector<int> where;          // the backend device of every plan device (size entries)
+  Communicator* host = nullptr;    // a job of several processes: its world (TCP), one local device; else null
+  int max_messages = 2;            // messages in flight per peer (pipelines: micro-batches + 1)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Errors (UserError at the run file) for devices that are not there, before anything is built.
+  virtual void check_devices(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
+  // `where`: the backend's device (a GPU's number; 0 on a CPU). Several plan devices may share one.
+  virtual std::unique_ptr<Device> device(const io::RunConfig& cfg, int where) = 0;
+  // The world communicator of every local plan device (in spec.local order).
+  virtual std::vector<std::unique_ptr<Communicator>> worlds(const WorldSpec& spec) = 0;
+  // `values`: the dtype between ops of the training graphs (EngineOptions::half); evaluation's graphs match.
+  virtual std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where,
+                                               DType values) = 0;
+  // Whether the engine pins device threads to shares of this process's cores (CPU devices in one process).
+  virtual bool pins_threads() const = 0;
+  // Whether device memory is the host's (a device's store is its parameters themselves, not a copy).
+  virtual bool host_memory() const = 0;
+  // Dense peak FLOP/s of the listed devices together, for MFU (0: unknown).
+  virtual double peak_flops(const std::vector<int>& where) const = 0;
+  // "NVIDIA H200, bf16 autocast": for the trainer's banner.
+  virtual std::string describe(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
+  // Whether the run uses dynamic loss scaling (fp16 autocast).
+  virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
+};
+
+// The backend of a device kind: "cpu" is built in; another kind is loaded as a module (backend_module_path) the
+// first time it is asked for. nullptr, and *why_not says why, when there is none.
+Backend* backend(const std::string& kind, std::string* why_not = nullptr);
+void register_backend(const std::string& kind, std::unique_ptr<Backend> b);
+// The CPU backend (src/backends/cpu).
+std::unique_ptr<Backend> make_cpu_backend();
+
+// Backends as modules loaded at run time (dlopen), so that a CUDA build of braid starts, and runs every CPU
+// command, without mapping cuBLAS, cuDNN or NCCL, even on a machine that has none of them. The module of kind K is
+// libbraid_K.so beside the braid binary (BRAID_K_MODULE in the environment, with K in capitals, names another
+// file). It resolves braid's own functions from the binary that loads it (ENABLE_EXPORTS) and exports
+// `extern "C" int braid_backend_init(int abi)`, which registers its backend and returns 0; kBackendAbi changes
+// whenever this interface does, and a module of another ABI is refused.
+constexpr int kBackendAbi = 2;
+std::string backend_module_path(const std::string& kind);
+// Whether kind's module file exists (for `braid --version`; nothing is loaded).
+bool backend_module_present(const std::string& kind);
+
+}  // namespace braid::exec
