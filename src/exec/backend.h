@@ -155,6 +155,10 @@ class Backend {
   virtual double peak_flops(const std::vector<int>& where) const = 0;
   // "NVIDIA H200, bf16 autocast": for the trainer's banner.
   virtual std::string describe(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
+  // Whether the data-parallel gradient all-reduce may run on a thread of its own while the device computes (a CPU).
+  // Otherwise (NCCL: two communicators' kernels in flight at once on one GPU may wait on each other) the device's
+  // worker thread all-reduces its buckets at the schedule's AllReduceGrads.
+  virtual bool overlapped_gradient_sync() const = 0;
   // Whether the run uses dynamic loss scaling (fp16 autocast).
   virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
 };

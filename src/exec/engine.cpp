@@ -181,7 +181,7 @@ void Engine::build(const PlanWorld* world) {
     // The step's last backward hands each gradient here as soon as it is final: a full bucket goes to the comm
     // thread (the chunks no longer move: their addresses are stable from here on).
     for (auto& c : d->chunks) {
-      if (c.program->buckets().empty()) continue;
+      if (c.program->buckets().empty() || !backend_.overlapped_gradient_sync()) continue;
       c.ready = [this, dev = d.get(), ch = &c](size_t grad) {
         const size_t b = ch->program->bucket_of()[grad];
         if (--ch->pending[b] == 0) submit_bucket(*dev, *ch, b);
@@ -225,7 +225,7 @@ void Engine::build(const PlanWorld* world) {
     // instead of 0.7).
     const int at = pin ? place[i] : -1;
     threads_.emplace_back([this, d, at, places, per_device]() { worker(*d, at, places, per_device); });
-    if (std::any_of(d->chunks.begin(), d->chunks.end(), [](const Chunk& c) { return !c.program->buckets().empty(); }))
+    if (std::any_of(d->chunks.begin(), d->chunks.end(), [](const Chunk& c) { return static_cast<bool>(c.ready); }))
       d->comm_thread = std::thread([this, d, at, places]() { comm_worker(*d, at, places); });
   }
 }
@@ -371,7 +371,7 @@ void Engine::worker(Dev& d, int place, int places, int threads) {
       if (p.dp > 1) {
         const std::vector<int> ranks = data_group(p, c.tensor_rank);
         c.data_comm = d.world->split(ranks);
-        if (!c.program->buckets().empty()) c.bucket_comm = d.world->split(ranks);  // the comm thread's own
+        if (c.ready) c.bucket_comm = d.world->split(ranks);  // the comm thread's own
       }
       c.program->set_groups(c.tensor_comm.get(), c.data_comm.get());
     }
@@ -516,6 +516,14 @@ void Engine::run_step(Dev& d, const Job& job) {
       }
       case InstrKind::AllReduceGrads: {
         if (prog.buckets().empty()) break;
+        if (!c.ready) {  // no overlap on this backend: the buckets here, in order, on the data group
+          for (Tensor t : prog.buckets()) {
+            io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads", mb, -1,
+                                                         static_cast<double>(t.bytes())});
+            c.data_comm->all_reduce(t, ReduceOp::Avg);
+          }
+          break;
+        }
         io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "wait all_reduce grads"});
         wait_buckets(d, c);  // started during the last backward; usually done by now
         break;

@@ -109,24 +109,25 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   // even): the values the GPU computes, rounded at the same places. A reference path, not a fast one.
   widen_.assign(g.nodes().size(), 0);
   for (const auto& n : g.nodes()) {
-    if (n.op->name == "cast" || n.op->collective) continue;
+    if (n.op->any_float || n.op->collective) continue;
     bool half = false;
     for (ValueId v : n.inputs) half = half || is_half(g.value(v).desc.dtype);
     for (ValueId v : n.outputs) half = half || is_half(g.value(v).desc.dtype);
     widen_[n.id.idx()] = half ? 1 : 0;
   }
   fuse_.assign(g.nodes().size(), 0);
+  fusions_.assign(g.nodes().size(), nullptr);
   if (options.fuse && fusion_allowed_by_env())
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
       const graph::Node &a = g.nodes()[i], &b = g.nodes()[i + 1];
       const bool f32 = g.value(a.outputs[0]).desc.dtype == DType::f32 && g.value(b.outputs[0]).desc.dtype == DType::f32;
-      // linear + the activation of its output; linear_dw + linear_db of the same dy.
-      const bool lin_act = a.op->name == "linear" && ops::cpu::is_activation(b.op->name) && !b.inputs.empty() &&
-                           b.inputs[0] == a.outputs[0];
-      const bool dw_db = a.op->name == "linear_dw" && b.op->name == "linear_db" && b.inputs.size() == 1 &&
-                         b.inputs[0] == a.inputs[0];
-      if (fuse_[i] != 0 || !(lin_act || dw_db) || a.backward != b.backward || !f32 || widen_[i] || widen_[i + 1])
-        continue;
+      // The pairs the CPU kernels fuse (ops::cpu::cpu_fusion: linear + the activation of its output, linear_dw +
+      // linear_db of the same dy), wired as the fusion needs.
+      const ops::cpu::CpuFusion* f = ops::cpu::cpu_fusion(*a.op, *b.op);
+      const bool linked =
+          f && (f->link == ops::cpu::FusionLink::TailReadsHeadOutput ? !b.inputs.empty() && b.inputs[0] == a.outputs[0]
+                                                                    : b.inputs.size() == 1 && b.inputs[0] == a.inputs[0]);
+      if (fuse_[i] != 0 || !linked || a.backward != b.backward || !f32 || widen_[i] || widen_[i + 1]) continue;
       // The second node's outputs are written while the first node's threads still read its inputs and write
       // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
       // node in the bytes of a value whose last reader is the first node (an eval graph's linear input).
@@ -139,6 +140,7 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       if (shares) continue;
       fuse_[i] = 1;
       fuse_[i + 1] = 2;
+      fusions_[i] = f;
       fused_heads_.push_back(i);
     }
   first_backward_ = g.nodes().size();
@@ -192,7 +194,7 @@ void Executor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_
 
 void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
-  const std::string& op = n.op->name;
+  const std::string& op = n.op->name;  // for messages and traces
   const int parts = static_cast<int>(n.attrs.i("parts"));
   BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
                " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
@@ -200,24 +202,32 @@ void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& i
                                               static_cast<double>(in[0].bytes())});
   const Tensor& x = in[0];
   Tensor y = out[0];
-  if (op == "comm_slice") {
-    copy_chunk(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
-  } else if (op == "comm_all_gather") {
-    comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
-  } else if (op == "comm_all_reduce") {
-    if (y.raw() != x.raw()) y.copy_from(x);
-    comm->all_reduce(y, ReduceOp::Sum);
-  } else if (op == "comm_reduce_scatter") {
-    comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
-  } else if (op == "comm_copy") {
-    y.copy_from(x);
-  } else if (op == "comm_to_partial") {
-    if (comm->rank() == 0)
+  using K = ops::CollectiveKind;
+  switch (n.op->collective_kind) {
+    case K::Slice:
+      copy_chunk(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
+      break;
+    case K::AllGather:
+      comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
+      break;
+    case K::AllReduce:
+      if (y.raw() != x.raw()) y.copy_from(x);
+      comm->all_reduce(y, ReduceOp::Sum);
+      break;
+    case K::ReduceScatter:
+      comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
+      break;
+    case K::Copy:
       y.copy_from(x);
-    else
-      std::memset(y.raw(), 0, y.bytes());
-  } else {
-    BRAID_ASSERT(false, "unknown communication op ", op);
+      break;
+    case K::ToPartial:
+      if (comm->rank() == 0)
+        y.copy_from(x);
+      else
+        std::memset(y.raw(), 0, y.bytes());
+      break;
+    case K::None:
+      BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }
 }
 
@@ -253,10 +263,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     const graph::Node& n = nodes[i];
     if (fuse_[i] == 1 && i + 1 < to) {
       const graph::Node& next = nodes[i + 1];
-      if (n.op->name == "linear_dw")
-        ops::cpu::linear_dw_db(ins[i], outs[i][0], outs[i + 1][0]);
-      else
-        ops::cpu::linear_activation(n.attrs, next.op->name, next.attrs, ins[i], outs[i][0], outs[i + 1][0]);
+      fusions_[i]->run(n.attrs, *next.op, next.attrs, ins[i], outs[i][0], outs[i + 1][0]);
     } else if (fuse_[i] == 2 && i > from) {
       // ran with the node before it
     } else if (n.op->collective) {

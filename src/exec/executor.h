@@ -15,6 +15,7 @@
 #include "exec/param_store.h"
 #include "graph/ir.h"
 #include "io/trace.h"
+#include "ops/cpu/fused.h"
 
 namespace braid::exec {
 
@@ -83,6 +84,7 @@ class Executor {
   std::vector<uint64_t> node_keys_;
   std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
   std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
+  std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node (fuse_ 1): the fused kernel
   std::vector<size_t> fused_heads_;
   io::TraceLane* trace_ = nullptr;
   int trace_mb_ = -1;

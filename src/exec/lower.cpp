@@ -74,7 +74,7 @@ class StageLowering {
     std::vector<TensorDesc> local_out;
     for (size_t k = 0; k < out_descs.size(); ++k) local_out.push_back(shard_desc(out_descs[k], sig.outputs[k], tp));
     std::vector<ValueId> outs;
-    if (n.op->name == "batch_norm" && options_.sync_batch_norm && p_.dp > 1) {
+    if (n.op->batch_statistics && options_.sync_batch_norm && p_.dp > 1) {
       if (tp > 1 && sig.inputs[0] == Sbp::S(0))
         throw UserError(lp->loc, "layer " + q(n.layer) + ": synchronised batch norm does not combine with splitting the "
                                      "batch over the tensor group (signature 'data')",

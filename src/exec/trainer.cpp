@@ -185,7 +185,11 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   ParamStore own_store;
   std::unique_ptr<Optimizer> own_opt;
   ParamStore* whole = engine->whole_store();
-  if (!whole) own_store.create(graph::build_graph(cfg.model, plan.summary.micro_batch, {}), seed);
+  if (!whole) {  // with the gradients' entries, so that the host optimizer keeps state for every trainable tensor
+    graph::BuildOptions bo;
+    bo.with_backward = true;
+    own_store.create(graph::build_graph(cfg.model, plan.summary.micro_batch, bo), seed);
+  }
   ParamStore& store = whole ? *whole : own_store;
   if (!whole) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
   Optimizer& opt = whole ? *engine->whole_optimizer() : *own_opt;

@@ -204,6 +204,17 @@ using CanonicalizeFn = void (*)(Attrs&);
 // Upper bound (exclusive) of integer data input `index` (tokens < num, targets < classes); 0 = unknown.
 using IntBoundFn = int64_t (*)(const Attrs&, std::span<const TensorDesc> data_inputs, int index);
 
+// Which collective a communication op (OpDef::collective) is: executors run it by this, never by its name.
+enum class CollectiveKind : uint8_t {
+  None,
+  Slice,          // B -> S(axis): this rank's chunk
+  AllGather,      // S(axis) -> B
+  AllReduce,      // P -> B (sum)
+  ReduceScatter,  // P -> S(axis) (sum)
+  Copy,           // identity (its gradient is all-reduced)
+  ToPartial,      // B -> P: rank 0 the value, the others zeros
+};
+
 struct OpDef {
   std::string name;
   std::string doc;
@@ -230,6 +241,12 @@ struct OpDef {
   // A communication op (comm_*: reshards of plan lowering): the executor runs it on the communicator of
   // the group its `group` attribute names; it has no CPU kernel.
   bool collective = false;
+  CollectiveKind collective_kind = CollectiveKind::None;
+  // Its kernel reads and writes every floating dtype itself (cast): a CPU executor never runs it on f32 copies.
+  bool any_float = false;
+  // Normalises by statistics over the batch (batch_norm): under sync_batch_norm the plan lowering replaces it, on
+  // data-parallel stages, by ops whose statistics are those of the whole micro-batch (exec/lower.h).
+  bool batch_statistics = false;
   Autocast autocast = Autocast::F32;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.

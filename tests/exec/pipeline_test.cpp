@@ -213,3 +213,44 @@ TEST(Lowering, TensorParallelMlpHoldsShardsAndExplicitReshards) {
 }
 
 }  // namespace
+
+// Every run is a plan: the trivial plans lower to the graph one device has always run (the same nodes, names and
+// ops in the same order, forward and backward, so the same kernels, masks and bits), with bf16 values when asked
+// (LowerOptions::half, GPU runs of one stage), and the data-parallel plan splits the micro-batch over its replicas.
+TEST(Lowering, TrivialPlansAreTheSingleDeviceGraph) {
+  auto cfg = tiny_gpt();
+  cfg.train.batch = 8;
+  cfg.train.micro_batch = 4;
+  for (DType half : {DType::f32, DType::bf16}) {
+    graph::BuildOptions bo;
+    bo.with_backward = true;
+    bo.half = half;
+    const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
+    const auto programs = lower_plan(cfg.model, data_parallel_plan(cfg, 1), LowerOptions{false, half});
+    ASSERT_EQ(programs.size(), 1u);
+    const graph::Graph& p = programs[0].g;
+    ASSERT_EQ(p.nodes().size(), g.nodes().size()) << dtype_name(half);
+    for (size_t i = 0; i < g.nodes().size(); ++i) {
+      EXPECT_EQ(p.nodes()[i].name, g.nodes()[i].name) << i;
+      EXPECT_EQ(p.nodes()[i].op, g.nodes()[i].op) << g.nodes()[i].name;
+      EXPECT_EQ(p.nodes()[i].backward, g.nodes()[i].backward) << g.nodes()[i].name;
+      ASSERT_EQ(p.nodes()[i].outputs.size(), g.nodes()[i].outputs.size());
+      for (size_t k = 0; k < g.nodes()[i].outputs.size(); ++k)
+        EXPECT_EQ(p.value(p.nodes()[i].outputs[k]).desc, g.value(g.nodes()[i].outputs[k]).desc) << g.nodes()[i].name;
+    }
+  }
+  const planner::Plan dp = data_parallel_plan(cfg, 2);
+  EXPECT_EQ(dp.summary.devices, 2);
+  EXPECT_EQ(dp.summary.data_parallel, 2);
+  EXPECT_EQ(dp.summary.micro_batch, 2);
+  EXPECT_EQ(dp.summary.micro_batches, 2);
+  ASSERT_EQ(dp.stages.size(), 1u);
+  EXPECT_EQ(dp.stages[0].devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(dp.stages[0].mesh, (std::vector<int64_t>{2, 1}));
+  try {
+    data_parallel_plan(cfg, 3);
+    ADD_FAILURE() << "a micro-batch of 4 over 3 replicas was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not split evenly over 3"), std::string::npos) << e.what();
+  }
+}

@@ -1,6 +1,6 @@
 // The GPU benchmark of scripts/gpu_check.sh (skipped unless BRAID_GPU_BENCH=1): models/bench/gpt2_124m.yaml,
 // full training steps through CudaExecutor: forward + backward, gradients accumulated on the device over
-// BRAID_GPU_BENCH_ACCUM micro-batches (default 1), then the fused AdamW of ops/cuda/optim.cu on fp32 master
+// BRAID_GPU_BENCH_ACCUM micro-batches (default 1), then the fused AdamW of backends/cuda/kernels/optim.cu on fp32 master
 // weights (exec::CudaOptimizer); no host copies but the token ids (a few KiB per micro-batch).
 // BRAID_GPU_BENCH_BF16=1: bf16 autocast (CudaExecutorOptions::bf16). Batch from BRAID_GPU_BENCH_BATCH
 // (default 4), timed steps from BRAID_GPU_BENCH_STEPS (default 5, after 2 warm-up steps).
@@ -11,8 +11,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/cuda_optimizer.h"
+#include "backends/cuda/cuda_executor.h"
+#include "backends/cuda/cuda_optimizer.h"
 #include "graph/build.h"
 #include "gpu_util.h"
 #include "io/model_spec.h"

@@ -11,8 +11,8 @@
 //   of the bench's update (device AdamW, one micro-batch), losses step for step and falling.
 #include <cmath>
 
-#include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/cuda_optimizer.h"
+#include "backends/cuda/cuda_executor.h"
+#include "backends/cuda/cuda_optimizer.h"
 #include "exec/executor.h"
 #include "exec/optimizer.h"
 #include "graph/build.h"

@@ -1,7 +1,7 @@
 // GPU tests (CTest label `gpu`): skipped, saying so, where no CUDA device is present.
 #include <gtest/gtest.h>
 
-#include "ops/cuda/device_info.h"
+#include "backends/cuda/kernels/device_info.h"
 
 TEST(Gpu, DeviceVisible) {
   std::string why;

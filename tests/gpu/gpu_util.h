@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "ops/cuda/device_info.h"
-#include "ops/cuda/runtime.h"
+#include "backends/cuda/kernels/device_info.h"
+#include "backends/cuda/kernels/runtime.h"
 
 #define BRAID_REQUIRE_GPU()                                                                                  \
   do {                                                                                                       \

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "exec/comm/inproc.h"
-#include "exec/cuda/nccl_comm.h"
+#include "backends/cuda/nccl_comm.h"
 #include "gpu_util.h"
 
 using namespace braid;

@@ -8,8 +8,8 @@
 
 #include "../ops/op_harness.h"
 #include "gpu_util.h"
-#include "ops/cuda/kernels.h"
-#include "ops/cuda/launch.h"
+#include "backends/cuda/kernels/kernels.h"
+#include "backends/cuda/kernels/launch.h"
 
 using namespace braid;
 using namespace braid::ops;
@@ -244,7 +244,7 @@ TEST(CudaOps, BackwardMatchesCpuF16Autocast) {
   check_backward(DType::f16);
 }
 
-// The fused (flash) attention kernels (ops/cuda/flash_attention.cu), which autocast runs take for head dims 32,
+// The fused (flash) attention kernels (backends/cuda/kernels/flash_attention.cu), which autocast runs take for head dims 32,
 // 64 and 128; the registry's samples (head dims 2 to 8) take the staged path. Sequences that are not a multiple
 // of the 64-row tile, causal and not, with dropout (the mask drawn again in both backward kernels), against the
 // CPU in f32 with the autocast tolerances; then the staged path of the same GPU build, which must agree too.

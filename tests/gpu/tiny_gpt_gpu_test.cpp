@@ -2,15 +2,15 @@
 // then 10 AdamW steps whose losses must equal the CPU run's within 1e-4. The GPU runs the graph through
 // CudaExecutor; the optimizer step runs on the host (exec::Optimizer) on gradients read back from the device
 // and the parameters are uploaded again: the device-side training loop (gradients accumulated on device, the
-// fused AdamW of ops/cuda/optim.cu, the trainer choosing CudaExecutor) is not wired yet (docs/gpu.md).
+// fused AdamW of backends/cuda/kernels/optim.cu, the trainer choosing CudaExecutor) is not wired yet (docs/gpu.md).
 // TenStepsDeviceAdamWMatchCpu: the same 10 steps with the update on the device (exec::CudaOptimizer, the fused
 // AdamW, two micro-batches accumulated on the device), losses within 1e-4 of the CPU.
 // TenStepsBf16CloseToCpu: the same with bf16 autocast (every GEMM on bf16 operands, fp32 master weights and
 // everything else fp32): each loss within 1e-2 relative of the CPU f32 run, and the loss falls.
 #include <cmath>
 
-#include "exec/cuda/cuda_executor.h"
-#include "exec/cuda/cuda_optimizer.h"
+#include "backends/cuda/cuda_executor.h"
+#include "backends/cuda/cuda_optimizer.h"
 #include "exec/executor.h"
 #include "exec/optimizer.h"
 #include "graph/build.h"

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "exec/bench.h"
-#include "exec/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_engine.h"
 #include "exec/engine.h"
 #include "exec/run_plan.h"
 #include "exec/runner.h"

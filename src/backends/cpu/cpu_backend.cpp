@@ -37,7 +37,6 @@ class CpuProgram final : public Program {
     exec_ = std::make_unique<Executor>(p_.g, store, p_.keep, eo);
     hook_ = [this](size_t node) {
       for (size_t gi : grads_at_node_[node]) {
-        const auto& [grad, entry] = grads_[gi];
         if (!grads_in_store_) accumulate_one(gi, hook_slot_, hook_first_);
         (*ready_)(gi);
       }
@@ -270,6 +269,7 @@ class CpuBackend final : public Backend {
   }
   bool pins_threads() const override { return true; }
   bool host_memory() const override { return true; }
+  bool overlapped_gradient_sync() const override { return true; }
   double peak_flops(const std::vector<int>&) const override { return 0; }
   std::string describe(const io::RunConfig& cfg, const std::vector<int>&) const override { return cfg.devices; }
 };

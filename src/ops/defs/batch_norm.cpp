@@ -430,6 +430,7 @@ void register_batch_norm(Registry& r) {
     d.attrs = {eps, mom};
     d.public_outputs = 1;
     d.mutated_inputs = {kRunningMean, kRunningVar, kNumBatches};
+    d.batch_statistics = true;
     d.params = bn_params;
     d.infer = infer_bn;
     d.grad = bn_grad;

@@ -80,9 +80,11 @@ Cost comm_cost(const Attrs&, std::span<const TensorDesc> in, std::span<const Ten
   return default_cost(in, out, 0);  // data movement; the planner's cost model prices the collective
 }
 
-OpDef comm_def(const std::string& name, const std::string& doc, bool with_axis, InferFn infer, GradFn grad) {
+OpDef comm_def(const std::string& name, CollectiveKind kind, const std::string& doc, bool with_axis, InferFn infer,
+               GradFn grad) {
   OpDef d = internal_op(name, doc, 1);
   d.collective = true;
+  d.collective_kind = kind;
   d.differentiable = true;
   d.attrs = comm_attrs(with_axis);
   d.infer = infer;
@@ -94,16 +96,16 @@ OpDef comm_def(const std::string& name, const std::string& doc, bool with_axis, 
 }  // namespace
 
 void register_collective(Registry& r) {
-  r.add(comm_def("comm_slice", "B -> S(axis): this rank's chunk along axis", true, infer_divide, grad_all_gather));
-  r.add(comm_def("comm_all_gather", "S(axis) -> B: every rank's chunk concatenated in rank order", true,
+  r.add(comm_def("comm_slice", CollectiveKind::Slice, "B -> S(axis): this rank's chunk along axis", true, infer_divide, grad_all_gather));
+  r.add(comm_def("comm_all_gather", CollectiveKind::AllGather, "S(axis) -> B: every rank's chunk concatenated in rank order", true,
                  infer_multiply, grad_slice));
-  r.add(comm_def("comm_all_reduce", "P -> B: the sum over the group's ranks, folded in rank order", false, infer_same,
+  r.add(comm_def("comm_all_reduce", CollectiveKind::AllReduce, "P -> B: the sum over the group's ranks, folded in rank order", false, infer_same,
                  grad_identity));
-  r.add(comm_def("comm_reduce_scatter", "P -> S(axis): this rank's chunk of the sum over ranks", true, infer_divide,
+  r.add(comm_def("comm_reduce_scatter", CollectiveKind::ReduceScatter, "P -> S(axis): this rank's chunk of the sum over ranks", true, infer_divide,
                  grad_all_gather));
-  r.add(comm_def("comm_copy", "B value entering a split op: identity; its gradient is all-reduced", false, infer_same,
+  r.add(comm_def("comm_copy", CollectiveKind::Copy, "B value entering a split op: identity; its gradient is all-reduced", false, infer_same,
                  grad_all_reduce));
-  r.add(comm_def("comm_to_partial", "B -> P: rank 0 keeps the value, the other ranks hold zeros", false, infer_same,
+  r.add(comm_def("comm_to_partial", CollectiveKind::ToPartial, "B -> P: rank 0 keeps the value, the other ranks hold zeros", false, infer_same,
                  grad_identity));
 }
 

@@ -402,6 +402,7 @@ void register_elementwise(Registry& r) {
   }
   {
     OpDef d = internal_op("cast", "converts between floating dtypes (round to nearest even when narrowing)", 1);
+    d.any_float = true;
     d.attrs = {{"dtype", AttrKind::String, std::nullopt, false, {"f32", "f64", "bf16", "f16"}, 0, false, false,
                 "the output's dtype"}};
     d.differentiable = true;

@@ -124,6 +124,18 @@ void cpu::linear_dw_db(std::span<const Tensor> in, const Tensor& dw, const Tenso
             dw.data<float>(), fin, cpu::GemmEpilogue{epilogue, &ctx});
 }
 
+const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
+  static const CpuFusion lin_act{FusionLink::TailReadsHeadOutput,
+                                 [](const Attrs& ha, const OpDef& t, const Attrs& ta, std::span<const Tensor> in,
+                                    const Tensor& z, const Tensor& y) { linear_activation(ha, t.name, ta, in, z, y); }};
+  static const CpuFusion dw_db{FusionLink::SameFirstInput,
+                               [](const Attrs&, const OpDef&, const Attrs&, std::span<const Tensor> in,
+                                  const Tensor& dw, const Tensor& db) { linear_dw_db(in, dw, db); }};
+  if (head.name == "linear" && is_activation(tail.name)) return &lin_act;
+  if (head.name == "linear_dw" && tail.name == "linear_db") return &dw_db;
+  return nullptr;
+}
+
 namespace {
 
 void linear_grad(GradCtx& c) {

@@ -1,0 +1,475 @@
+// CudaExecutor: arena layout, per-node device views prepared once (per slot), the run loop and the comm_*
+// nodes, following exec/executor.cpp step for step (see cuda_executor.h).
+#include "backends/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include "core/rng.h"
+#include "backends/cuda/kernels/kernels.h"
+
+namespace braid::exec {
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace
+
+void device_copy_chunk(const cuda::Ctx& c, const Tensor& in, const Tensor& out, int axis, int index, int parts,
+                       bool scatter) {
+  const Tensor& whole = scatter ? out : in;
+  const Tensor& part = scatter ? in : out;
+  const auto& dims = whole.shape().dims();
+  BRAID_ASSERT(axis >= 0 && axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(axis)] % parts == 0,
+               "device_copy_chunk: axis ", axis, " of ", whole.desc().str(), " in ", parts, " parts");
+  size_t elem = dtype_size(whole.dtype());
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) outer *= dims[static_cast<size_t>(a)];
+  for (size_t a = static_cast<size_t>(axis) + 1; a < dims.size(); ++a) inner *= dims[a];
+  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * elem;
+  const size_t row = chunk * static_cast<size_t>(parts);
+  char* w = static_cast<char*>(whole.raw()) + static_cast<size_t>(index) * chunk;
+  char* p = static_cast<char*>(part.raw());
+  if (scatter) cuda::copy_2d(c, w, row, p, chunk, chunk, static_cast<size_t>(outer));
+  else cuda::copy_2d(c, p, chunk, w, row, chunk, static_cast<size_t>(outer));
+}
+
+CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
+                           const ExecutorOptions& options, const CudaExecutorOptions& cuda_options)
+    : g_(g),
+      params_(params),
+      plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)),
+      cuda_(cuda_options),
+      keep_(keep) {
+  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+  BRAID_ASSERT(!(cuda_.bf16 && cuda_.f16), "CudaExecutorOptions: bf16 or f16 autocast, not both");
+  // 1. Every node has a CUDA kernel (or is a collective); the largest workspace any node asks for.
+  for (const auto& n : g.nodes()) {
+    if (n.op->collective) {
+      kernels_.push_back(nullptr);
+      continue;
+    }
+    const ops::CudaKernel* k = ops::cuda_kernel(n.op->name);
+    if (k == nullptr)
+      throw UserError(SourceLoc{}, "op '" + n.op->name + "' (layer '" + n.layer + "') has no CUDA kernel",
+                      "run this model on cpu devices, or add the op to src/backends/cuda/kernels");
+    kernels_.push_back(reinterpret_cast<const void*>(k));
+    std::vector<TensorDesc> in, out;
+    for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
+    for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
+    const size_t ws = ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out);
+    workspace_bytes_ = std::max(workspace_bytes_, ws);
+    if (cuda_.autocast()) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
+  }
+  // Activations two or more GEMMs read whole (see lookup_): their 16-bit copies, per slot.
+  std::vector<ValueId> act_copies;
+  size_t act_copy_bytes = 0;
+  if (cuda_.autocast() && activation_copies_allowed()) {
+    std::vector<int> uses(g.values().size(), 0);
+    for (const auto& n : g.nodes()) {
+      const std::string& op = n.op->name;
+      if (op == "linear" || op == "linear_dx") ++uses[n.inputs[0].idx()];
+      if (op == "linear_dw") ++uses[n.inputs[0].idx()], ++uses[n.inputs[1].idx()];
+    }
+    for (const auto& v : g.values())
+      if (uses[v.id.idx()] >= 2 && v.kind == graph::ValueKind::Activation && v.desc.dtype == DType::f32 &&
+          v.producer.valid()) {
+        act_copies.push_back(v.id);
+        act_copy_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
+      }
+  }
+  // 2. One arena: shared activations, slots, parameters and buffers, workspace.
+  const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
+  size_t param_bytes = 0;
+  for (const auto& v : g.values())
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      param_bytes += align256(v.desc.bytes());
+      if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+        param_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
+    }
+  const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots) + param_bytes +
+                       align256(workspace_bytes_) + align256(autocast_bytes_) +
+                       act_copy_bytes * static_cast<size_t>(options.slots) + 4096;
+  stream_ = std::make_unique<cuda::Stream>(cuda_.device);
+  arena_ = std::make_unique<cuda::DeviceArena>(cuda_.device, total);
+  char* base = static_cast<char*>(arena_->take(shared + slot_bytes * static_cast<size_t>(options.slots), "activations"));
+  if (workspace_bytes_) workspace_ = arena_->take(workspace_bytes_, "workspace");
+  if (autocast_bytes_) autocast_ = arena_->take(autocast_bytes_, "autocast");
+  // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
+  views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
+  staging_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
+  mirror_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
+  for (const auto& v : g.values()) {
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      ParamEntry* e = params.find(v.name);
+      BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+      BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+                   v.desc.str(), " in the graph");
+      Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
+      param_views_.emplace_back(params.index_of(v.name), d);
+      if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+        shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "16-bit copy"), v.desc.numel()});
+      for (auto& views : views_) views[v.id.idx()] = d;
+      continue;
+    }
+    int64_t off = plan_.offset[v.id.idx()];
+    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
+    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
+    for (size_t s = 0; s < views_.size(); ++s) {
+      size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
+      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
+    }
+  }
+  auto by_src = [](const cuda::Bf16Shadow& a, const cuda::Bf16Shadow& b) { return std::less<const void*>()(a.src, b.src); };
+  std::sort(shadows_.begin(), shadows_.end(), by_src);
+  // Per slot: the lookup (parameters' copies and the activations'), which copies to cast after each node, and which
+  // to drop because the node writes their bytes.
+  act_shadows_ = !act_copies.empty();
+  lookup_.assign(views_.size(), shadows_);
+  act_n_.assign(views_.size(), std::vector<int64_t>(shadows_.size(), 0));
+  cast_after_.assign(views_.size(), std::vector<std::vector<size_t>>(g.nodes().size()));
+  drop_after_.assign(views_.size(), std::vector<std::vector<size_t>>(g.nodes().size()));
+  for (size_t sl = 0; sl < views_.size() && act_shadows_; ++sl) {
+    std::vector<std::pair<cuda::Bf16Shadow, ValueId>> entries;
+    for (const auto& p : shadows_) entries.push_back({p, ValueId()});
+    for (ValueId v : act_copies) {
+      const int64_t n = g.value(v).desc.numel();
+      entries.push_back({cuda::Bf16Shadow{views_[sl][v.idx()].raw(), arena_->take(static_cast<size_t>(n) * 2, "16-bit activation copy"), 0}, v});
+    }
+    std::stable_sort(entries.begin(), entries.end(), [&](const auto& a, const auto& b) { return by_src(a.first, b.first); });
+    auto& look = lookup_[sl];
+    look.clear();
+    act_n_[sl].clear();
+    for (const auto& [e, v] : entries) {
+      look.push_back(e);
+      act_n_[sl].push_back(v.valid() ? g.value(v).desc.numel() : 0);
+    }
+    for (const auto& n : g.nodes())
+      for (ValueId o : n.outputs) {
+        const char* lo = static_cast<const char*>(views_[sl][o.idx()].raw());
+        const char* hi = lo + g.value(o).desc.bytes();
+        for (size_t k = 0; k < entries.size(); ++k) {
+          if (!entries[k].second.valid()) continue;
+          if (entries[k].second == o) {
+            cast_after_[sl][n.id.idx()].push_back(k);
+            continue;
+          }
+          const char* a = static_cast<const char*>(look[k].src);
+          const char* b = a + act_n_[sl][k] * 4;
+          if (lo < b && a < hi) drop_after_[sl][n.id.idx()].push_back(k);
+        }
+      }
+  }
+  for (const auto& in : g.inputs())
+    for (auto& st : staging_) st[in.idx()] = Tensor::empty(g.value(in).desc);
+  for (ValueId v : keep)
+    for (auto& m : mirror_) m[v.idx()] = Tensor::empty(g.value(v).desc);
+  node_in_.resize(views_.size());
+  node_out_.resize(views_.size());
+  for (size_t s = 0; s < views_.size(); ++s)
+    for (const auto& n : g.nodes()) {
+      std::vector<Tensor> in, out;
+      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
+      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
+      node_in_[s].push_back(std::move(in));
+      node_out_[s].push_back(std::move(out));
+    }
+  for (const auto& n : g.nodes()) {
+    node_keys_.push_back(name_hash(graph::rng_name(n)));
+    if (n.op->name == "ones_like" && g.loss().valid() && n.inputs.size() == 1 && n.inputs[0] == g.loss())
+      loss_seed_ = n.id.idx();
+  }
+  first_backward_ = g.nodes().size();
+  for (const auto& n : g.nodes()) {
+    if (n.backward) {
+      first_backward_ = std::min(first_backward_, n.id.idx());
+      continue;
+    }
+    if (n.op->collective) continue;
+    if (first_layer_.empty()) first_layer_ = n.layer;
+    last_layer_ = n.layer;
+  }
+  find_gelu_epilogues();
+  upload_params();
+}
+
+bool CudaExecutor::fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h,
+                             const Tensor& y) {
+  if (ops::cuda_linear_gelu(ctx, lin_in, h, y)) {
+    ++gelu_epilogue_runs_;
+    return true;
+  }
+  gelu_fused_[i] = gelu_fused_[i + 1] = 0;  // cuBLASLt has no algorithm for it: two kernels from now on
+  return false;
+}
+
+bool CudaExecutor::gelu_epilogue_allowed() {
+  const char* v = std::getenv("BRAID_GELU_EPILOGUE");  // "0": linear and gelu run as two kernels (A/B)
+  return !(v && std::string(v) == "0");
+}
+
+// Under autocast, a biased `linear` whose output only feeds the tanh-form `gelu` right after it (and, in training,
+// gelu's backward) runs with it as one cuBLASLt call (GELU_AUX_BIAS: the pre-activation and the gelu both
+// written). Not where the gelu's output shares bytes with the linear's operands or output (the memory plan may
+// give a value dead after the linear to the gelu's output): the fused call reads those while it writes.
+void CudaExecutor::find_gelu_epilogues() {
+  gelu_fused_.assign(g_.nodes().size(), 0);
+  if (!cuda_.autocast() || !gelu_epilogue_allowed()) return;
+  const auto& nodes = g_.nodes();
+  for (size_t i = 0; i + 1 < nodes.size(); ++i) {
+    const graph::Node &a = nodes[i], &b = nodes[i + 1];
+    if (a.op->name != "linear" || a.inputs.size() != 3 || b.op->name != "gelu" || b.inputs.empty() ||
+        b.inputs[0] != a.outputs[0] || a.backward != b.backward || b.attrs.s("approximate") != "tanh" ||
+        gelu_fused_[i] != 0)
+      continue;
+    bool shares = false;
+    for (const auto& views : views_) {
+      auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views[x.idx()], views[y.idx()]); };
+      for (ValueId v : a.inputs) shares = shares || overlaps(b.outputs[0], v);
+      shares = shares || overlaps(b.outputs[0], a.outputs[0]);
+    }
+    if (shares) continue;
+    gelu_fused_[i] = 1;
+    gelu_fused_[i + 1] = 2;
+  }
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+void CudaExecutor::upload_params() {
+  for (const auto& [idx, d] : param_views_) stream_->upload(d.raw(), params_.entries()[idx].value.raw(), d.bytes());
+  stream_->synchronize();
+  shadows_fresh_ = false;
+}
+
+void CudaExecutor::set_loss_scale(double s) {
+  BRAID_ASSERT(s == 1 || loss_seed_ != SIZE_MAX, "loss scaling needs a graph whose backward seeds the loss's gradient");
+  BRAID_ASSERT(s > 0 && std::isfinite(s), "loss scale ", s, " is not a positive finite number");
+  loss_scale_ = s;
+}
+
+void* CudaExecutor::autocast_shadow(const void* p) const {
+  for (const auto& s : shadows_)
+    if (s.src == p) return s.dst;
+  return nullptr;
+}
+
+void CudaExecutor::refresh_shadows() {
+  cuda::Ctx c = stream_->ctx();
+  for (const auto& s : shadows_) cuda::cast(c, DType::f32, s.src, autocast_type(), s.dst, s.n);
+  shadows_fresh_ = true;
+}
+
+void CudaExecutor::download_params() {
+  for (const auto& [idx, d] : param_views_) stream_->download(params_.entries()[idx].value.raw(), d.raw(), d.bytes());
+}
+
+const Tensor& CudaExecutor::device_param(const std::string& name) const {
+  size_t idx = params_.index_of(name);
+  for (const auto& [i, d] : param_views_)
+    if (i == idx) return d;
+  BRAID_ASSERT(false, "parameter ", name, " is not used by this executor's graph");
+  return param_views_.front().second;
+}
+
+void CudaExecutor::set_groups(Communicator* tensor, Communicator* data) {
+  tensor_comm_ = tensor;
+  data_comm_ = data;
+  tensor_rank_ = tensor ? tensor->rank() : 0;
+}
+
+const Tensor& CudaExecutor::input(const std::string& name, int slot) const {
+  ValueId v = g_.find_input(name);
+  BRAID_ASSERT(v.valid(), "no model input named ", name);
+  return staging_.at(static_cast<size_t>(slot))[v.idx()];
+}
+
+const Tensor& CudaExecutor::value(ValueId v, int slot) const {
+  const Tensor& m = mirror_.at(static_cast<size_t>(slot)).at(v.idx());
+  BRAID_ASSERT(m.defined() && m.raw() != nullptr, "value ", g_.value(v).name,
+               " is not kept by this CUDA executor (host mirrors exist for `keep` values only)");
+  return m;
+}
+
+void CudaExecutor::fetch(ValueId v, const Tensor& out, int slot) const {
+  const Tensor& d = device_value(v, slot);
+  BRAID_ASSERT(out.desc() == d.desc(), "fetch: ", out.desc().str(), " for ", d.desc().str());
+  stream_->download(out.raw(), d.raw(), d.bytes());
+}
+
+bool CudaExecutor::activation_copies_allowed() {
+  const char* v = std::getenv("BRAID_ACTIVATION_COPIES");  // "0": every GEMM casts its activation operands (A/B)
+  return !(v && std::string(v) == "0");
+}
+
+void CudaExecutor::set_device_fed(const std::vector<ValueId>& inputs) {
+  device_fed_.assign(g_.values().size(), false);
+  for (ValueId v : inputs)
+    if (v.valid()) device_fed_[v.idx()] = true;
+}
+
+void CudaExecutor::stage_inputs(int slot) {
+  auto& look = lookup_[static_cast<size_t>(slot)];
+  const auto& act_n = act_n_[static_cast<size_t>(slot)];
+  for (size_t k = 0; k < look.size(); ++k)  // a new run: no activation copy is current yet
+    if (act_n[k] > 0) look[k].n = 0;
+  for (const auto& in : g_.inputs()) {
+    if (!device_fed_.empty() && device_fed_[in.idx()]) continue;
+    const Tensor& h = staging_[static_cast<size_t>(slot)][in.idx()];
+    stream_->upload(views_[static_cast<size_t>(slot)][in.idx()].raw(), h.raw(), h.bytes());
+  }
+}
+
+void CudaExecutor::finish_run(int slot) {
+  if (cuda_.mirror_keep)
+    for (ValueId v : keep_) {
+      const Tensor& m = mirror_[static_cast<size_t>(slot)][v.idx()];
+      stream_->download(m.raw(), views_[static_cast<size_t>(slot)][v.idx()].raw(), m.bytes());
+    }
+  int bad = stream_->take_error_flag();  // synchronises
+  if (bad & cuda::kBadToken)
+    throw UserError(SourceLoc{}, "embedding: a token id is outside [0, num) of its embedding table",
+                    "the data holds ids the embedding's 'num' does not cover; raise 'num' (the CPU run names the id)");
+  if (bad & cuda::kBadTarget)
+    throw UserError(SourceLoc{}, "cross_entropy: a target is outside [0, C) for its logits",
+                    "class ids must be at least 0 and below the size of the logits' last axis");
+}
+
+void CudaExecutor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  stage_inputs(0);
+  if (trace_) {
+    {
+      io::TraceScope f(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
+      stream_->synchronize();
+    }
+    if (has_backward()) {
+      io::TraceScope b(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+      stream_->synchronize();
+    }
+  } else {
+    run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
+  }
+  finish_run(0);
+}
+
+void CudaExecutor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  stage_inputs(slot);
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
+  stream_->synchronize();
+}
+
+void CudaExecutor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+  finish_run(slot);
+}
+
+void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  const std::string& op = n.op->name;  // for messages and traces
+  const int parts = static_cast<int>(n.attrs.i("parts"));
+  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
+               " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
+                                              static_cast<double>(in[0].bytes())});
+  cuda::Ctx c = stream_->ctx();
+  const Tensor& x = in[0];
+  Tensor y = out[0];
+  // The communicator runs on its own stream: everything before this node must be done.
+  stream_->synchronize();
+  using K = ops::CollectiveKind;
+  switch (n.op->collective_kind) {
+    case K::Slice:
+      device_copy_chunk(c, x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
+      break;
+    case K::AllGather:
+      comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
+      break;
+    case K::AllReduce:
+      if (y.raw() != x.raw()) cuda::copy(c, y.raw(), x.raw(), x.bytes());
+      stream_->synchronize();
+      comm->all_reduce(y, ReduceOp::Sum);
+      break;
+    case K::ReduceScatter:
+      comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
+      break;
+    case K::Copy:
+      cuda::copy(c, y.raw(), x.raw(), x.bytes());
+      break;
+    case K::ToPartial:
+      if (comm->rank() == 0) cuda::copy(c, y.raw(), x.raw(), x.bytes());
+      else stream_->memset(y.raw(), 0, y.bytes());
+      break;
+    case K::None:
+      BRAID_ASSERT(false, "communication op ", op, " names no collective");
+  }
+}
+
+void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
+                             size_t from, size_t to) {
+  cuda::Ctx ctx = stream_->ctx();
+  ctx.training = training;
+  ctx.workspace = workspace_;
+  ctx.workspace_bytes = workspace_bytes_;
+  ctx.autocast = autocast_;
+  ctx.autocast_bytes = autocast_bytes_;
+  ctx.autocast_type = autocast_type();
+  auto& look = lookup_[static_cast<size_t>(slot)];
+  if (!look.empty()) {
+    if (!shadows_fresh_) refresh_shadows();
+    ctx.shadows = look.data();
+    ctx.shadow_count = static_cast<int>(look.size());
+  }
+  const uint64_t run_key = hash_key(seed, rng_stream);
+  const auto& nodes = g_.nodes();
+  const auto& ins = node_in_[static_cast<size_t>(slot)];
+  const auto& outs = node_out_[static_cast<size_t>(slot)];
+  using Clock = std::chrono::steady_clock;
+  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
+  bool fused_with_previous = false;
+  for (size_t i = from; i < to; ++i) {
+    const graph::Node& n = nodes[i];
+    const bool ran_fused = fused_with_previous;
+    fused_with_previous = false;
+    if (ran_fused) {
+      // the gelu ran in the linear's cuBLASLt call (find_gelu_epilogues)
+    } else if (gelu_fused_[i] == 1 && i + 1 < to && !node_seconds_ &&  // per-node times: each node its own
+               fuse_gelu(ctx, i, ins[i], outs[i][0], outs[i + 1][0])) {
+      fused_with_previous = true;
+    } else if (n.op->collective) {
+      run_collective(n, ins[i], outs[i]);
+    } else {
+      ctx.rng_key = hash_key(run_key, node_keys_[i]);
+      ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
+      (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
+      if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
+        const Tensor& seed = outs[i][0];
+        cuda::fill(ctx, seed.dtype(), seed.raw(), seed.numel(), loss_scale_);
+      }
+    }
+    if (act_shadows_) {
+      for (size_t k : drop_after_[static_cast<size_t>(slot)][i]) look[k].n = 0;  // its bytes now hold another value
+      for (size_t k : cast_after_[static_cast<size_t>(slot)][i]) {
+        const int64_t n = act_n_[static_cast<size_t>(slot)][k];
+        cuda::cast(ctx, DType::f32, look[k].src, autocast_type(), look[k].dst, n);
+        look[k].n = n;
+      }
+    }
+    if (after_node_) {
+      stream_->synchronize();  // the hook may read this node's outputs
+      (*after_node_)(i);
+    }
+    if (node_seconds_) {
+      stream_->synchronize();
+      auto t1 = Clock::now();
+      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+  }
+}
+
+}  // namespace braid::exec
