@@ -26,8 +26,8 @@ std::string q(const std::string& s) { return "'" + s + "'"; }
 class StageLowering {
  public:
   StageLowering(const Graph& model, StageProgram& out, const std::map<std::string, const planner::LayerPlan*>& layer_plans,
-                const LowerOptions& options)
-      : model_(model), p_(out), layer_plans_(layer_plans), options_(options),
+                const LowerOptions& options, const planner::Plan& plan)
+      : model_(model), p_(out), layer_plans_(layer_plans), options_(options), plan_(plan),
         local_(model.values().size()), layout_(model.values().size()) {}
 
   void add_recv(const BoundaryValue& b, ValueId model_value) {
@@ -107,7 +107,8 @@ class StageLowering {
       p_.g.outputs.emplace_back("loss", p_.loss);
     }
     p_.forward_nodes = static_cast<int>(p_.g.nodes().size());
-    graph::BackwardSpec spec{seeds_, wants_};
+    graph::BackwardSpec spec{seeds_, wants_, {}, {}};
+    recompute_groups(spec);
     auto grads = graph::append_backward(p_.g, spec);
     p_.recv_grads.assign(p_.recv_values.size(), kNoValue);
     for (size_t i = 0, w = 0; i < p_.recv.size(); ++i)
@@ -122,6 +123,46 @@ class StageLowering {
   bool has(ValueId model_value) const { return local_[model_value.idx()].valid(); }
 
  private:
+  // Activation recomputation (docs/plan_file.md, `recompute`) as graph structure: autodiff clones the groups'
+  // nodes before the backward that needs them. full: the consecutive nodes of one block copy ("h.3.*": the layer
+  // name up to its last dot; layers outside blocks: consecutive ones together) form a group that keeps only what
+  // leaves it; selective: each cheap op (OpDef::cheap_recompute: normalisations, activations) is recomputed from
+  // its input. A node that updates state in place (batch norm's running statistics) is never run twice.
+  void recompute_groups(graph::BackwardSpec& spec) const {
+    const auto& nodes = p_.g.nodes();
+    spec.recompute_group.assign(nodes.size(), -1);
+    bool any = false;
+    std::string prev_block;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      const std::string& mode = planner::recompute_of(plan_, n.layer);
+      if (mode == "none" || !n.op->mutated_inputs.empty()) {
+        prev_block.clear();
+        continue;
+      }
+      if (mode == "selective") {
+        prev_block.clear();
+        if (!n.op->cheap_recompute) continue;
+        spec.recompute_group[i] = static_cast<int>(spec.keeps_outputs.size());
+        spec.keeps_outputs.push_back(false);
+        any = true;
+        continue;
+      }
+      const size_t dot = n.layer.rfind('.');
+      const std::string block = dot == std::string::npos ? std::string() : n.layer.substr(0, dot);
+      if (i > 0 && spec.recompute_group[i - 1] >= 0 && block == prev_block &&
+          spec.keeps_outputs[static_cast<size_t>(spec.recompute_group[i - 1])]) {
+        spec.recompute_group[i] = spec.recompute_group[i - 1];
+      } else {
+        spec.recompute_group[i] = static_cast<int>(spec.keeps_outputs.size());
+        spec.keeps_outputs.push_back(true);
+      }
+      prev_block = block;
+      any = true;
+    }
+    if (!any) spec.recompute_group.clear();
+  }
+
   void set(ValueId model_value, ValueId local, Sbp layout) {
     local_[model_value.idx()] = local;
     layout_[model_value.idx()] = layout;
@@ -214,6 +255,7 @@ class StageLowering {
   StageProgram& p_;
   const std::map<std::string, const planner::LayerPlan*>& layer_plans_;
   const LowerOptions& options_;
+  const planner::Plan& plan_;
   std::vector<ValueId> local_;
   std::vector<Sbp> layout_;
   std::map<std::tuple<int32_t, std::string, bool>, ValueId> cache_;
@@ -310,7 +352,7 @@ std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan
     p.tp = tensor_group_size(sp);
     p.dp = static_cast<int>(sp.mesh.empty() ? 1 : sp.mesh[0]);
     p.g = Graph(plan.summary.micro_batch);
-    StageLowering low(model, p, layer_plans, options);
+    StageLowering low(model, p, layer_plans, options, plan);
     if (s > 0)
       for (ValueId v : crossing[static_cast<size_t>(s - 1)]) {
         BoundaryValue b{model.value(v).name, model.value(v).desc, needs[v.idx()], "d/" + model.value(v).name};

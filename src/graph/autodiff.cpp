@@ -2,6 +2,7 @@
 #include "graph/autodiff.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "ops/registry.h"
 
@@ -73,6 +74,62 @@ std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
   }
   for (const auto& [v, grad] : spec.seeds)
     if (needs_grad[v.idx()]) contrib[v.idx()].push_back(grad);
+
+  // Recomputation: which values a group recomputes (remapped to their clones in backward), and the clones, made
+  // on first use.
+  const auto& group = spec.recompute_group;
+  BRAID_ASSERT(group.empty() || group.size() == num_forward, "recompute groups for ", group.size(), " of ",
+               num_forward, " forward nodes");
+  const size_t num_values = g.values().size();
+  std::vector<int> recomputed_by(num_values, -1);  // value -> its group, when the group recomputes it
+  for (size_t n = 0; n < group.size(); ++n) {
+    const int gr = group[n];
+    if (gr < 0) continue;
+    for (ValueId v : g.nodes()[n].outputs) {
+      bool outside = false;  // a forward node of another group (or none) reads it: the group's checkpoint
+      for (NodeId c : g.value(v).consumers)
+        outside = outside || (c.idx() < num_forward && group[c.idx()] != gr);
+      if (!(outside && spec.keeps_outputs.at(static_cast<size_t>(gr)))) recomputed_by[v.idx()] = gr;
+    }
+  }
+  std::vector<ValueId> clone_of(num_values, kNoValue);
+  std::vector<bool> emitted(spec.keeps_outputs.size(), false);
+  std::function<void(int)> emit_group = [&](int gr) {
+    if (emitted[static_cast<size_t>(gr)]) return;
+    emitted[static_cast<size_t>(gr)] = true;
+    for (size_t n = 0; n < num_forward; ++n) {
+      if (group[n] != gr) continue;
+      const Node fwd = g.nodes()[n];  // copy: adding nodes grows the vector
+      std::vector<ValueId> in = fwd.inputs;
+      for (ValueId& v : in) {
+        const int other = recomputed_by[v.idx()];
+        if (other < 0) continue;
+        if (other != gr) emit_group(other);
+        v = clone_of[v.idx()];
+        BRAID_ASSERT(v.valid(), "recomputation of ", fwd.name, " reads a value recomputed after it");
+      }
+      std::vector<TensorDesc> out;
+      for (ValueId v : fwd.outputs) out.push_back(g.value(v).desc);
+      auto outs = g.add_node_with_outputs(*fwd.op, fwd.attrs, in, fwd.num_data_inputs, "r/" + fwd.name, fwd.layer,
+                                          fwd.loc, true, out);
+      Node& clone = const_cast<Node&>(g.node(g.value(outs[0]).producer));
+      clone.rng_as = rng_name(fwd);
+      clone.sharded = fwd.sharded;
+      clone.batch_offset_per_rank = fwd.batch_offset_per_rank;
+      for (size_t k = 0; k < outs.size(); ++k) clone_of[fwd.outputs[k].idx()] = outs[k];
+    }
+  };
+  // The values a gradient rule reads, with the recomputed ones replaced by their clones.
+  auto recomputed = [&](const std::vector<ValueId>& vs) {
+    std::vector<ValueId> out = vs;
+    for (ValueId& v : out)
+      if (v.idx() < num_values && recomputed_by[v.idx()] >= 0) {
+        emit_group(recomputed_by[v.idx()]);
+        v = clone_of[v.idx()];
+      }
+    return out;
+  };
+
   for (size_t n = num_forward; n-- > 0;) {
     const Node node = g.nodes()[n];  // copy: emitting nodes grows the vector
     if (!node.op->differentiable) continue;
@@ -91,9 +148,10 @@ std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
       needs.push_back(needs_grad[v.idx()] && !nondiff && is_float(g.value(v).desc.dtype));
     }
     if (std::none_of(needs.begin(), needs.end(), [](bool b) { return b; })) continue;
+    const std::vector<ValueId> ins = group.empty() ? node.inputs : recomputed(node.inputs);
+    const std::vector<ValueId> outs = group.empty() ? node.outputs : recomputed(node.outputs);
     GradEmitter e(g, node);
-    ops::GradCtx c{e, node.attrs, node.inputs, node.outputs, dout, needs,
-                   std::vector<ValueId>(node.inputs.size(), kNoValue), node.name};
+    ops::GradCtx c{e, node.attrs, ins, outs, dout, needs, std::vector<ValueId>(node.inputs.size(), kNoValue), node.name};
     node.op->grad(c);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (!needs[i] || !c.din[i].valid()) continue;

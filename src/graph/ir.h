@@ -43,11 +43,15 @@ struct Node {
   // Lowered graphs: the node runs on shards whose descriptions the lowering set; the op's inference (which
   // checks shapes against attributes such as linear's `out`) does not describe them, so verify() skips it.
   bool sharded = false;
+  // Activation recomputation (autodiff's BackwardSpec::recompute): a backward node that recomputes a forward node
+  // draws that node's random numbers (dropout masks again, bit for bit): its name, to key the stream.
+  std::string rng_as;
 };
 
 // The name whose hash keys a node's random stream in a step (KernelCtx::rng_key): its own, or, for a backward
 // that draws its forward's random numbers again (attention_grad's `rng_node`: the dropout mask), the forward's.
 inline const std::string& rng_name(const Node& n) {
+  if (!n.rng_as.empty()) return n.rng_as;
   if (n.attrs.has("rng_node") && !n.attrs.s("rng_node").empty()) return n.attrs.s("rng_node");
   return n.name;
 }

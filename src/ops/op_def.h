@@ -247,6 +247,9 @@ struct OpDef {
   // Normalises by statistics over the batch (batch_norm): under sync_batch_norm the plan lowering replaces it, on
   // data-parallel stages, by ops whose statistics are those of the whole micro-batch (exec/lower.h).
   bool batch_statistics = false;
+  // Cheap to run again and large to keep (normalisations, activations): `recompute: selective` recomputes it in
+  // backward from its kept input instead of keeping its output (exec/lower.h).
+  bool cheap_recompute = false;
   Autocast autocast = Autocast::F32;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.

@@ -75,6 +75,12 @@ static LayerPlan default_layer(const std::string& name) {
   return l;
 }
 
+const std::string& recompute_of(const Plan& plan, const std::string& layer) {
+  for (const auto& l : plan.layers)
+    if (l.layer == layer && !l.recompute.empty()) return l.recompute;
+  return plan.summary.recompute;
+}
+
 Plan single_device_plan(int64_t batch, int64_t micro_batch) {
   Plan p;
   p.summary.micro_batch = micro_batch > 0 ? micro_batch : batch;

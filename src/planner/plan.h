@@ -51,6 +51,9 @@ struct Summary {
   int64_t micro_batch = 1;   // samples per micro-batch per data-parallel replica
   int64_t micro_batches = 1; // per optimizer step, per data-parallel replica
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  // Activation recomputation of every layer without a `recompute` of its own: none | full | selective
+  // (docs/plan_file.md). Written only when not none.
+  std::string recompute = "none";
   Predicted predicted;
   SourceLoc loc;             // the summary mapping
   Pins pinned;               // keys as written: "devices", ..., "predicted.bound_by"
@@ -72,11 +75,16 @@ struct LayerPlan {
   std::string layer;
   std::string signature;         // a name from the op's splits() for the layer's shapes
   int tensor_parallel = 1;       // devices of the stage's tensor group the signature splits over
+  std::string recompute;         // none | full | selective; "": the summary's
   double predicted_time_s = 0;   // forward + backward of one micro-batch (estimate)
   double predicted_memory_gb = 0;
   SourceLoc loc;                 // the layer's entry
   Pins pinned;                   // "layer", "signature", "tensor_parallel", "predicted.time_s", ...
 };
+
+// The recomputation mode of `layer` under `plan`: its entry's, else the summary's.
+struct Plan;
+const std::string& recompute_of(const Plan& plan, const std::string& layer);
 
 struct Plan {
   Summary summary;

@@ -94,6 +94,7 @@ class Validator {
       diags_.error(sloc("schedule"), "unknown schedule " + q(s_.schedule) + "; expected gpipe, 1f1b or interleaved",
                    hint);
     }
+    check_recompute(s_.recompute, sloc("recompute"), "in the summary");
     const std::pair<const char*, int64_t> counts[] = {
         {"devices", s_.devices},           {"data_parallel", s_.data_parallel},
         {"tensor_parallel", s_.tensor_parallel}, {"pipeline_stages", s_.pipeline_stages},
@@ -342,11 +343,23 @@ class Validator {
   }
 
   // ---- 4. layer entries ------------------------------------------------------------------------------------
+  // Activation recomputation modes (docs/plan_file.md).
+  void check_recompute(const std::string& mode, const SourceLoc& at, const std::string& where) {
+    static const std::vector<std::string> kModes = {"none", "full", "selective"};
+    if (std::find(kModes.begin(), kModes.end(), mode) != kModes.end()) return;
+    std::string hint = did_you_mean_hint(mode, kModes);
+    diags_.error(at, "unknown recompute mode " + q(mode) + " " + where + "; expected none, full or selective",
+                 hint.empty() ? "full: recompute the layer's block from its input in backward; selective: only its "
+                                "cheap ops (normalisations, activations)"
+                              : hint);
+  }
+
   void check_layers() {
     std::map<std::string, const LayerPlan*> seen;
     int64_t max_tp = 1;
     for (const LayerPlan& l : plan_.layers) {
       max_tp = std::max<int64_t>(max_tp, l.tensor_parallel);
+      if (!l.recompute.empty()) check_recompute(l.recompute, layer_loc(l, "recompute"), "of layer " + q(l.layer));
       auto it = index_.find(l.layer);
       if (it == index_.end()) {
         diags_.error(layer_loc(l, "layer"), "the model has no layer " + q(l.layer), did_you_mean_hint(l.layer, names_));

@@ -98,6 +98,8 @@ std::string to_yaml(const Plan& plan) {
   out += summary_line("micro_batch", std::to_string(s.micro_batch), "samples per micro-batch and replica");
   out += summary_line("micro_batches", std::to_string(s.micro_batches), "per optimizer step and replica");
   out += summary_line("schedule", scalar(s.schedule), "gpipe | 1f1b | interleaved");
+  if (s.recompute != "none" || s.pinned.has("recompute"))
+    out += summary_line("recompute", scalar(s.recompute), "activation recomputation: none | full | selective");
   Flow pred;
   add_number(pred, s.pinned, "predicted.step_time_s", "step_time_s", s.predicted.step_time_s);
   add_number(pred, s.pinned, "predicted.tflops_per_device", "tflops_per_device", s.predicted.tflops_per_device);
@@ -122,6 +124,7 @@ std::string to_yaml(const Plan& plan) {
     f.add("layer", scalar(l.layer));
     f.add("signature", scalar(l.signature));
     f.add("tensor_parallel", std::to_string(l.tensor_parallel));
+    if (!l.recompute.empty()) f.add("recompute", scalar(l.recompute));
     Flow p;
     add_number(p, l.pinned, "predicted.time_s", "time_s", l.predicted_time_s);
     add_number(p, l.pinned, "predicted.memory_gb", "memory_gb", l.predicted_memory_gb);
@@ -260,7 +263,7 @@ class Reader {
     if (!expect_map(n, "'summary'", "summary: {devices: 1, data_parallel: 1, ...}")) return;
     check_map(n,
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "virtual_stages", "micro_batch",
-               "micro_batches", "schedule", "predicted"},
+               "micro_batches", "schedule", "recompute", "predicted"},
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "micro_batch", "micro_batches",
                "schedule"},
               "the plan's summary", diags_);
@@ -273,6 +276,7 @@ class Reader {
     if (auto x = int64(n, "micro_batch", what("micro_batch"), s.pinned)) s.micro_batch = *x;
     if (auto x = int64(n, "micro_batches", what("micro_batches"), s.pinned)) s.micro_batches = *x;
     string_field(n, "schedule", what("schedule"), s.pinned, "schedule", &s.schedule);
+    string_field(n, "recompute", what("recompute"), s.pinned, "recompute", &s.recompute);
     if (const YNode* p = n.get("predicted")) {
       if (!expect_map(*p, "'predicted' in the summary", "predicted: {step_time_s: 2.8, bound_by: compute}")) return;
       io::check_keys(*p, {"step_time_s", "tflops_per_device", "peak_memory_gb", "bound_by"},
@@ -305,12 +309,14 @@ class Reader {
     l.loc = n.loc;
     std::string who = "layer entry " + std::to_string(index);
     if (!expect_map(n, who, "- {layer: h.0.fc, signature: column, tensor_parallel: 2}")) return;
-    check_map(n, {"layer", "signature", "tensor_parallel", "predicted"}, {"layer", "signature"}, who, diags_);
+    check_map(n, {"layer", "signature", "tensor_parallel", "recompute", "predicted"}, {"layer", "signature"}, who,
+              diags_);
     string_field(n, "layer", quote("layer") + " of " + who, l.pinned, "layer", &l.layer);
     if (!l.layer.empty()) who = "layer " + quote(l.layer);
     auto what = [&](const std::string& k) { return quote(k) + " of " + who; };
     string_field(n, "signature", what("signature"), l.pinned, "signature", &l.signature);
     int32_field(n, "tensor_parallel", what("tensor_parallel"), l.pinned, &l.tensor_parallel);
+    string_field(n, "recompute", what("recompute"), l.pinned, "recompute", &l.recompute);
     if (const YNode* p = n.get("predicted")) {
       if (!expect_map(*p, what("predicted"), "predicted: {time_s: 0.001, memory_gb: 0.5}")) return;
       io::check_keys(*p, {"time_s", "memory_gb"}, "the predicted values of " + who, diags_);

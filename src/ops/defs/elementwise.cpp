@@ -328,6 +328,7 @@ void cast_grad(GradCtx& c) {
 
 OpDef unary_def(const std::string& name, CpuKernel k, GradFn g, std::string doc) {
   OpDef d;
+  d.cheap_recompute = true;  // activations: elementwise, memory-bound
   d.autocast = Autocast::Follow;
   d.name = name;
   d.doc = std::move(doc);

@@ -322,6 +322,7 @@ void register_norm(Registry& r) {
   {
     OpDef d;
     d.name = "layer_norm";
+    d.cheap_recompute = true;
     d.doc = "normalises the last axis to zero mean and unit variance, then scales by weight and adds bias";
     d.attrs = {{"eps", AttrKind::Float, AttrValue(1e-5), false, {}, 0, false, false, "added to the variance"}};
     d.public_outputs = 1;  // outputs 1, 2: mean and rstd per row, saved for backward
