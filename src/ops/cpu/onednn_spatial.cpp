@@ -230,9 +230,10 @@ dnnl::convolution_forward::primitive_desc conv_forward_pd(const SpatialShape& s,
   return F::primitive_desc(d, user_scratchpad(), engine());
 }
 
-// Channels below which conv2d_grad_input runs on plain layouts (oneDNN's GEMM convolution): its blocked data
-// gradient with one input channel took 6x the time of the plain one (LeNet's conv1 shape, docs/benchmarks.md).
-constexpr int64_t kBlockedGradInputMinChannels = 8;
+// Input channels below which conv2d_grad_input runs on plain layouts (oneDNN's GEMM convolution): by
+// scripts/bench/conv_primitives.sh, the blocked data gradient took 5.1x the plain one's time with 1 channel
+// and 1.8x with 3, but 0.9x with 4 and 0.5x with 6 and 8 (docs/benchmarks.md).
+constexpr int64_t kBlockedGradInputMinChannels = 4;
 
 std::unique_ptr<ChunkPrims> make_chunk(Pass pass, const SpatialShape& s, int64_t n) {
   auto p = std::make_unique<ChunkPrims>();
