@@ -256,11 +256,13 @@ void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in
 // any case, so a shape too large for it is refused whichever implementation runs (BRAID_CONV can switch).
 size_t pass_workspace(cpu::SpatialPass pass, const Window& w, int64_t O, bool bias, DType t) {
   const size_t im2col = group_bytes(w, O, t);
+  // Read here in every build, so that BRAID_CONV=onednn in a braid without oneDNN warns at plan time.
+  const bool onednn = cpu::conv_impl() == cpu::ConvImpl::OneDnn && t == DType::f32;
 #ifdef BRAID_HAVE_ONEDNN
-  if (t == DType::f32 && cpu::conv_impl() == cpu::ConvImpl::OneDnn)
+  if (onednn)
     if (auto bytes = cpu::onednn_workspace(pass, spatial_shape(w, O, bias))) return *bytes;
 #else
-  (void)pass, (void)bias;
+  (void)pass, (void)bias, (void)onednn;
 #endif
   return im2col;
 }

@@ -201,6 +201,7 @@ bool on_onednn(DType t, cpu::SpatialPass pass, const Window& w) {
 
 // The loops need no scratch; oneDNN's pooling may want a scratchpad.
 size_t avg_workspace(cpu::SpatialPass pass, const Attrs& a, const TensorDesc& x) {
+  (void)cpu::pool_impl();  // read at plan time in every build: BRAID_POOL=onednn without oneDNN warns
 #ifdef BRAID_HAVE_ONEDNN
   const Window w = pool_window("avg_pool2d", a, x);
   if (on_onednn(x.dtype, pass, w)) return *cpu::onednn_workspace(pass, spatial_shape(w));
