@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "core/parallel.h"
 #include "op_harness.h"
@@ -189,7 +190,6 @@ TEST(OneDnnSpatial, SameBitsOnAnyThreadCount) {
 // The first workspace query or call of a shape creates its primitives; later calls of it create none.
 TEST(OneDnnSpatial, PrimitivesAreCreatedOncePerShape) {
   if (!cpu::onednn_built()) GTEST_SKIP() << "built without oneDNN";
-#ifdef BRAID_HAVE_ONEDNN
   Rng rng(24, 24);
   ConvCase c{"fresh", Shape{21, 5, 10, 9}, 11, {3, 2}, {1, 1}, {1, 0}, true};  // a shape no other test uses
   ConvInputs in = conv_inputs(c, rng);
@@ -200,7 +200,40 @@ TEST(OneDnnSpatial, PrimitivesAreCreatedOncePerShape) {
   auto second = conv_passes(cpu::ConvImpl::OneDnn, c, in.xwb, in.dy);
   EXPECT_EQ(cpu::onednn_primitives_created(), after_first);
   for (int k = 0; k < 3; ++k) expect_same_bits(second[k], first[k], kPass[k]);
-#endif
+}
+
+// Executors on several device threads (cpu:N) share the cache: threads creating and running the same new
+// shape at once get one set of primitives and the single-threaded result's bits.
+TEST(OneDnnSpatial, ConcurrentCallsShareOneCacheEntry) {
+  if (!cpu::onednn_built()) GTEST_SKIP() << "built without oneDNN";
+  Rng rng(25, 25);
+  ConvCase c{"concurrent", Shape{23, 9, 11, 10}, 12, {3, 3}, {2, 1}, {1, 1}, true};  // no other test's shape
+  ConvInputs in = conv_inputs(c, rng);
+  const Attrs a = conv_attrs(c);
+  cpu::ScopedSpatialImpl impl(cpu::ConvImpl::OneDnn, cpu::PoolImpl::OneDnn);
+  auto passes = [&] {
+    std::vector<Tensor> r;
+    for (const char* op : kPass) {
+      const OpDef& d = Registry::get().at(op);
+      std::vector<Tensor> args = std::string(op) == "conv2d"             ? in.xwb
+                                 : std::string(op) == "conv2d_grad_input" ? std::vector<Tensor>{in.dy, in.xwb[0], in.xwb[1]}
+                                                                          : std::vector<Tensor>{in.dy, in.xwb[0]};
+      std::vector<TensorDesc> descs;
+      for (const auto& t : args) descs.push_back(t.desc());
+      r.push_back(run_poisoned(d, a, args, d.infer(a, descs))[0]);
+    }
+    return r;
+  };
+  const int64_t before = cpu::onednn_primitives_created();
+  std::vector<std::vector<Tensor>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& r : results) threads.emplace_back([&] { r = passes(); });
+  for (auto& t : threads) t.join();
+  const int64_t created = cpu::onednn_primitives_created() - before;
+  auto again = passes();
+  EXPECT_EQ(cpu::onednn_primitives_created() - before, created);
+  for (const auto& r : results)
+    for (int k = 0; k < 3; ++k) expect_same_bits(r[static_cast<size_t>(k)], again[static_cast<size_t>(k)], kPass[k]);
 }
 
 // Under BRAID_CONV=im2col's choice the workspace is im2col's (the static plan sizes what the kernel uses).

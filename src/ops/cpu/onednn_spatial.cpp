@@ -567,6 +567,8 @@ void onednn_avg_pool_backward(const SpatialShape& s, const float* dy, float* dx,
 }
 
 int64_t onednn_primitives_created() { return g_created.load(); }
+#else
+int64_t onednn_primitives_created() { return 0; }
 #endif
 
 }  // namespace braid::ops::cpu

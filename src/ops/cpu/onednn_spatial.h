@@ -59,6 +59,10 @@ BatchChunks batch_chunks(int64_t B);
 // braid's code around it allocates nothing. Tests of the no-allocation rule count outside such calls.
 bool in_library_call();
 
+// oneDNN primitives (convolutions, reorders, poolings) braid has created in this process (0 without oneDNN):
+// a test checks that a second call of the same shape creates none.
+int64_t onednn_primitives_created();
+
 enum class SpatialPass { ConvForward, ConvGradInput, ConvGradWeight, AvgPoolForward, AvgPoolBackward };
 
 #ifdef BRAID_HAVE_ONEDNN
@@ -81,9 +85,6 @@ void onednn_conv_grad_weight(const SpatialShape& s, const float* dy, const float
 void onednn_avg_pool_forward(const SpatialShape& s, const float* x, float* y, void* ws, size_t ws_bytes);
 void onednn_avg_pool_backward(const SpatialShape& s, const float* dy, float* dx, void* ws, size_t ws_bytes);
 
-// oneDNN primitives (convolutions, reorders, poolings) braid has created in this process: a test checks that
-// a second call of the same shape creates none.
-int64_t onednn_primitives_created();
 #endif
 
 }  // namespace braid::ops::cpu
