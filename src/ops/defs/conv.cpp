@@ -6,10 +6,13 @@
 // matrix [C kh kw, G Ho Wo] and one GEMM; with dy / y gathered to [out, G Ho Wo] beside it. Both live in
 // scratch from OpDef::workspace: kernels never allocate. Each group runs as few OpenMP regions as possible
 // (im2col over sample x channel, one GEMM, one gather/scatter), which matters on small images.
+// Float conv2d, conv2d_grad_input and conv2d_grad_weight run on oneDNN's convolution primitives instead where
+// braid is built with oneDNN, unless BRAID_CONV=im2col (ops/cpu/onednn_spatial.h); double always runs here.
 #include <algorithm>
 #include <cmath>
 
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/onednn_spatial.h"
 #include "ops/defs/spatial_util.h"
 #include "ops/registry.h"
 
@@ -39,6 +42,22 @@ size_t group_bytes(const Window& w, int64_t O, DType t) {
   return static_cast<size_t>(
       size_mul(size_mul(size_mul(size_add(size_mul(w.C, w.k()), O), G), w.out_plane()), static_cast<int64_t>(dtype_size(t))));
 }
+
+#ifdef BRAID_HAVE_ONEDNN
+cpu::SpatialShape spatial_shape(const Window& w, int64_t O, bool bias) {
+  cpu::SpatialShape s;
+  s.B = w.B, s.C = w.C, s.H = w.H, s.W = w.W, s.O = O;
+  s.kh = w.kh, s.kw = w.kw, s.sh = w.sh, s.sw = w.sw, s.ph = w.ph, s.pw = w.pw, s.Ho = w.Ho, s.Wo = w.Wo;
+  s.bias = bias;
+  return s;
+}
+
+// Whether a conv2d pass of this dtype and shape runs on oneDNN: float, BRAID_CONV not im2col, and a primitive
+// for the shape (onednn_workspace; the rare shape without one runs here, as its workspace was sized).
+bool on_onednn(DType t, cpu::SpatialPass pass, const cpu::SpatialShape& s) {
+  return t == DType::f32 && cpu::conv_impl() == cpu::ConvImpl::OneDnn && cpu::onednn_workspace(pass, s).has_value();
+}
+#endif
 
 template <typename T>
 T* scratch(const KernelCtx& ctx, int64_t n) {
@@ -210,6 +229,12 @@ std::vector<TensorDesc> infer_conv(const Attrs& a, std::span<const TensorDesc> i
 void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[0].desc());
   bool has_bias = in.size() > 2;
+#ifdef BRAID_HAVE_ONEDNN
+  if (on_onednn(out[0].dtype(), cpu::SpatialPass::ConvForward, spatial_shape(w, out[0].shape()[1], has_bias)))
+    return cpu::onednn_conv_forward(spatial_shape(w, out[0].shape()[1], has_bias), in[0].data<float>(),
+                                    in[1].data<float>(), has_bias ? in[2].data<float>() : nullptr,
+                                    out[0].data<float>(), ctx.workspace, ctx.workspace_bytes);
+#endif
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     const T* wt = in[1].data<T>();
@@ -227,8 +252,24 @@ void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in
   });
 }
 
+// The workspace of a pass: im2col's, or oneDNN's where the kernel will run there. im2col's is computed in
+// any case, so a shape too large for it is refused whichever implementation runs (BRAID_CONV can switch).
+size_t pass_workspace(cpu::SpatialPass pass, const Window& w, int64_t O, bool bias, DType t) {
+  const size_t im2col = group_bytes(w, O, t);
+  // Read here in every build, so that BRAID_CONV=onednn in a braid without oneDNN warns at plan time.
+  const bool onednn = cpu::conv_impl() == cpu::ConvImpl::OneDnn && t == DType::f32;
+#ifdef BRAID_HAVE_ONEDNN
+  if (onednn)
+    if (auto bytes = cpu::onednn_workspace(pass, spatial_shape(w, O, bias))) return *bytes;
+#else
+  (void)pass, (void)bias, (void)onednn;
+#endif
+  return im2col;
+}
+
 size_t conv_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
-  return group_bytes(conv_window(a, in[0]), out[0].shape[1], in[0].dtype);
+  return pass_workspace(cpu::SpatialPass::ConvForward, conv_window(a, in[0]), out[0].shape[1], in.size() > 2,
+                        in[0].dtype);
 }
 
 // Layouts; B = batch, C = input channels, O = output channels.
@@ -311,6 +352,11 @@ std::vector<TensorDesc> infer_grad_input(const Attrs& a, std::span<const TensorD
 // dcol (C kh kw, G Ho Wo) = weight^T @ dy[group] (out, G Ho Wo); dx[group] = col2im(dcol)
 void grad_input_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[1].desc());
+#ifdef BRAID_HAVE_ONEDNN
+  if (on_onednn(out[0].dtype(), cpu::SpatialPass::ConvGradInput, spatial_shape(w, in[0].shape()[1], false)))
+    return cpu::onednn_conv_grad_input(spatial_shape(w, in[0].shape()[1], false), in[0].data<float>(),
+                                       in[2].data<float>(), out[0].data<float>(), ctx.workspace, ctx.workspace_bytes);
+#endif
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* wt = in[2].data<T>();
@@ -328,7 +374,7 @@ void grad_input_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor
 }
 
 size_t grad_input_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return group_bytes(conv_window(a, in[1]), in[0].shape[1], in[1].dtype);
+  return pass_workspace(cpu::SpatialPass::ConvGradInput, conv_window(a, in[1]), in[0].shape[1], false, in[1].dtype);
 }
 
 std::vector<SplitSignature> grad_input_splits(const Attrs&, std::span<const TensorDesc> in,
@@ -363,6 +409,11 @@ std::vector<TensorDesc> infer_grad_weight(const Attrs& a, std::span<const Tensor
 // dweight (out, C kh kw) = sum over groups of dy[group] (out, G Ho Wo) @ col(x[group])^T (G Ho Wo, C kh kw)
 void grad_weight_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = conv_window(a, in[1].desc());
+#ifdef BRAID_HAVE_ONEDNN
+  if (on_onednn(out[0].dtype(), cpu::SpatialPass::ConvGradWeight, spatial_shape(w, in[0].shape()[1], false)))
+    return cpu::onednn_conv_grad_weight(spatial_shape(w, in[0].shape()[1], false), in[0].data<float>(),
+                                        in[1].data<float>(), out[0].data<float>(), ctx.workspace, ctx.workspace_bytes);
+#endif
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* x = in[1].data<T>();
@@ -380,7 +431,7 @@ void grad_weight_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tenso
 }
 
 size_t grad_weight_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return group_bytes(conv_window(a, in[1]), in[0].shape[1], in[1].dtype);
+  return pass_workspace(cpu::SpatialPass::ConvGradWeight, conv_window(a, in[1]), in[0].shape[1], false, in[1].dtype);
 }
 
 std::vector<SplitSignature> grad_weight_splits(const Attrs&, std::span<const TensorDesc> in,

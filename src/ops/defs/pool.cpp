@@ -4,10 +4,14 @@
 // [B, C], mean over H and W), and their gradient ops. stride defaults to kernel; padding is at most half the
 // kernel (PyTorch's rule), so every window holds at least one real pixel. max_pool2d saves the argmax of each
 // window (flat index h W + w within its plane, i64, as PyTorch's return_indices) as a second output.
+// Float avg_pool2d and its gradient run on oneDNN's pooling primitives where braid is built with it, unless
+// BRAID_POOL=loops (ops/cpu/onednn_spatial.h). max_pool2d stays on the loops: oneDNN's max pooling does not
+// propagate NaN (PyTorch's does), and its workspace is not PyTorch's argmax.
 #include <cmath>
 #include <limits>
 
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/onednn_spatial.h"
 #include "ops/defs/spatial_util.h"
 #include "ops/registry.h"
 
@@ -179,9 +183,48 @@ std::vector<TensorDesc> infer_avg_pool(const Attrs& a, std::span<const TensorDes
   return {TensorDesc{Shape{w.B, w.C, w.Ho, w.Wo}, in[0].dtype}};
 }
 
+#ifdef BRAID_HAVE_ONEDNN
+cpu::SpatialShape spatial_shape(const Window& w) {
+  cpu::SpatialShape s;
+  s.B = w.B, s.C = w.C, s.H = w.H, s.W = w.W;
+  s.kh = w.kh, s.kw = w.kw, s.sh = w.sh, s.sw = w.sw, s.ph = w.ph, s.pw = w.pw, s.Ho = w.Ho, s.Wo = w.Wo;
+  return s;
+}
+
+// Whether an avg_pool2d pass of this dtype and window runs on oneDNN: float, BRAID_POOL not loops, and a
+// primitive for the shape (onednn_workspace).
+bool on_onednn(DType t, cpu::SpatialPass pass, const Window& w) {
+  return t == DType::f32 && cpu::pool_impl() == cpu::PoolImpl::OneDnn &&
+         cpu::onednn_workspace(pass, spatial_shape(w)).has_value();
+}
+#endif
+
+// The loops need no scratch; oneDNN's pooling may want a scratchpad.
+size_t avg_workspace(cpu::SpatialPass pass, const Attrs& a, const TensorDesc& x) {
+  (void)cpu::pool_impl();  // read at plan time in every build: BRAID_POOL=onednn without oneDNN warns
+#ifdef BRAID_HAVE_ONEDNN
+  const Window w = pool_window("avg_pool2d", a, x);
+  if (on_onednn(x.dtype, pass, w)) return *cpu::onednn_workspace(pass, spatial_shape(w));
+#else
+  (void)pass, (void)a, (void)x;
+#endif
+  return 0;
+}
+
+size_t avg_pool_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return avg_workspace(cpu::SpatialPass::AvgPoolForward, a, in[0]);
+}
+
 // y = (sum of the window's real pixels) / (kh kw): padding counts as zeros (count_include_pad).
-void avg_pool_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+void avg_pool_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = pool_window("avg_pool2d", a, in[0].desc());
+#ifdef BRAID_HAVE_ONEDNN
+  if (on_onednn(out[0].dtype(), cpu::SpatialPass::AvgPoolForward, w))
+    return cpu::onednn_avg_pool_forward(spatial_shape(w), in[0].data<float>(), out[0].data<float>(), ctx.workspace,
+                                        ctx.workspace_bytes);
+#else
+  (void)ctx;
+#endif
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
@@ -214,8 +257,19 @@ std::vector<TensorDesc> infer_avg_pool_grad(const Attrs& a, std::span<const Tens
   return {in[1]};
 }
 
-void avg_pool_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+size_t avg_pool_grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  return avg_workspace(cpu::SpatialPass::AvgPoolBackward, a, in[1]);
+}
+
+void avg_pool_grad_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = pool_window("avg_pool2d", a, in[1].desc());
+#ifdef BRAID_HAVE_ONEDNN
+  if (on_onednn(out[0].dtype(), cpu::SpatialPass::AvgPoolBackward, w))
+    return cpu::onednn_avg_pool_backward(spatial_shape(w), in[0].data<float>(), out[0].data<float>(), ctx.workspace,
+                                         ctx.workspace_bytes);
+#else
+  (void)ctx;
+#endif
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     T* dx = out[0].data<T>();
@@ -393,6 +447,7 @@ void register_pool(Registry& r) {
     d.cost = avg_pool_cost;
     d.samples = pool_samples;
     d.bad_samples = avg_pool_bad;
+    d.workspace = avg_pool_workspace;
     d.cpu = avg_pool_cpu;
     r.add(d);
   }
@@ -423,6 +478,7 @@ void register_pool(Registry& r) {
     d.attrs = pool_attr_specs();
     d.canonicalize = pool_canonicalize;
     d.cost = avg_pool_grad_cost;
+    d.workspace = avg_pool_grad_workspace;
     r.add(d);
   }
   r.add(internal_def("global_avg_pool_grad", "gradient of global_avg_pool: (dy [B, C], x) -> dx", 2, infer_global_grad,
