@@ -88,18 +88,25 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   // roundings than inside the whole product (measured for both libraries), so callers must not split C
   // themselves where results must not depend on the thread count.
   constexpr int64_t kAlign = 16;
-  if (threads <= 1 || sgemm_choice() == Sgemm::OpenBlasThreads ||
-      2.0 * double(m) * double(n) * double(k) < kSplitMinFlops || dim < 2 * kAlign) {
+  // OpenBLAS 0.3.21's Haswell kernels (also what it runs on AVX-512 Zen 4) give a block other bits than the same
+  // rows inside the whole product (Gemm.OpenBlasPanels on an AMD EPYC, 2026-12-02), so on OpenBLAS the panels
+  // are fixed by the shape alone (kFixedPanels of them, whatever the thread count, run in turn by one thread):
+  // the bits are those of the panels on any thread count. oneDNN's sgemm gives a block the bits of the whole,
+  // and keeps one panel per thread.
+  constexpr int64_t kFixedPanels = 8;
+  const bool fixed = sgemm_choice() == Sgemm::OpenBlas;
+  const bool small = 2.0 * double(m) * double(n) * double(k) < kSplitMinFlops || dim < 2 * kAlign;
+  if (sgemm_choice() == Sgemm::OpenBlasThreads || small || (threads <= 1 && !fixed)) {
     sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
     return;
   }
-  const int64_t parts = std::min<int64_t>(threads, dim / kAlign);
+  const int64_t parts = std::min<int64_t>(fixed ? kFixedPanels : threads, dim / kAlign);
   const int64_t per = (dim + parts - 1) / parts;
   const int64_t step = (per + kAlign - 1) / kAlign * kAlign;
-#pragma omp parallel num_threads(static_cast<int>(parts))
-  {
-    const int64_t lo = std::min(dim, omp_get_thread_num() * step), hi = std::min(dim, lo + step);
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(std::min<int64_t>(threads, parts)))
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t lo = std::min(dim, part * step), hi = std::min(dim, lo + step);
     if (hi > lo) {
       if (by_rows) {  // rows lo..hi of C: rows of op(A)
         sgemm_1(ta, tb, hi - lo, n, k, alpha, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
