@@ -56,32 +56,18 @@ void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int pa
 
 Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
                    const ExecutorOptions& options)
-    : g_(g),
-      plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)) {
-  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+    : NodeLoop(g, keep, options) {
   const size_t shared = align64(plan_.arena_bytes), slot_bytes = align64(plan_.slot_bytes);
   const size_t total = shared + slot_bytes * static_cast<size_t>(options.slots);
   arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(total, 4) + 3) / 4}, DType::f32});
   if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
-  auto* base = static_cast<char*>(arena_.raw());
-  views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
-  for (const auto& v : g.values()) {
-    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
-      ParamEntry* e = params.find(v.name);
-      BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
-      BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
-                   v.desc.str(), " in the graph");
-      for (auto& views : views_) views[v.id.idx()] = e->value;
-      continue;
-    }
-    int64_t off = plan_.offset[v.id.idx()];
-    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
-    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
-    for (size_t s = 0; s < views_.size(); ++s) {
-      size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
-      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
-    }
-  }
+  place_values(static_cast<char*>(arena_.raw()), shared, slot_bytes, options.slots, [&](const graph::Value& v) {
+    ParamEntry* e = params.find(v.name);
+    BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+    BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+                 v.desc.str(), " in the graph");
+    return e->value;
+  });
   BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
   for (const auto& [v, t] : options.external) {
     const graph::Value& val = g.value(v);
@@ -90,20 +76,9 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
                  "external tensor ", t.desc().str(), " for value ", val.name, " (", val.desc.str(), ")");
     views_[0][v.idx()] = t;
   }
-  node_in_.resize(views_.size());
-  node_out_.resize(views_.size());
-  for (size_t s = 0; s < views_.size(); ++s)
-    for (const auto& n : g.nodes()) {
-      std::vector<Tensor> in, out;
-      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
-      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
-      node_in_[s].push_back(std::move(in));
-      node_out_[s].push_back(std::move(out));
-    }
-  for (const auto& n : g.nodes()) {
+  index_nodes();
+  for (const auto& n : g.nodes())
     BRAID_ASSERT(n.op->cpu != nullptr || n.op->collective, "op ", n.op->name, " has no CPU kernel");
-    node_keys_.push_back(name_hash(graph::rng_name(n)));
-  }
   // Graphs with 16-bit values (graph::BuildOptions::half): the CPU kernels are f32/f64, so a node that touches
   // bf16 or f16 values (but cast) runs on f32 copies of them, its 16-bit outputs rounded back (round to nearest
   // even): the values the GPU computes, rounded at the same places. A reference path, not a fast one.
@@ -143,22 +118,6 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       fusions_[i] = f;
       fused_heads_.push_back(i);
     }
-  first_backward_ = g.nodes().size();
-  for (const auto& n : g.nodes()) {
-    if (n.backward) {
-      first_backward_ = std::min(first_backward_, n.id.idx());
-      continue;
-    }
-    if (n.op->collective) continue;
-    if (first_layer_.empty()) first_layer_ = n.layer;
-    last_layer_ = n.layer;
-  }
-}
-
-void Executor::set_groups(Communicator* tensor, Communicator* data) {
-  tensor_comm_ = tensor;
-  data_comm_ = data;
-  tensor_rank_ = tensor ? tensor->rank() : 0;
 }
 
 const Tensor& Executor::input(const std::string& name, int slot) const {
@@ -170,11 +129,11 @@ const Tensor& Executor::input(const std::string& name, int slot) const {
 void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
   if (trace_) {  // the same run, bracketed by one forward and one backward event
     {
-      io::TraceScope f(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+      io::TraceScope f(trace_, phase(io::TraceKind::Forward));
       run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
     }
     if (has_backward()) {
-      io::TraceScope b(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+      io::TraceScope b(trace_, phase(io::TraceKind::Backward));
       run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
     }
     return;
@@ -183,21 +142,19 @@ void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t ba
 }
 
 void Executor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+  io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
   run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
 }
 
 void Executor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+  io::TraceScope scope(trace_, phase(io::TraceKind::Backward));
   run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
 }
 
 void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  Communicator* comm = &group_of(n);
   const std::string& op = n.op->name;  // for messages and traces
   const int parts = static_cast<int>(n.attrs.i("parts"));
-  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
-               " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
   io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
                                               static_cast<double>(in[0].bytes())});
   const Tensor& x = in[0];

@@ -1,6 +1,7 @@
-// Runs one graph on one CPU device: every value is a view into a single arena laid out by the static
-// memory plan (allocated once, at construction), parameters and buffers are views into the ParamStore,
-// and a run is a loop over nodes calling each op's CPU kernel. Nothing is allocated inside run().
+// Runs one graph on one CPU device (the CPU backend's executor; what every executor shares is NodeLoop's): every
+// value is a view into a single arena laid out by the static memory plan (allocated once, at construction),
+// parameters and buffers are views into the ParamStore, and a run is a loop over nodes calling each op's CPU
+// kernel. Nothing is allocated inside run().
 // Communication nodes (OpDef::collective, the reshards of a lowered plan) run on the communicators given by
 // set_groups(). For pipelines, an executor holds `slots` copies of the values that live from a micro-batch's
 // forward to its backward (MemoryPlan::in_slot), so that that many micro-batches may be in flight at once;
@@ -12,6 +13,7 @@
 
 #include "exec/comm/comm.h"
 #include "exec/memory_plan.h"
+#include "exec/node_loop.h"
 #include "exec/param_store.h"
 #include "graph/ir.h"
 #include "io/trace.h"
@@ -32,7 +34,7 @@ struct ExecutorOptions {
   bool fuse = true;
 };
 
-class Executor {
+class Executor : public NodeLoop {
  public:
   // `keep` values stay readable after run() (loss, gradients, metrics).
   Executor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
@@ -47,25 +49,6 @@ class Executor {
   // The forward nodes, or the backward nodes, of one micro-batch held in `slot` (pipelined execution).
   void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
-  // The communicators of the graph's comm_* nodes: the stage's tensor group and data-parallel group.
-  // tensor_rank (the rank in the tensor group) also places batch-split nodes (Node::batch_offset_per_rank).
-  void set_groups(Communicator* tensor, Communicator* data);
-  // Per-node timing (`braid time`): while set, run() adds each node's wall time in seconds to
-  // node_seconds[i] (one slot per graph node, in node order). nullptr (the default) turns it off; the
-  // untimed loop then reads no clock.
-  void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
-  // Called with each node's index right after it ran (nullptr: off). For hooks such as starting a gradient
-  // all-reduce as soon as the gradients it needs exist, while the rest of backward runs.
-  void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
-  // Tracing (`braid train --trace`): while set, run() records one forward and one backward event on the
-  // lane, named by the layer range and the micro-batch given by set_trace_micro_batch, with each collective
-  // inside them as an event of its own. nullptr: off.
-  void set_trace(io::TraceLane* lane) { trace_ = lane; }
-  void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
-  const MemoryPlan& plan() const { return plan_; }
-  const graph::Graph& graph() const { return g_; }
-  int slots() const { return static_cast<int>(views_.size()); }
-  bool has_backward() const { return first_backward_ < g_.nodes().size(); }
   // Node pairs run as one fused kernel (see ExecutorOptions::fuse), by the index of the first node.
   const std::vector<size_t>& fused() const { return fused_heads_; }
 
@@ -76,25 +59,11 @@ class Executor {
   // A node of 16-bit values on f32 copies (see widen_).
   void run_widened(const graph::Node& n, const ops::KernelCtx& ctx, const std::vector<Tensor>& in,
                    const std::vector<Tensor>& out);
-  const graph::Graph& g_;
-  MemoryPlan plan_;
   Tensor arena_, workspace_;
-  std::vector<std::vector<Tensor>> views_;                  // [slot][value]
-  std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
-  std::vector<uint64_t> node_keys_;
   std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
   std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
   std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node (fuse_ 1): the fused kernel
   std::vector<size_t> fused_heads_;
-  io::TraceLane* trace_ = nullptr;
-  int trace_mb_ = -1;
-  size_t first_backward_ = 0;                // index of the first backward node (= node count if none)
-  std::string first_layer_, last_layer_;     // forward layer range, for trace names
-  double* node_seconds_ = nullptr;
-  const std::function<void(size_t)>* after_node_ = nullptr;
-  Communicator* tensor_comm_ = nullptr;
-  Communicator* data_comm_ = nullptr;
-  int tensor_rank_ = 0;
 };
 
 // Copies chunk `index` of `parts` equal chunks of `in` along `axis` into `out` (or, with scatter = true,

@@ -37,12 +37,7 @@ void device_copy_chunk(const cuda::Ctx& c, const Tensor& in, const Tensor& out, 
 
 CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
                            const ExecutorOptions& options, const CudaExecutorOptions& cuda_options)
-    : g_(g),
-      params_(params),
-      plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)),
-      cuda_(cuda_options),
-      keep_(keep) {
-  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+    : NodeLoop(g, keep, options), params_(params), cuda_(cuda_options), keep_(keep) {
   BRAID_ASSERT(!(cuda_.bf16 && cuda_.f16), "CudaExecutorOptions: bf16 or f16 autocast, not both");
   // 1. Every node has a CUDA kernel (or is a collective); the largest workspace any node asks for.
   for (const auto& n : g.nodes()) {
@@ -97,30 +92,19 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   if (workspace_bytes_) workspace_ = arena_->take(workspace_bytes_, "workspace");
   if (autocast_bytes_) autocast_ = arena_->take(autocast_bytes_, "autocast");
   // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
-  views_.assign(static_cast<size_t>(options.slots), std::vector<Tensor>(g.values().size()));
+  place_values(base, shared, slot_bytes, options.slots, [&](const graph::Value& v) {
+    ParamEntry* e = params.find(v.name);
+    BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+    BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+                 v.desc.str(), " in the graph");
+    Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
+    param_views_.emplace_back(params.index_of(v.name), d);
+    if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
+      shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "16-bit copy"), v.desc.numel()});
+    return d;
+  });
   staging_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
   mirror_.assign(views_.size(), std::vector<Tensor>(g.values().size()));
-  for (const auto& v : g.values()) {
-    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
-      ParamEntry* e = params.find(v.name);
-      BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
-      BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
-                   v.desc.str(), " in the graph");
-      Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
-      param_views_.emplace_back(params.index_of(v.name), d);
-      if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
-        shadows_.push_back({d.raw(), arena_->take(static_cast<size_t>(v.desc.numel()) * 2, "16-bit copy"), v.desc.numel()});
-      for (auto& views : views_) views[v.id.idx()] = d;
-      continue;
-    }
-    int64_t off = plan_.offset[v.id.idx()];
-    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
-    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
-    for (size_t s = 0; s < views_.size(); ++s) {
-      size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
-      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
-    }
-  }
   auto by_src = [](const cuda::Bf16Shadow& a, const cuda::Bf16Shadow& b) { return std::less<const void*>()(a.src, b.src); };
   std::sort(shadows_.begin(), shadows_.end(), by_src);
   // Per slot: the lookup (parameters' copies and the activations'), which copies to cast after each node, and which
@@ -165,31 +149,10 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     for (auto& st : staging_) st[in.idx()] = Tensor::empty(g.value(in).desc);
   for (ValueId v : keep)
     for (auto& m : mirror_) m[v.idx()] = Tensor::empty(g.value(v).desc);
-  node_in_.resize(views_.size());
-  node_out_.resize(views_.size());
-  for (size_t s = 0; s < views_.size(); ++s)
-    for (const auto& n : g.nodes()) {
-      std::vector<Tensor> in, out;
-      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
-      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
-      node_in_[s].push_back(std::move(in));
-      node_out_[s].push_back(std::move(out));
-    }
-  for (const auto& n : g.nodes()) {
-    node_keys_.push_back(name_hash(graph::rng_name(n)));
+  index_nodes();
+  for (const auto& n : g.nodes())
     if (n.op->name == "ones_like" && g.loss().valid() && n.inputs.size() == 1 && n.inputs[0] == g.loss())
       loss_seed_ = n.id.idx();
-  }
-  first_backward_ = g.nodes().size();
-  for (const auto& n : g.nodes()) {
-    if (n.backward) {
-      first_backward_ = std::min(first_backward_, n.id.idx());
-      continue;
-    }
-    if (n.op->collective) continue;
-    if (first_layer_.empty()) first_layer_ = n.layer;
-    last_layer_ = n.layer;
-  }
   find_gelu_epilogues();
   upload_params();
 }
@@ -273,12 +236,6 @@ const Tensor& CudaExecutor::device_param(const std::string& name) const {
   return param_views_.front().second;
 }
 
-void CudaExecutor::set_groups(Communicator* tensor, Communicator* data) {
-  tensor_comm_ = tensor;
-  data_comm_ = data;
-  tensor_rank_ = tensor ? tensor->rank() : 0;
-}
-
 const Tensor& CudaExecutor::input(const std::string& name, int slot) const {
   ValueId v = g_.find_input(name);
   BRAID_ASSERT(v.valid(), "no model input named ", name);
@@ -340,12 +297,12 @@ void CudaExecutor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_
   stage_inputs(0);
   if (trace_) {
     {
-      io::TraceScope f(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+      io::TraceScope f(trace_, phase(io::TraceKind::Forward));
       run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
       stream_->synchronize();
     }
     if (has_backward()) {
-      io::TraceScope b(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+      io::TraceScope b(trace_, phase(io::TraceKind::Backward));
       run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
       stream_->synchronize();
     }
@@ -357,23 +314,21 @@ void CudaExecutor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_
 
 void CudaExecutor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
   stage_inputs(slot);
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Forward, first_layer_, last_layer_, {}, trace_mb_});
+  io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
   run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
   stream_->synchronize();
 }
 
 void CudaExecutor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Backward, first_layer_, last_layer_, {}, trace_mb_});
+  io::TraceScope scope(trace_, phase(io::TraceKind::Backward));
   run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
   finish_run(slot);
 }
 
 void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  Communicator* comm = &group_of(n);
   const std::string& op = n.op->name;  // for messages and traces
   const int parts = static_cast<int>(n.attrs.i("parts"));
-  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", op, ") needs a ", n.attrs.s("group"),
-               " group of ", parts, " devices, the executor has ", comm ? std::to_string(comm->size()) : "none");
   io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
                                               static_cast<double>(in[0].bytes())});
   cuda::Ctx c = stream_->ctx();

@@ -18,6 +18,7 @@
 #include "exec/comm/comm.h"
 #include "exec/executor.h"
 #include "exec/memory_plan.h"
+#include "exec/node_loop.h"
 #include "exec/param_store.h"
 #include "graph/ir.h"
 #include "io/trace.h"
@@ -40,7 +41,7 @@ struct CudaExecutorOptions {
   bool autocast() const { return bf16 || f16; }
 };
 
-class CudaExecutor {
+class CudaExecutor : public NodeLoop {
  public:
   CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
                const ExecutorOptions& options = {}, const CudaExecutorOptions& cuda = {});
@@ -53,19 +54,11 @@ class CudaExecutor {
   void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
   void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
-  void set_groups(Communicator* tensor, Communicator* data);
   // Inputs written on the device by the caller (a pipeline stage's received activations and gradients): the
   // runs do not copy their host staging tensors over them.
   void set_device_fed(const std::vector<ValueId>& inputs);
-  // Per-node timing synchronises the stream after every node (so that each node's time is its own).
-  void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
-  void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
-  void set_trace(io::TraceLane* lane) { trace_ = lane; }
-  void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
-  const MemoryPlan& plan() const { return plan_; }
-  const graph::Graph& graph() const { return g_; }
-  int slots() const { return static_cast<int>(views_.size()); }
-  bool has_backward() const { return first_backward_ < g_.nodes().size(); }
+  // Per-node timing (NodeLoop::set_node_timing) synchronises the stream after every node (so that each node's
+  // time is its own).
 
   // Parameters and buffers: host ParamStore -> device, and back (values only; gradients are graph values).
   void upload_params();
@@ -102,9 +95,7 @@ class CudaExecutor {
   void find_gelu_epilogues();
   bool fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h, const Tensor& y);
 
-  const graph::Graph& g_;
   ParamStore& params_;
-  MemoryPlan plan_;
   CudaExecutorOptions cuda_;
   std::unique_ptr<cuda::Stream> stream_;
   std::unique_ptr<cuda::DeviceArena> arena_;
@@ -112,8 +103,6 @@ class CudaExecutor {
   size_t workspace_bytes_ = 0;
   void* autocast_ = nullptr;  // 16-bit operand scratch (cuda_.autocast())
   size_t autocast_bytes_ = 0;
-  std::vector<std::vector<Tensor>> views_;                            // [slot][value], device
-  std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node], device
   std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*
   std::vector<uint8_t> gelu_fused_;  // per node: 1 a linear that runs with the gelu after it, 2 that gelu
   int64_t gelu_epilogue_runs_ = 0;
@@ -135,16 +124,6 @@ class CudaExecutor {
   size_t loss_seed_ = SIZE_MAX;  // the node seeding the loss's gradient (ones_like of the loss), if any
   double loss_scale_ = 1;
   bool shadows_fresh_ = false;
-  std::vector<uint64_t> node_keys_;
-  io::TraceLane* trace_ = nullptr;
-  int trace_mb_ = -1;
-  size_t first_backward_ = 0;
-  std::string first_layer_, last_layer_;
-  double* node_seconds_ = nullptr;
-  const std::function<void(size_t)>* after_node_ = nullptr;
-  Communicator* tensor_comm_ = nullptr;
-  Communicator* data_comm_ = nullptr;
-  int tensor_rank_ = 0;
 };
 
 // Device version of copy_chunk (executor.h): chunk `index` of `parts` along `axis`, through 2-D copies.

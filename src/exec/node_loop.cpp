@@ -1,0 +1,75 @@
+// NodeLoop (node_loop.h): the value and node tables every executor builds the same way.
+#include "exec/node_loop.h"
+
+#include <algorithm>
+
+#include "core/rng.h"
+#include "exec/executor.h"
+
+namespace braid::exec {
+
+NodeLoop::NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, const ExecutorOptions& options)
+    : g_(g), plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)) {
+  BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+}
+
+void NodeLoop::place_values(char* base, size_t shared, size_t slot_bytes, int slots,
+                            const std::function<Tensor(const graph::Value&)>& param) {
+  views_.assign(static_cast<size_t>(slots), std::vector<Tensor>(g_.values().size()));
+  for (const auto& v : g_.values()) {
+    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+      const Tensor t = param(v);
+      for (auto& views : views_) views[v.id.idx()] = t;
+      continue;
+    }
+    const int64_t off = plan_.offset[v.id.idx()];
+    BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
+    const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];
+    for (size_t s = 0; s < views_.size(); ++s) {
+      const size_t at = in_slot ? shared + s * slot_bytes + static_cast<size_t>(off) : static_cast<size_t>(off);
+      views_[s][v.id.idx()] = Tensor::view(base + at, v.desc);
+    }
+  }
+}
+
+void NodeLoop::index_nodes() {
+  node_in_.assign(views_.size(), {});
+  node_out_.assign(views_.size(), {});
+  for (size_t s = 0; s < views_.size(); ++s)
+    for (const auto& n : g_.nodes()) {
+      std::vector<Tensor> in, out;
+      for (ValueId v : n.inputs) in.push_back(views_[s][v.idx()]);
+      for (ValueId v : n.outputs) out.push_back(views_[s][v.idx()]);
+      node_in_[s].push_back(std::move(in));
+      node_out_[s].push_back(std::move(out));
+    }
+  node_keys_.clear();
+  for (const auto& n : g_.nodes()) node_keys_.push_back(name_hash(graph::rng_name(n)));
+  first_backward_ = g_.nodes().size();
+  for (const auto& n : g_.nodes()) {
+    if (n.backward) {
+      first_backward_ = std::min(first_backward_, n.id.idx());
+      continue;
+    }
+    if (n.op->collective) continue;
+    if (first_layer_.empty()) first_layer_ = n.layer;
+    last_layer_ = n.layer;
+  }
+}
+
+void NodeLoop::set_groups(Communicator* tensor, Communicator* data) {
+  tensor_comm_ = tensor;
+  data_comm_ = data;
+  tensor_rank_ = tensor ? tensor->rank() : 0;
+}
+
+Communicator& NodeLoop::group_of(const graph::Node& n) const {
+  Communicator* comm = n.attrs.s("group") == "data" ? data_comm_ : tensor_comm_;
+  const int parts = static_cast<int>(n.attrs.i("parts"));
+  BRAID_ASSERT(comm != nullptr && comm->size() == parts, "node ", n.name, " (", n.op->name, ") needs a ",
+               n.attrs.s("group"), " group of ", parts, " devices, the executor has ",
+               comm ? std::to_string(comm->size()) : "none");
+  return *comm;
+}
+
+}  // namespace braid::exec

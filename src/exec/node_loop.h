@@ -1,0 +1,70 @@
+// What every backend's executor shares (the CPU's exec::Executor, the CUDA backend's CudaExecutor): the graph's
+// static memory plan, every value's tensor per slot (placed at the plan's offsets in the backend's memory), each
+// node's input and output tensors per slot, its random key, the forward / backward split with the layer range
+// for trace names, the communicators of its comm_* nodes and the hooks the engine sets (per-node timing, a call
+// after each node, tracing). A backend's executor adds its memory, its kernels and its run loop.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "exec/comm/comm.h"
+#include "exec/memory_plan.h"
+#include "graph/ir.h"
+#include "io/trace.h"
+
+namespace braid::exec {
+
+struct ExecutorOptions;
+
+class NodeLoop {
+ public:
+  // The communicators of the graph's comm_* nodes: the stage's tensor group and data-parallel group.
+  // tensor_rank (the rank in the tensor group) also places batch-split nodes (Node::batch_offset_per_rank).
+  void set_groups(Communicator* tensor, Communicator* data);
+  // Per-node timing (`braid time`): while set, a run adds each node's wall time in seconds to node_seconds[i]
+  // (one slot per graph node, in node order). nullptr (the default) turns it off.
+  void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
+  // Called with each node's index right after it ran (nullptr: off). For hooks such as starting a gradient
+  // all-reduce as soon as the gradients it needs exist, while the rest of backward runs.
+  void set_after_node(const std::function<void(size_t)>* hook) { after_node_ = hook; }
+  // Tracing (`braid train --trace`): one forward and one backward event per run on the lane, named by the layer
+  // range and the micro-batch given by set_trace_micro_batch, each collective an event of its own. nullptr: off.
+  void set_trace(io::TraceLane* lane) { trace_ = lane; }
+  void set_trace_micro_batch(int mb) { trace_mb_ = mb; }
+  const MemoryPlan& plan() const { return plan_; }
+  const graph::Graph& graph() const { return g_; }
+  int slots() const { return static_cast<int>(views_.size()); }
+  bool has_backward() const { return first_backward_ < g_.nodes().size(); }
+
+ protected:
+  NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, const ExecutorOptions& options);
+  // views_[s][v] for `slots` slots: activations at the plan's offsets from `base` (the shared region first, then
+  // `slot_bytes` per slot for the values the plan keeps per slot), parameters and buffers from `param` (once per
+  // value, the same tensor in every slot).
+  void place_values(char* base, size_t shared, size_t slot_bytes, int slots,
+                    const std::function<Tensor(const graph::Value&)>& param);
+  // Once views_ is final: every node's tensors per slot, its random key, the first backward node and the forward
+  // layer range.
+  void index_nodes();
+  // The communicator of comm_* node n (its `group` attribute), checked against the node's `parts`.
+  Communicator& group_of(const graph::Node& n) const;
+  io::TraceLabel phase(io::TraceKind kind) const { return {kind, first_layer_, last_layer_, {}, trace_mb_}; }
+
+  const graph::Graph& g_;
+  MemoryPlan plan_;
+  std::vector<std::vector<Tensor>> views_;                            // [slot][value]
+  std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
+  std::vector<uint64_t> node_keys_;
+  io::TraceLane* trace_ = nullptr;
+  int trace_mb_ = -1;
+  size_t first_backward_ = 0;             // index of the first backward node (= node count if none)
+  std::string first_layer_, last_layer_;  // forward layer range, for trace names
+  double* node_seconds_ = nullptr;
+  const std::function<void(size_t)>* after_node_ = nullptr;
+  Communicator* tensor_comm_ = nullptr;
+  Communicator* data_comm_ = nullptr;
+  int tensor_rank_ = 0;
+};
+
+}  // namespace braid::exec
