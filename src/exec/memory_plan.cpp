@@ -15,7 +15,8 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) 
   return plan_memory(g, keep, std::vector<bool>(g.values().size(), false));
 }
 
-MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash) {
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash,
+                       const std::vector<bool>& outside) {
   const auto& values = g.values();
   const int end = static_cast<int>(g.nodes().size());
   MemoryPlan plan;
@@ -33,7 +34,9 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, 
 
   std::vector<size_t> order;
   for (size_t i = 0; i < values.size(); ++i)
-    if (values[i].kind == graph::ValueKind::Activation || values[i].kind == graph::ValueKind::Input) order.push_back(i);
+    if ((values[i].kind == graph::ValueKind::Activation || values[i].kind == graph::ValueKind::Input) &&
+        (outside.empty() || !outside[i]))
+      order.push_back(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return values[a].desc.bytes() > values[b].desc.bytes(); });
 

@@ -24,6 +24,9 @@ struct MemoryPlan {
 // `keep` values stay live until the end (loss, gradients read after the run, metrics).
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep);
 // With a slot region: `stash` (per value) selects the values packed into it; the others share arena_bytes.
-MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash);
+// `outside` (per value; empty: none): values whose memory the caller provides (ExecutorOptions::external, such as
+// gradients written straight into the parameter store): no place in the arena (offset -1).
+MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash,
+                       const std::vector<bool>& outside = {});
 
 }  // namespace braid::exec

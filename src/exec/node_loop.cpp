@@ -8,8 +8,20 @@
 
 namespace braid::exec {
 
+namespace {
+// Values whose memory the caller provides (ExecutorOptions::external): no place in the arena.
+std::vector<bool> outside(const graph::Graph& g, const ExecutorOptions& options) {
+  std::vector<bool> out(g.values().size(), false);
+  for (const auto& [v, t] : options.external) out.at(v.idx()) = true;
+  return out;
+}
+}  // namespace
+
 NodeLoop::NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, const ExecutorOptions& options)
-    : g_(g), plan_(options.stash.empty() ? plan_memory(g, keep) : plan_memory(g, keep, options.stash)) {
+    : g_(g),
+      plan_(plan_memory(g, keep, options.stash.empty() ? std::vector<bool>(g.values().size(), false) : options.stash,
+                        outside(g, options))),
+      outside_(outside(g, options)) {
   BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
 }
 
@@ -22,6 +34,7 @@ void NodeLoop::place_values(char* base, size_t shared, size_t slot_bytes, int sl
       for (auto& views : views_) views[v.id.idx()] = t;
       continue;
     }
+    if (outside_[v.id.idx()]) continue;  // the caller's tensor (ExecutorOptions::external), set after this
     const int64_t off = plan_.offset[v.id.idx()];
     BRAID_ASSERT(off >= 0, "value ", v.name, " has no place in the arena");
     const bool in_slot = !plan_.in_slot.empty() && plan_.in_slot[v.id.idx()];

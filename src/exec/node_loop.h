@@ -53,6 +53,7 @@ class NodeLoop {
 
   const graph::Graph& g_;
   MemoryPlan plan_;
+  std::vector<bool> outside_;  // per value: memory the caller provides (ExecutorOptions::external)
   std::vector<std::vector<Tensor>> views_;                            // [slot][value]
   std::vector<std::vector<std::vector<Tensor>>> node_in_, node_out_;  // [slot][node]
   std::vector<uint64_t> node_keys_;
