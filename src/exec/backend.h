@@ -88,6 +88,14 @@ struct ProgramSpec {
   bool fuse = true;           // kernel fusions (off for calibration)
 };
 
+// What a device holds, in bytes: its programs' static arenas (activations, temporaries, slots, workspace) and its
+// shards' parameters and buffers, gradients and optimizer state (an accelerator: in device memory, accumulators
+// counted with the gradients).
+struct DeviceMemory {
+  size_t arena = 0, parameters = 0, gradients = 0, optimizer = 0;
+  size_t total() const { return arena + parameters + gradients + optimizer; }
+};
+
 // A device of a backend: its stage programs and the update of its shards. `store` is the engine's host copy of the
 // device's shards (created and initialised before compile); `opt` the host optimizer over it. On a CPU they are
 // the device's memory; an accelerator uploads from them and downloads into them.
@@ -108,6 +116,7 @@ class Device {
   virtual void download(bool with_optimizer) = 0;
   virtual void upload(bool with_optimizer) = 0;
   virtual size_t device_bytes() const = 0;
+  virtual DeviceMemory memory() const = 0;
   // Waits for the device's queued work.
   virtual void synchronize() {}
   // v summed over `world` in rank order (the step's loss and squared norm), through device memory where the

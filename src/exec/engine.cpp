@@ -333,6 +333,12 @@ size_t Engine::device_bytes() const {
   return most;
 }
 
+std::vector<DeviceMemory> Engine::memory() const {
+  std::vector<DeviceMemory> out;
+  for (const auto& d : devices_) out.push_back(d->device->memory());
+  return out;
+}
+
 size_t Engine::workspace_bytes() const {
   size_t most = 0;
   for (const auto& d : devices_)

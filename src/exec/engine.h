@@ -111,6 +111,8 @@ class Engine {
   std::vector<size_t> arena_bytes() const;
   // The most any local device holds in device memory (arenas, parameters, gradients, optimizer state).
   size_t device_bytes() const;
+  // Per local device (local_devices() order): what it holds (static: the memory plan's arenas, the shards).
+  std::vector<DeviceMemory> memory() const;
   size_t workspace_bytes() const;
 
   // One optimizer step over `batch_idx` (micro_batches x dp x micro_batch samples, in micro-batch order).

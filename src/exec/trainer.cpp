@@ -317,6 +317,20 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
     std::fprintf(out, "braid: data parallel on %s: %d replicas of %lld samples per micro-batch, %zu gradient bucket(s)\n",
                  cfg.devices.c_str(), plan.summary.data_parallel, static_cast<long long>(plan.summary.micro_batch),
                  engine->bucket_bytes(0).empty() ? size_t{0} : engine->bucket_bytes(0)[0].size());
+  // What each device holds (static: the memory plan's arenas and the shards; docs/parallel.md, "Memory").
+  const std::vector<DeviceMemory> memory = engine->memory();
+  const std::vector<int> local = engine->local_devices();
+  bool memory_logged = false;
+  {
+    std::string line;
+    auto mib = [](size_t b) { return BRAID_STR(std::lround(static_cast<double>(b) / 1048576.0 * 10) / 10.0); };
+    for (size_t i = 0; i < memory.size() && i < 8; ++i)
+      line += BRAID_STR(i ? "; " : "", "device ", local[i], ": arena ", mib(memory[i].arena), ", parameters ",
+                        mib(memory[i].parameters), ", gradients ", mib(memory[i].gradients), ", optimizer ",
+                        mib(memory[i].optimizer));
+    if (memory.size() > 8) line += BRAID_STR("; ... (", memory.size(), " devices)");
+    std::fprintf(out, "braid: memory (MiB) %s\n", line.c_str());
+  }
   std::fflush(out);  // the header now, not with the first step line when stdout is a pipe
 
   // 3. Steps.
@@ -379,6 +393,15 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
       rec.extra.emplace_back("epoch", static_cast<double>(sampler.epoch()));
       if (norm >= 0) rec.extra.emplace_back("grad_norm", norm);
       for (const auto& kv : engine->step_metrics()) rec.extra.push_back(kv);
+      if (!memory_logged)  // the run's first record: what each device holds
+        for (size_t i = 0; i < memory.size(); ++i) {
+          const std::string d = "_d" + std::to_string(local[i]);
+          rec.extra.emplace_back("mem_arena_bytes" + d, static_cast<double>(memory[i].arena));
+          rec.extra.emplace_back("mem_param_bytes" + d, static_cast<double>(memory[i].parameters));
+          rec.extra.emplace_back("mem_grad_bytes" + d, static_cast<double>(memory[i].gradients));
+          rec.extra.emplace_back("mem_optimizer_bytes" + d, static_cast<double>(memory[i].optimizer));
+        }
+      memory_logged = true;
       for (const auto& [k, v] : ev) rec.extra.emplace_back("eval_" + k, v);
       metrics->write(rec);
     }

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "exec/engine.h"
 #include "exec/runner.h"
+#include "exec/trainer.h"
 #include "graph/build.h"
 #include "io/run_config.h"
 
@@ -166,4 +168,37 @@ TEST(Recompute, MlpAndLeNetWithBatchNormAreBitIdentical) {
       expect_same(none, train(cfg, plan, "selective", 5), model + " selective");
     }
   }
+}
+
+// braid train says what each device holds (the memory plan's arena, parameters, gradients, optimizer state) in its
+// banner and in the metrics file's first record, per device.
+TEST(Memory, TrainReportsWhatEachDeviceHolds) {
+  io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  cfg.devices = "cpu:2";
+  cfg.train.steps = 2;
+  cfg.log.every_steps = 1;
+  const auto metrics = std::filesystem::temp_directory_path() / "braid_recompute_test" / "metrics.jsonl";
+  std::filesystem::remove(metrics);
+  cfg.log.metrics = metrics.string();
+  TrainOptions o;
+  o.progress = false;
+  const auto banner = std::filesystem::temp_directory_path() / "braid_recompute_test" / "banner.txt";
+  FILE* out = std::fopen(banner.string().c_str(), "w");
+  o.out = out;
+  train(cfg, o);
+  std::fclose(out);
+  std::ifstream b(banner), m(metrics);
+  const std::string said((std::istreambuf_iterator<char>(b)), {}), first_line = [&] {
+    std::string l;
+    std::getline(m, l);
+    return l;
+  }();
+  EXPECT_NE(said.find("braid: memory (MiB) device 0: arena "), std::string::npos) << said;
+  EXPECT_NE(said.find("; device 1: arena "), std::string::npos) << said;
+  for (const char* key : {"\"mem_arena_bytes_d0\":", "\"mem_param_bytes_d0\":", "\"mem_grad_bytes_d1\":",
+                          "\"mem_optimizer_bytes_d1\":"})
+    EXPECT_NE(first_line.find(key), std::string::npos) << key << " in " << first_line;
+  std::string second;
+  std::getline(m, second);
+  EXPECT_EQ(second.find("mem_arena_bytes"), std::string::npos) << "only the first record: " << second;
 }

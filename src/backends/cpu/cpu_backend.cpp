@@ -202,12 +202,18 @@ class CpuDevice final : public Device {
   void download(bool) override {}  // the store is the device's memory
   void upload(bool) override {}
 
-  size_t device_bytes() const override {
-    size_t bytes = arena_;
-    for (const auto& e : store_->entries()) bytes += e.value.bytes() + (e.has_grad ? e.grad.bytes() : 0);
+  size_t device_bytes() const override { return memory().total(); }
+
+  DeviceMemory memory() const override {
+    DeviceMemory m;
+    m.arena = arena_;
+    for (const auto& e : store_->entries()) {
+      m.parameters += e.value.bytes();
+      if (e.has_grad) m.gradients += e.grad.bytes();
+    }
     for (const auto& [name, st] : std::as_const(*opt_).state())
-      for (const auto& [key, t] : st) bytes += t.bytes();
-    return bytes;
+      for (const auto& [key, t] : st) m.optimizer += t.bytes();
+    return m;
   }
 
   void all_reduce_sum(Communicator& world, std::span<double> v) override {

@@ -169,6 +169,17 @@ class CudaDevice final : public Device {
     for (CudaProgram* p : progs_) p->exec().stream().synchronize();
   }
 
+  // The executors' arenas hold activations, workspace and the parameters (and their 16-bit copies) together; the
+  // device optimizer's arena its state and accumulators.
+  DeviceMemory memory() const override {
+    DeviceMemory m;
+    for (CudaProgram* p : progs_) {
+      m.arena += p->exec().device_bytes();
+      m.optimizer += p->opt().device_bytes();
+    }
+    return m;
+  }
+
   // NCCL reduces device memory: the sums travel through a small device buffer.
   void all_reduce_sum(Communicator& world, std::span<double> v) override {
     BRAID_ASSERT(v.size() <= 4, "all_reduce_sum of ", v.size(), " values");
