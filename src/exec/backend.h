@@ -49,6 +49,8 @@ class Program {
   virtual Tensor input(const std::string& name, int slot) = 0;
   // Value v in device memory, for sends and receives.
   virtual Tensor value(ValueId v, int slot) = 0;
+  // Parameter or buffer `name` of the program in device memory (optimizer-state sharding broadcasts it).
+  virtual Tensor param(const std::string& name) = 0;
   // The first element of value v, on the host (the loss).
   virtual double scalar(ValueId v, int slot) = 0;
   // The communicators of the program's comm_* nodes.

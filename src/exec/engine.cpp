@@ -87,6 +87,25 @@ planner::Plan data_parallel_plan(const io::RunConfig& cfg, int devices) {
   return p;
 }
 
+std::map<std::string, int> zero_owners(const StageProgram& p) {
+  std::vector<const ParamShard*> trainable;
+  for (const auto& sh : p.params) {
+    const graph::ParamInfo* pi = p.g.find_param(sh.name);
+    if (!sh.buffer && pi && pi->grad.valid()) trainable.push_back(&sh);
+  }
+  std::stable_sort(trainable.begin(), trainable.end(), [&](const ParamShard* a, const ParamShard* b) {
+    return shard_desc(a->global, a->layout, a->parts).bytes() > shard_desc(b->global, b->layout, b->parts).bytes();
+  });
+  std::vector<size_t> held(static_cast<size_t>(p.dp), 0);
+  std::map<std::string, int> owner;
+  for (const ParamShard* sh : trainable) {
+    const size_t r = static_cast<size_t>(std::min_element(held.begin(), held.end()) - held.begin());
+    held[r] += shard_desc(sh->global, sh->layout, sh->parts).bytes();
+    owner[sh->name] = static_cast<int>(r);
+  }
+  return owner;
+}
+
 void add_stage_params(const StageProgram& p, int tensor_rank, uint64_t seed, ParamStore& store) {
   for (const auto& pi : p.g.params())
     init_shard(store.add(pi.name, pi.spec, pi.grad.valid()).value, shard_of(p, pi.name), pi.spec.init, seed, tensor_rank);
@@ -119,6 +138,11 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
   BRAID_ASSERT(static_cast<int>(where_.size()) >= n, "a plan of ", n, " devices placed on ", where_.size());
   where_.resize(static_cast<size_t>(n));
   scaling_ = backend_.loss_scaling(cfg_);
+  if (plan.summary.zero > 0 && !backend_.host_memory())
+    throw UserError(plan.summary.pinned.loc("zero", SourceLoc{cfg.path, 0, 0}),
+                    "zero: " + std::to_string(plan.summary.zero) + " is not implemented on " + backend_.name() +
+                        " devices yet",
+                    "remove zero from the plan to train on " + backend_.name() + ", or train on cpu devices");
   build(world);
 }
 
@@ -155,6 +179,7 @@ void Engine::build(const PlanWorld* world) {
       c.prog = &p;
       c.replica = static_cast<int>(k) / p.tp;
       c.tensor_rank = static_cast<int>(k) % p.tp;
+      if (plan_.summary.zero >= 1 && p.dp > 1) c.owner = zero_owners(p);
       add_stage_params(p, c.tensor_rank, seed_, d->store);
       d->chunks.push_back(std::move(c));
     }
@@ -176,7 +201,12 @@ void Engine::build(const PlanWorld* world) {
       c.num_model_inputs = cfg_.model.inputs.size();
       c.pending.assign(c.program->buckets().size(), 0);
     }
-    d->opt = std::make_unique<Optimizer>(cfg_.optimizer, d->store);
+    // ZeRO stage 1: each replica keeps the optimizer state of, and updates, its share of the parameters only.
+    d->opt = std::make_unique<Optimizer>(cfg_.optimizer, d->store, [dev = d.get()](const std::string& name) {
+      for (const auto& c : dev->chunks)
+        if (auto it = c.owner.find(name); it != c.owner.end()) return it->second == c.replica;
+      return true;
+    });
     d->device->prepare(d->store, *d->opt, cfg_.optimizer);
     // The step's last backward hands each gradient here as soon as it is final: a full bucket goes to the comm
     // thread (the chunks no longer move: their addresses are stable from here on).
@@ -564,59 +594,79 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
     if (coef < 1.0) d.device->scale_grads(coef);
   }
   d.device->update(job.lr);
+  // ZeRO stage 1: every parameter from the replica that updated it, to the others of its data-parallel group.
+  for (auto& c : d.chunks) {
+    if (c.owner.empty()) continue;
+    io::TraceScope bs(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "broadcast params"});
+    for (const auto& [name, owner] : c.owner) {
+      Tensor t = c.program->param(name);
+      c.data_comm->broadcast(t, owner);
+    }
+  }
   if (d.id == 0 && phases_) phases_->optimizer_s += seconds_since(t0);
 }
 
 void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
-                   Communicator* host, ParamStore& full, Optimizer* full_opt) {
-  // Every shard that counts (replica 0's; tensor rank 0's unless it is a slice), in one order all processes
-  // agree on: programs, then their devices, then parameters. Device 0's process assembles; a shard of another
-  // process travels over `host` (the devices are idle, so the caller's thread may use it).
+                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner) {
+  // Every shard that counts (replica 0's value; tensor rank 0's unless it is a slice; its optimizer state from the
+  // replica that holds it), in one order all processes agree on: programs, then tensor ranks, then parameters.
+  // Device 0's process assembles; a tensor of another process travels over `host` (the devices are idle, so the
+  // caller's thread may use it).
   const ShardHolder root = local(0);
   int shard_index = 0;  // counts the same shards in every process: message tags agree
   for (const StageProgram& p : programs)
-    for (int t = 0; t < p.tp; ++t) {
-      const int owner = p.devices[static_cast<size_t>(t)];  // replica 0
-      const ShardHolder mine = local(owner);
+    for (int t = 0; t < p.tp; ++t)
       for (const auto& sh : p.params) {
         if (!shard_counts(sh, t)) continue;
         int tag = (1 << 28) + 8 * shard_index++;
-        if (!mine.store && !root.store) continue;
-        // The tensors of this shard: value, then optimizer state in key order.
-        std::vector<Tensor> owned;
-        if (mine.store) {
-          owned.push_back(mine.store->find(sh.name)->value);
-          if (full_opt && !sh.buffer && mine.opt)
-            if (auto it = std::as_const(*mine.opt).state().find(sh.name); it != mine.opt->state().end())
-              for (const auto& [key, st] : it->second) owned.push_back(st);
-        }
-        std::vector<Tensor*> wholes;
-        if (root.store) {
-          wholes.push_back(&full.find(sh.name)->value);
-          if (full_opt && !sh.buffer)
-            if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
-              for (auto& [key, st] : it->second) wholes.push_back(&st);
-        }
-        const size_t count = mine.store ? owned.size() : wholes.size();
-        for (size_t k = 0; k < count; ++k, ++tag) {
-          Tensor part;
-          if (mine.store && root.store) {
-            part = owned[k];
-          } else if (mine.store) {
-            host->send(owned[k], 0, tag);
-            continue;
-          } else {
-            part = Tensor::empty(shard_desc(wholes[k]->desc(), sh.layout, sh.parts));
-            host->recv(part, owner, tag);
+        const int value_dev = p.devices[static_cast<size_t>(t)];  // replica 0
+        const int replica = state_owner && !sh.buffer ? state_owner(p, sh.name) : 0;
+        const int state_dev = p.devices[static_cast<size_t>(replica * p.tp + t)];
+        const ShardHolder vh = local(value_dev), st = local(state_dev);
+        // One tensor: from `source` (local: `part`) into `whole` (in device 0's process).
+        auto move = [&](const Tensor* part, int source, Tensor* whole) {
+          const int at = tag++;
+          if (part && whole) {
+            put_shard(*part, *whole, sh, t);
+          } else if (part) {
+            host->send(*part, 0, at);
+          } else if (whole) {
+            Tensor in = Tensor::empty(shard_desc(whole->desc(), sh.layout, sh.parts));
+            host->recv(in, source, at);
+            put_shard(in, *whole, sh, t);
           }
-          put_shard(part, *wholes[k], sh, t);
-        }
+        };
+        move(vh.store ? &vh.store->find(sh.name)->value : nullptr, value_dev,
+             root.store ? &full.find(sh.name)->value : nullptr);
+        if (!full_opt || sh.buffer) continue;
+        // The optimizer state in key order: the holder's tensors, the whole model's.
+        std::vector<const Tensor*> parts;
+        if (st.store && st.opt)
+          if (auto it = std::as_const(*st.opt).state().find(sh.name); it != st.opt->state().end())
+            for (const auto& [key, x] : it->second) parts.push_back(&x);
+        std::vector<Tensor*> wholes;
+        if (root.store)
+          if (auto it = full_opt->state().find(sh.name); it != full_opt->state().end())
+            for (auto& [key, x] : it->second) wholes.push_back(&x);
+        const size_t count = std::max(parts.size(), wholes.size());
+        BRAID_ASSERT((parts.empty() || !root.store || parts.size() == wholes.size()) && count <= 7, "parameter ",
+                     sh.name, ": ", parts.size(), " optimizer state tensors on device ", state_dev, ", ", wholes.size(),
+                     " in the whole model");
+        for (size_t k = 0; k < count; ++k)
+          move(k < parts.size() ? parts[k] : nullptr, state_dev, k < wholes.size() ? wholes[k] : nullptr);
       }
-    }
+}
+
+int Engine::state_owner(const StageProgram& p, const std::string& name) const {
+  if (plan_.summary.zero < 1 || p.dp < 2) return 0;
+  const auto owners = zero_owners(p);  // the same partition on every process
+  auto it = owners.find(name);
+  return it == owners.end() ? 0 : it->second;
 }
 
 ParamStore* Engine::whole_store() {
   if (programs_.size() != 1 || programs_[0].tp != 1 || !backend_.host_memory() || !local_of(0)) return nullptr;
+  if (plan_.summary.zero >= 1 && programs_[0].dp > 1) return nullptr;  // device 0 holds a share of the state
   return &local_of(0)->store;
 }
 
@@ -633,7 +683,11 @@ void Engine::gather(ParamStore& full, Optimizer* full_opt) {
         Dev* d = local_of(id);
         return d ? ShardHolder{&d->store, d->opt.get()} : ShardHolder{};
       },
-      between, full, full_opt);
+      between, full, full_opt,
+      plan_.summary.zero >= 1 ? StateOwner([this](const StageProgram& p, const std::string& name) {
+        return state_owner(p, name);
+      })
+                              : StateOwner{});
   if (full_opt && local_of(0)) full_opt->set_steps_taken(local_of(0)->opt->steps_taken());
 }
 

@@ -18,6 +18,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -76,8 +77,14 @@ struct ShardHolder {
 // Every shard that counts (replica 0's; tensor rank 0's unless sliced) into the whole tensors, in plan device 0's
 // process: `local(id)` gives this process's devices' copies; shards of other processes arrive over `host` (the
 // job's world; unused when every device is local). A collective of every process of the job.
+// `state_owner(p, name)`: the data-parallel replica holding parameter `name`'s optimizer state (optimizer-state
+// sharding; empty: replica 0, whose values are taken in any case).
+using StateOwner = std::function<int(const StageProgram&, const std::string&)>;
 void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
-                   Communicator* host, ParamStore& full, Optimizer* full_opt);
+                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner = {});
+// ZeRO stage 1's partition of stage program p's trainable parameters over its dp replicas: largest first, each to
+// the replica holding the fewest bytes so far (ties: the lower replica); name -> replica. Deterministic.
+std::map<std::string, int> zero_owners(const StageProgram& p);
 
 // The trivial plans: one stage on `devices` devices, every layer replicated, each replica running micro / devices
 // samples of every micro-batch (devices 1: planner::single_device_plan). UserError at the run file when the
@@ -119,7 +126,8 @@ class Engine {
   StepResult step(io::Dataset& data, std::span<const int64_t> batch_idx, int64_t step, double lr, double clip);
 
   // The whole model's host copies when one device holds all of it (a plan of one stage without tensor
-  // parallelism, on a backend whose device memory is the host's): plan device 0's store and optimizer, so that
+  // parallelism nor optimizer-state sharding, on a backend whose device memory is the host's): plan device 0's
+  // store and optimizer, so that
   // nothing is copied for checkpoints and evaluation; else null (use gather and scatter).
   ParamStore* whole_store();
   Optimizer* whole_optimizer();
@@ -176,6 +184,7 @@ class Engine {
     int outstanding = 0;               // buckets submitted and not yet reduced (guarded by the device's comm_mu)
     std::function<void(size_t)> ready;  // a gradient is final: its bucket's count goes down
     int backwards = 0;                 // backward runs of this chunk in the current step
+    std::map<std::string, int> owner;  // zero: 1 with dp > 1: each trainable parameter's replica (zero_owners)
   };
   struct CommJob {
     Chunk* chunk = nullptr;
@@ -219,6 +228,7 @@ class Engine {
   void wait_buckets(Dev& d, Chunk& c);
   void run_step(Dev& d, const Job& job);
   void finish_step(Dev& d, const Job& job, double loss_sum);
+  int state_owner(const StageProgram& p, const std::string& name) const;
   Chunk* chunk_of(Dev& d, int stage);
   Dev* local_of(int device) const;
   int device_at(int stage, int replica, int tensor_rank) const;

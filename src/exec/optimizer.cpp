@@ -14,9 +14,10 @@ namespace {
 constexpr int64_t kGrain = 1 << 15;
 }  // namespace
 
-Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store) : spec_(spec), store_(store) {
+Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store, std::function<bool(const std::string&)> owned)
+    : spec_(spec), store_(store), owned_(std::move(owned)) {
   for (auto& e : store_.entries()) {
-    if (e.spec.buffer) continue;
+    if (e.spec.buffer || (owned_ && !owned_(e.name))) continue;
     auto& st = state_[e.name];
     if (spec_.type == "adamw") {
       st["exp_avg"] = Tensor::empty(e.value.desc());
@@ -96,7 +97,7 @@ static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::Opti
 void Optimizer::step(double lr) {
   ++step_;
   for (auto& e : store_.entries()) {
-    if (e.spec.buffer || !e.has_grad) continue;
+    if (e.spec.buffer || !e.has_grad || (owned_ && !owned_(e.name))) continue;
     auto& st = state_[e.name];
     ops::cpu::dispatch_float(e.value.dtype(), [&]<typename T>() {
       T* p = e.value.data<T>();

@@ -3,6 +3,7 @@
 // MODEL_FORMAT.md. State tensors (momentum_buffer, exp_avg, exp_avg_sq) are named as PyTorch's.
 #pragma once
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,7 +16,10 @@ namespace braid::exec {
 
 class Optimizer {
  public:
-  Optimizer(const io::OptimizerSpec& spec, ParamStore& store);
+  // `owned` (empty: all): the parameters this optimizer keeps state for and updates. Optimizer-state sharding
+  // (ZeRO stage 1, plan `zero: 1`) gives each data-parallel replica its share; the others' values arrive by
+  // broadcast after the update (exec/engine.cpp).
+  Optimizer(const io::OptimizerSpec& spec, ParamStore& store, std::function<bool(const std::string&)> owned = {});
   // One update of every trainable parameter from its accumulated gradient, at learning rate lr.
   void step(double lr);
   int64_t steps_taken() const { return step_; }
@@ -30,6 +34,7 @@ class Optimizer {
  private:
   io::OptimizerSpec spec_;
   ParamStore& store_;
+  std::function<bool(const std::string&)> owned_;
   int64_t step_ = 0;
   std::map<std::string, std::map<std::string, Tensor>> state_;
 };

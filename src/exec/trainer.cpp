@@ -301,14 +301,17 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
                cfg.model.name.c_str(), static_cast<long long>(store.num_trainable()), static_cast<long long>(total_steps),
                static_cast<long long>(batch), split.c_str(), train_data->describe().c_str());
   if (run && !on_accelerator) {
+    const std::string memory_strategies =
+        (plan.summary.zero ? BRAID_STR("; optimizer state sharded (zero ", plan.summary.zero, ")") : std::string()) +
+        (plan.summary.recompute != "none" ? "; recompute " + plan.summary.recompute : std::string());
     std::string slots;
     for (int sl : engine->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);
     std::fprintf(out, "braid: plan %s on %s: %d stage(s), data parallel %d, tensor parallel %d, %s schedule, "
-                 "%lld micro-batches of %lld per replica; in flight per stage: %s\n",
+                 "%lld micro-batches of %lld per replica; in flight per stage: %s%s\n",
                  run->automatic ? "auto" : cfg.parallel.plan.c_str(), cfg.devices.c_str(),
                  static_cast<int>(engine->programs().size()), plan.summary.data_parallel, plan.summary.tensor_parallel,
                  plan.summary.schedule.c_str(), static_cast<long long>(plan.summary.micro_batches),
-                 static_cast<long long>(plan.summary.micro_batch), slots.c_str());
+                 static_cast<long long>(plan.summary.micro_batch), slots.c_str(), memory_strategies.c_str());
   }
   if (on_accelerator) std::fprintf(out, "braid: training on %s\n", engine->describe().c_str());
   if (run && run->automatic)

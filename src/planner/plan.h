@@ -54,6 +54,9 @@ struct Summary {
   // Activation recomputation of every layer without a `recompute` of its own: none | full | selective
   // (docs/plan_file.md). Written only when not none.
   std::string recompute = "none";
+  // Optimizer-state sharding over every stage's data-parallel group (ZeRO): 0 none, 1 optimizer state sharded
+  // (docs/plan_file.md). Written only when not 0.
+  int zero = 0;
   Predicted predicted;
   SourceLoc loc;             // the summary mapping
   Pins pinned;               // keys as written: "devices", ..., "predicted.bound_by"

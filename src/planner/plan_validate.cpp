@@ -95,6 +95,15 @@ class Validator {
                    hint);
     }
     check_recompute(s_.recompute, sloc("recompute"), "in the summary");
+    if (s_.zero < 0 || s_.zero > 3)
+      diags_.error(sloc("zero"), "zero stage " + std::to_string(s_.zero) + " does not exist; expected 0, 1, 2 or 3",
+                   "0: no sharding; 1: optimizer state sharded over each data-parallel group");
+    else if (s_.zero > 1)
+      diags_.error(sloc("zero"), "zero stage " + std::to_string(s_.zero) + " is not implemented yet",
+                   "use zero: 1 (optimizer state sharded); stages 2 and 3 (gradients, parameters) come later");
+    else if (s_.zero == 1 && s_.data_parallel == 1)
+      diags_.error(sloc("zero"), "zero: 1 shards the optimizer state over a data-parallel group, but data_parallel is 1",
+                   "set data_parallel to 2 or more, or remove zero");
     const std::pair<const char*, int64_t> counts[] = {
         {"devices", s_.devices},           {"data_parallel", s_.data_parallel},
         {"tensor_parallel", s_.tensor_parallel}, {"pipeline_stages", s_.pipeline_stages},

@@ -98,6 +98,8 @@ std::string to_yaml(const Plan& plan) {
   out += summary_line("micro_batch", std::to_string(s.micro_batch), "samples per micro-batch and replica");
   out += summary_line("micro_batches", std::to_string(s.micro_batches), "per optimizer step and replica");
   out += summary_line("schedule", scalar(s.schedule), "gpipe | 1f1b | interleaved");
+  if (s.zero != 0 || s.pinned.has("zero"))
+    out += summary_line("zero", std::to_string(s.zero), "optimizer-state sharding (ZeRO stage): 0 | 1");
   if (s.recompute != "none" || s.pinned.has("recompute"))
     out += summary_line("recompute", scalar(s.recompute), "activation recomputation: none | full | selective");
   Flow pred;
@@ -263,7 +265,7 @@ class Reader {
     if (!expect_map(n, "'summary'", "summary: {devices: 1, data_parallel: 1, ...}")) return;
     check_map(n,
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "virtual_stages", "micro_batch",
-               "micro_batches", "schedule", "recompute", "predicted"},
+               "micro_batches", "schedule", "recompute", "zero", "predicted"},
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "micro_batch", "micro_batches",
                "schedule"},
               "the plan's summary", diags_);
@@ -277,6 +279,7 @@ class Reader {
     if (auto x = int64(n, "micro_batches", what("micro_batches"), s.pinned)) s.micro_batches = *x;
     string_field(n, "schedule", what("schedule"), s.pinned, "schedule", &s.schedule);
     string_field(n, "recompute", what("recompute"), s.pinned, "recompute", &s.recompute);
+    int32_field(n, "zero", what("zero"), s.pinned, &s.zero);
     if (const YNode* p = n.get("predicted")) {
       if (!expect_map(*p, "'predicted' in the summary", "predicted: {step_time_s: 2.8, bound_by: compute}")) return;
       io::check_keys(*p, {"step_time_s", "tflops_per_device", "peak_memory_gb", "bound_by"},

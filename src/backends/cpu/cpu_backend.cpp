@@ -45,6 +45,7 @@ class CpuProgram final : public Program {
 
   Tensor input(const std::string& name, int slot) override { return exec_->input(name, slot); }
   Tensor value(ValueId v, int slot) override { return exec_->value(v, slot); }
+  Tensor param(const std::string& name) override { return store_.find(name)->value; }
   double scalar(ValueId v, int slot) override { return exec::scalar(exec_->value(v, slot)); }
   void set_groups(Communicator* tensor, Communicator* data) override { exec_->set_groups(tensor, data); }
   void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }

@@ -63,6 +63,7 @@ class CudaProgram final : public Program {
 
   Tensor input(const std::string& name, int slot) override { return exec_->input(name, slot); }
   Tensor value(ValueId v, int slot) override { return exec_->device_value(v, slot); }
+  Tensor param(const std::string& name) override { return exec_->device_param(name); }
   double scalar(ValueId v, int slot) override {
     BRAID_ASSERT(v == p_.loss, "the CUDA backend fetches the loss only");
     exec_->fetch(v, loss_, slot);

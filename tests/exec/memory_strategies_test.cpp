@@ -1,7 +1,10 @@
-// Activation recomputation (plan `recompute`, exec/lower.cpp, graph/autodiff.h): full and selective reproduce the
-// run without it bit for bit (the recomputed nodes run the same kernels on the same inputs and draw the same
+// The memory strategies of a plan. Activation recomputation (plan `recompute`, exec/lower.cpp, graph/autodiff.h):
+// full and selective reproduce the run without it bit for bit (the recomputed nodes run the same kernels on the same inputs and draw the same
 // random numbers), alone and with data, tensor and pipeline parallelism, on tiny_gpt with dropout, fashion_mlp and
 // fashion_lenet (batch norm, whose running statistics are never updated twice), and they shrink the static arena.
+// Optimizer-state sharding (plan `zero: 1`, exec/engine.cpp): each data-parallel replica keeps the optimizer state of
+// its share of the parameters; the run, its checkpoints' whole tensors and a resume under another plan are those of
+// the run without it, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,10 +42,20 @@ struct Result {
   std::vector<double> losses;
   ParamStore weights;
   size_t arena = 0;
+  std::vector<size_t> optimizer_bytes;  // per device
 };
 
-Result train(const io::RunConfig& cfg, planner::Plan plan, const std::string& mode, int steps = 10) {
+struct Run {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<io::Dataset> data;
+  std::unique_ptr<io::BatchSampler> sampler;
+  int64_t step = 0;
+};
+
+Result train(const io::RunConfig& cfg, planner::Plan plan, const std::string& mode, int steps = 10, int zero = 0,
+             Optimizer* state = nullptr) {
   plan.summary.recompute = mode;
+  plan.summary.zero = zero;
   Engine e(cfg, plan, *backend("cpu"));
   graph::BuildOptions bo;
   bo.with_backward = true;
@@ -52,8 +65,13 @@ Result train(const io::RunConfig& cfg, planner::Plan plan, const std::string& mo
   Result r;
   for (int i = 0; i < steps; ++i) r.losses.push_back(e.step(*data, sampler.next_view(), i, 3e-3, 0.5).loss);
   r.weights.create(g, 1);
-  e.gather(r.weights, nullptr);
+  Optimizer whole(cfg.optimizer, r.weights);
+  e.gather(r.weights, &whole);
+  if (state)
+    for (auto& [name, st] : state->state())
+      for (auto& [key, t] : st) t.copy_from(whole.state().at(name).at(key));
   for (size_t b : e.arena_bytes()) r.arena = std::max(r.arena, b);
+  for (const auto& m : e.memory()) r.optimizer_bytes.push_back(m.optimizer);
   return r;
 }
 
@@ -201,4 +219,122 @@ TEST(Memory, TrainReportsWhatEachDeviceHolds) {
   std::string second;
   std::getline(m, second);
   EXPECT_EQ(second.find("mem_arena_bytes"), std::string::npos) << "only the first record: " << second;
+}
+
+// ZeRO stage 1 at dp 2 and 4, and with tensor and pipeline parallelism (dp 2 x tp 2 x pp 2 on 8 devices): the same
+// losses, weights and gathered optimizer state bit for bit (AdamW is elementwise: the owner's update is the one
+// every replica made), and each device's optimizer state is its share.
+TEST(Zero, StageOneIsBitIdenticalAndShardsTheOptimizerState) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  auto dp_tp_pp = [&] {
+    planner::Plan p = pipeline_plan(cfg, "h.0.res2");  // two stages
+    p.summary.devices = 8;
+    p.summary.data_parallel = 2;
+    p.summary.tensor_parallel = 2;
+    p.summary.micro_batch = 2;
+    p.stages[0].devices = {0, 1, 2, 3};
+    p.stages[1].devices = {4, 5, 6, 7};
+    for (auto& st : p.stages) st.mesh = {2, 2};
+    for (auto& l : p.layers)
+      if (l.layer.ends_with(".fc") || l.layer.ends_with(".proj")) {
+        l.signature = l.layer.ends_with(".fc") ? "column" : "row";
+        l.tensor_parallel = 2;
+      }
+    return p;
+  };
+  const std::pair<const char*, planner::Plan> plans[] = {
+      {"dp 2", data_parallel_plan(cfg, 2)}, {"dp 4", data_parallel_plan(cfg, 4)}, {"dp 2 x tp 2 x pp 2", dp_tp_pp()}};
+  for (const auto& [name, plan] : plans) {
+    SCOPED_TRACE(name);
+    graph::BuildOptions bo;
+    bo.with_backward = true;
+    const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
+    ParamStore sa, sb;
+    sa.create(g, 1);
+    sb.create(g, 1);
+    Optimizer oa(cfg.optimizer, sa), ob(cfg.optimizer, sb);
+    const Result none = train(cfg, plan, "none", 6, 0, &oa), zero = train(cfg, plan, "none", 6, 1, &ob);
+    expect_same(none, zero, std::string(name) + " zero 1");
+    expect_same(none, train(cfg, plan, "full", 6, 1), std::string(name) + " zero 1 + recompute full");
+    for (auto& [param, st] : oa.state())
+      for (auto& [key, t] : st)
+        EXPECT_EQ(std::memcmp(t.raw(), ob.state().at(param).at(key).raw(), t.bytes()), 0) << param << "/" << key;
+    size_t all = 0, most = 0, sum = 0;
+    for (size_t b : none.optimizer_bytes) all = std::max(all, b);
+    for (size_t b : zero.optimizer_bytes) most = std::max(most, b), sum += b;
+    const int dp = plan.summary.data_parallel;
+    EXPECT_LT(most, all) << "each device holds a share";
+    EXPECT_LE(static_cast<double>(most), 1.3 * static_cast<double>(all) / dp) << "a share of about 1/" << dp;
+  }
+}
+
+// A run under ZeRO-1 (dp 2 x tp 2 here, in one process) gathers into whole tensors that another plan (one device)
+// scatters and continues from: the next steps' losses are those of the run that never changed plan.
+TEST(Zero, CheckpointOfAShardedRunResumesOnOneDevice) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan sharded = data_parallel_plan(cfg, 2);
+  sharded.summary.zero = 1;
+  planner::Plan one = data_parallel_plan(cfg, 1);
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
+  auto data = open_train_data(cfg, dataset_inputs(cfg.model, g));
+  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) {
+    std::vector<double> l;
+    for (int i = from; i < to; ++i) l.push_back(e.step(*data, s.next_view(), i, 3e-3, 0.5).loss);
+    return l;
+  };
+  Engine a(cfg, sharded, *backend("cpu")), straight(cfg, sharded, *backend("cpu"));
+  io::BatchSampler sa(data->size(), cfg.train.batch, true, cfg.train.seed), ss(data->size(), cfg.train.batch, true,
+                                                                                 cfg.train.seed);
+  steps(a, sa, 0, 3);
+  const auto reference = steps(straight, ss, 0, 6);
+  ParamStore whole;
+  whole.create(g, 1);
+  Optimizer opt(cfg.optimizer, whole);
+  a.gather(whole, &opt);
+  EXPECT_EQ(opt.steps_taken(), 3);
+  Engine b(cfg, one, *backend("cpu"));
+  b.scatter(whole, &opt);
+  const auto resumed = steps(b, sa, 3, 6);
+  for (size_t i = 0; i < resumed.size(); ++i)
+    EXPECT_NEAR(resumed[i], reference[3 + i], 1e-6 * std::abs(reference[3 + i])) << "step " << 4 + i;
+}
+
+// Through braid train: a run under zero: 1 + recompute full on cpu:2 stopped after step 3 and resumed on one device
+// from its checkpoint ends with the losses of the zero: 1 run that went straight through (within 1e-6: one device's
+// sums differ in rounding from two replicas'), and its checkpoint holds every parameter's optimizer state.
+TEST(Zero, TrainCheckpointUnderZeroResumesOnOneDevice) {
+  const auto dir = std::filesystem::temp_directory_path() / "braid_recompute_test" / "zero_train";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "plan.yaml").string();
+  std::ofstream(plan) << "summary: {devices: 2, data_parallel: 2, tensor_parallel: 1, pipeline_stages: 1, "
+                         "micro_batch: 2, micro_batches: 2, schedule: 1f1b, zero: 1, recompute: full}\n"
+                         "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: tok, last_layer: loss}\n";
+  auto run = [&](const std::string& devices, const std::string& ckpt, int64_t stop_after, const std::string& resume) {
+    io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+    cfg.devices = devices;
+    cfg.train.steps = 6;
+    if (devices != "cpu") cfg.parallel.plan = plan;
+    cfg.checkpoint.dir = (dir / ckpt).string();
+    cfg.checkpoint.every_steps = 3;
+    TrainOptions o;
+    o.progress = false;
+    o.stop_after = stop_after;
+    o.resume = resume;
+    FILE* null = std::fopen("/dev/null", "w");
+    o.out = null;
+    TrainResult r = train(cfg, o);
+    std::fclose(null);
+    return r;
+  };
+  const TrainResult straight = run("cpu:2", "straight", 0, "");
+  run("cpu:2", "stopped", 3, "");
+  std::filesystem::copy(dir / "stopped", dir / "resumed", std::filesystem::copy_options::recursive);
+  const TrainResult resumed = run("cpu", "resumed", 0, "latest");
+  ASSERT_EQ(straight.losses.size(), 6u);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(resumed.losses[i], straight.losses[3 + i], 1e-6 * std::abs(straight.losses[3 + i])) << "step " << 4 + i;
 }
