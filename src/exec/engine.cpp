@@ -148,6 +148,8 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
 
 void Engine::build(const PlanWorld* world) {
   const int n = plan_.summary.devices;
+  for (const StageProgram& p : programs_)
+    owners_.push_back(plan_.summary.zero >= 1 && p.dp > 1 ? zero_owners(p) : std::map<std::string, int>{});
   std::vector<int> local;
   if (world) {
     local = world->local;
@@ -179,7 +181,7 @@ void Engine::build(const PlanWorld* world) {
       c.prog = &p;
       c.replica = static_cast<int>(k) / p.tp;
       c.tensor_rank = static_cast<int>(k) % p.tp;
-      if (plan_.summary.zero >= 1 && p.dp > 1) c.owner = zero_owners(p);
+      if (!owners_[static_cast<size_t>(p.stage)].empty()) c.owner = &owners_[static_cast<size_t>(p.stage)];
       add_stage_params(p, c.tensor_rank, seed_, d->store);
       d->chunks.push_back(std::move(c));
     }
@@ -204,7 +206,8 @@ void Engine::build(const PlanWorld* world) {
     // ZeRO stage 1: each replica keeps the optimizer state of, and updates, its share of the parameters only.
     d->opt = std::make_unique<Optimizer>(cfg_.optimizer, d->store, [dev = d.get()](const std::string& name) {
       for (const auto& c : dev->chunks)
-        if (auto it = c.owner.find(name); it != c.owner.end()) return it->second == c.replica;
+        if (c.owner)
+          if (auto it = c.owner->find(name); it != c.owner->end()) return it->second == c.replica;
       return true;
     });
     d->device->prepare(d->store, *d->opt, cfg_.optimizer);
@@ -596,9 +599,9 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
   d.device->update(job.lr);
   // ZeRO stage 1: every parameter from the replica that updated it, to the others of its data-parallel group.
   for (auto& c : d.chunks) {
-    if (c.owner.empty()) continue;
+    if (!c.owner) continue;
     io::TraceScope bs(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "broadcast params"});
-    for (const auto& [name, owner] : c.owner) {
+    for (const auto& [name, owner] : *c.owner) {
       Tensor t = c.program->param(name);
       c.data_comm->broadcast(t, owner);
     }
@@ -658,8 +661,7 @@ void gather_shards(const std::vector<StageProgram>& programs, const std::functio
 }
 
 int Engine::state_owner(const StageProgram& p, const std::string& name) const {
-  if (plan_.summary.zero < 1 || p.dp < 2) return 0;
-  const auto owners = zero_owners(p);  // the same partition on every process
+  const auto& owners = owners_[static_cast<size_t>(p.stage)];  // the same partition on every process
   auto it = owners.find(name);
   return it == owners.end() ? 0 : it->second;
 }

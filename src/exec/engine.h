@@ -184,7 +184,7 @@ class Engine {
     int outstanding = 0;               // buckets submitted and not yet reduced (guarded by the device's comm_mu)
     std::function<void(size_t)> ready;  // a gradient is final: its bucket's count goes down
     int backwards = 0;                 // backward runs of this chunk in the current step
-    std::map<std::string, int> owner;  // zero: 1 with dp > 1: each trainable parameter's replica (zero_owners)
+    const std::map<std::string, int>* owner = nullptr;  // zero: 1 with dp > 1: its stage's owners_ entry
   };
   struct CommJob {
     Chunk* chunk = nullptr;
@@ -240,6 +240,7 @@ class Engine {
   EngineOptions options_;
   uint64_t seed_;
   std::vector<StageProgram> programs_;
+  std::vector<std::map<std::string, int>> owners_;  // per stage: zero_owners (empty without sharding), made once
   Schedule schedule_;
   ScheduleCheck check_;
   std::vector<int> stage_slots_;
