@@ -140,7 +140,8 @@ TEST(Recompute, PerLayerEntriesOverrideTheSummaryAndClonesAreBackwardNodes) {
   const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
   auto clones = [&](const planner::Plan& plan) {
     std::vector<std::string> names;
-    for (const auto& n : lower_plan(cfg.model, plan)[0].g.nodes())
+    const auto stages = lower_plan(cfg.model, plan);  // held: a range-for over a temporary's member dangles
+    for (const auto& n : stages[0].g.nodes())
       if (n.name.starts_with("r/")) {
         EXPECT_TRUE(n.backward) << n.name;
         EXPECT_EQ(n.rng_as, n.name.substr(2)) << n.name;
@@ -179,7 +180,8 @@ TEST(Recompute, MlpAndLeNetWithBatchNormAreBitIdentical) {
     for (const planner::Plan& plan : {data_parallel_plan(cfg, 1), data_parallel_plan(cfg, 2)}) {
       planner::Plan full = plan;
       full.summary.recompute = "full";
-      for (const auto& n : lower_plan(cfg.model, full)[0].g.nodes())
+      const auto stages = lower_plan(cfg.model, full);
+      for (const auto& n : stages[0].g.nodes())
         EXPECT_FALSE(n.name.starts_with("r/") && n.op->batch_statistics) << n.name << ": batch norm run twice";
       const Result none = train(cfg, plan, "none", 5);
       expect_same(none, train(cfg, plan, "full", 5), model + " full");
