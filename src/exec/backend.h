@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -88,6 +89,10 @@ struct ProgramSpec {
   int64_t micro = 1;          // samples of the program's micro-batch
   size_t bucket_bytes = 0;    // data-parallel gradient bucket size (dp > 1)
   bool fuse = true;           // kernel fusions (off for calibration)
+  // ZeRO stage 2 and up: the replica that keeps each trainable parameter's gradient (and updates it). Every
+  // gradient is then reduced to its owner over the data group right after the node that makes it, in every
+  // micro-batch's backward; the others hold none of it past that node. nullptr: every replica keeps every gradient.
+  const std::map<std::string, int>* grad_owner = nullptr;
 };
 
 // What a device holds, in bytes: its programs' static arenas (activations, temporaries, slots, workspace) and its

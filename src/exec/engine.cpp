@@ -183,6 +183,13 @@ void Engine::build(const PlanWorld* world) {
       c.tensor_rank = static_cast<int>(k) % p.tp;
       if (!owners_[static_cast<size_t>(p.stage)].empty()) c.owner = &owners_[static_cast<size_t>(p.stage)];
       add_stage_params(p, c.tensor_rank, seed_, d->store);
+      // ZeRO stage 2: a replica keeps the gradients of the parameters it updates only.
+      if (c.owner && plan_.summary.zero >= 2)
+        for (const auto& [name, owner] : *c.owner)
+          if (owner != c.replica) {
+            Tensor& grad = d->store.find(name)->grad;
+            grad = Tensor::empty(TensorDesc{Shape{0}, grad.dtype()});
+          }
       d->chunks.push_back(std::move(c));
     }
   for (auto& d : devices_) {
@@ -196,14 +203,15 @@ void Engine::build(const PlanWorld* world) {
       spec.slots = stage_slots_[static_cast<size_t>(p.stage)];
       spec.micro_batches = micro_batches_;
       spec.micro = micro_;
-      spec.bucket_bytes = p.dp > 1 ? options_.bucket_bytes : 0;
+      spec.grad_owner = plan_.summary.zero >= 2 ? c.owner : nullptr;
+      spec.bucket_bytes = p.dp > 1 && !spec.grad_owner ? options_.bucket_bytes : 0;
       spec.fuse = options_.fuse;
       c.program = d->device->compile(spec, d->store);
       c.model_inputs = stage_model_inputs(p, cfg_.model, spec.slots, micro_, *c.program);
       c.num_model_inputs = cfg_.model.inputs.size();
       c.pending.assign(c.program->buckets().size(), 0);
     }
-    // ZeRO stage 1: each replica keeps the optimizer state of, and updates, its share of the parameters only.
+    // ZeRO stages 1 and 2: each replica keeps the optimizer state of, and updates, its share of the parameters only.
     d->opt = std::make_unique<Optimizer>(cfg_.optimizer, d->store, [dev = d.get()](const std::string& name) {
       for (const auto& c : dev->chunks)
         if (c.owner)
@@ -597,7 +605,7 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
     if (coef < 1.0) d.device->scale_grads(coef);
   }
   d.device->update(job.lr);
-  // ZeRO stage 1: every parameter from the replica that updated it, to the others of its data-parallel group.
+  // ZeRO stages 1 and 2: every parameter from the replica that updated it, to the others of its data-parallel group.
   for (auto& c : d.chunks) {
     if (!c.owner) continue;
     io::TraceScope bs(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "broadcast params"});

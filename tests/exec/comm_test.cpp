@@ -329,6 +329,40 @@ TEST(CommCollectives, BroadcastFromEveryRoot) {
     }
 }
 
+// reduce: the root's tensor holds all_reduce's bits (every root, op, shape, dtype); the other ranks' are scratch.
+TEST(CommCollectives, ReduceToEveryRootGivesAllReduceBits) {
+  const std::vector<Shape> shapes = {Shape{7}, Shape{3, 5}, Shape{}, Shape{0}};
+  const std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg};
+  for (int n = 1; n <= 4; ++n)
+    for (DType t : kArith) {
+      Results res(n);
+      expect_no_errors(run_ranks(n, [&](Communicator& c) {
+        for (int root = 0; root < n; ++root)
+          for (const Shape& s : shapes)
+            for (ReduceOp op : ops) {
+              if (op == ReduceOp::Avg && !is_float(t)) continue;
+              Tensor x = input(t, s, c.rank(), 3);
+              c.reduce(x, root, op);
+              res[c.rank()].push_back(x);
+            }
+      }));
+      size_t k = 0;
+      for (int root = 0; root < n; ++root)
+        for (const Shape& s : shapes)
+          for (ReduceOp op : ops) {
+            if (op == ReduceOp::Avg && !is_float(t)) continue;
+            EXPECT_TRUE(same_bits(res[static_cast<size_t>(root)][k], reference_reduce(t, s, op, n, 3)))
+                << "n=" << n << " " << dtype_name(t) << s.str() << " " << reduce_op_name(op) << " root " << root;
+            ++k;
+          }
+    }
+  const auto errors = run_ranks(2, [&](Communicator& c) {
+    Tensor x = Tensor::empty({Shape{2}, DType::f32});
+    c.reduce(x, 2);
+  });
+  EXPECT_NE(errors[0].find("reduce: root 2 is not a rank of a group of 2"), std::string::npos) << errors[0];
+}
+
 TEST(CommCollectives, BarrierWaitsForEveryRank) {
   for (int n = 1; n <= 4; ++n) {
     std::atomic<int> before{0};

@@ -21,25 +21,44 @@ using Clock = std::chrono::steady_clock;
 
 class CpuProgram final : public Program {
  public:
-  CpuProgram(const ProgramSpec& spec, ParamStore& store) : p_(*spec.prog), store_(store), M_(spec.micro_batches) {
+  CpuProgram(const ProgramSpec& spec, ParamStore& store)
+      : p_(*spec.prog), store_(store), M_(spec.micro_batches), replica_(spec.replica) {
     for (const auto& pi : p_.g.params())
-      if (pi.grad.valid()) grads_.emplace_back(pi.grad, store.index_of(pi.name));
+      if (pi.grad.valid()) {
+        grads_.emplace_back(pi.grad, store.index_of(pi.name));
+        if (spec.grad_owner) owner_of_.push_back(spec.grad_owner->at(pi.name));
+      }
+    BRAID_ASSERT(!spec.grad_owner || spec.bucket_bytes == 0, "gradient shards are reduced one by one, not in buckets");
     if (spec.bucket_bytes > 0) make_buckets(spec.bucket_bytes);
+    grads_at_node_.assign(p_.g.nodes().size(), {});
+    for (size_t gi = 0; gi < grads_.size(); ++gi)
+      grads_at_node_[p_.g.value(grads_[gi].first).producer.idx()].push_back(gi);
+    std::vector<ValueId> keep = p_.keep;
+    if (spec.grad_owner) {
+      // ZeRO-2: a gradient is reduced to its owner (and accumulated there) right after the node that makes it, so
+      // the arena holds it only for that node: the memory plan may give its bytes to later values.
+      std::erase_if(keep, [&](ValueId v) {
+        return std::any_of(grads_.begin(), grads_.end(), [&](const auto& g) { return g.first == v; });
+      });
+    }
     ExecutorOptions eo;
     eo.slots = spec.slots;
     if (spec.slots > 1) eo.stash = p_.stash;  // one slot: one region, packed as a single-device graph is
     eo.fuse = spec.fuse;
     // One micro-batch a step in one slot: backward writes the gradients straight into the store (into their
     // buckets), instead of into the arena and then a copy (accumulate) into the store.
-    grads_in_store_ = spec.micro_batches == 1 && spec.slots == 1;
+    grads_in_store_ = spec.micro_batches == 1 && spec.slots == 1 && !spec.grad_owner;
     if (grads_in_store_)
       for (const auto& [grad, entry] : grads_) eo.external.emplace_back(grad, store.entries()[entry].grad);
-    exec_ = std::make_unique<Executor>(p_.g, store, p_.keep, eo);
+    exec_ = std::make_unique<Executor>(p_.g, store, keep, eo);
     hook_ = [this](size_t node) {
       for (size_t gi : grads_at_node_[node]) {
         if (!grads_in_store_) accumulate_one(gi, hook_slot_, hook_first_);
         (*ready_)(gi);
       }
+    };
+    shard_hook_ = [this](size_t node) {
+      for (size_t gi : grads_at_node_[node]) reduce_to_owner(gi, hook_slot_, hook_first_);
     };
   }
 
@@ -47,11 +66,23 @@ class CpuProgram final : public Program {
   Tensor value(ValueId v, int slot) override { return exec_->value(v, slot); }
   Tensor param(const std::string& name) override { return store_.find(name)->value; }
   double scalar(ValueId v, int slot) override { return exec::scalar(exec_->value(v, slot)); }
-  void set_groups(Communicator* tensor, Communicator* data) override { exec_->set_groups(tensor, data); }
+  void set_groups(Communicator* tensor, Communicator* data) override {
+    exec_->set_groups(tensor, data);
+    data_ = data;
+  }
   void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
     BRAID_ASSERT(M == M_, "a step of ", M, " micro-batches for a program built for ", M_);
+    if (!owner_of_.empty()) {
+      BRAID_ASSERT(data_, "gradient shards without a data-parallel group");
+      hook_slot_ = slot;
+      hook_first_ = k == 0;
+      exec_->set_after_node(&shard_hook_);
+      exec_->run_backward(slot, ids.seed, ids.stream, ids.batch_offset);
+      exec_->set_after_node(nullptr);
+      return;
+    }
     if (ready) {
       // Each gradient accumulated and handed on right after the node that produces it (hook_).
       ready_ = ready;
@@ -74,8 +105,14 @@ class CpuProgram final : public Program {
   void set_loss_scale(double s) override {
     BRAID_ASSERT(s == 1.0, "loss scaling is for fp16 on accelerators; CPU devices train in f32");
   }
-  void set_trace(io::TraceLane* lane) override { exec_->set_trace(lane); }
-  void set_trace_micro_batch(int mb) override { exec_->set_trace_micro_batch(mb); }
+  void set_trace(io::TraceLane* lane) override {
+    exec_->set_trace(lane);
+    lane_ = lane;
+  }
+  void set_trace_micro_batch(int mb) override {
+    exec_->set_trace_micro_batch(mb);
+    trace_mb_ = mb;
+  }
   bool set_node_timing(double* node_seconds, PhaseTimes* phases) override {
     exec_->set_node_timing(node_seconds);
     phases_ = node_seconds ? phases : nullptr;
@@ -94,6 +131,19 @@ class CpuProgram final : public Program {
     accumulate(store_.entries()[entry].grad, exec_->value(grad, slot), 1.0 / M_, first);
   }
 
+  // ZeRO-2: this micro-batch's gradient, averaged over the data group into its owner, which adds it (/ M) to the
+  // gradient it keeps; the other replicas' copies were scratch.
+  void reduce_to_owner(size_t gi, int slot, bool first) {
+    const auto& [grad, entry] = grads_[gi];
+    Tensor v = exec_->value(grad, slot);
+    {
+      io::TraceScope scope(lane_, io::TraceLabel{io::TraceKind::Collective, {}, {}, "reduce grad", trace_mb_, -1,
+                                                 static_cast<double>(v.bytes())});
+      data_->reduce(v, owner_of_[gi], ReduceOp::Avg);
+    }
+    if (owner_of_[gi] == replica_) accumulate(store_.entries()[entry].grad, v, 1.0 / M_, first);
+  }
+
   // Buckets of gradients in the order backward produces them (their producer nodes), each up to `limit` bytes (a
   // larger gradient is a bucket of its own). A bucket of several gradients is one flat tensor and the gradients
   // live in it (views, each on a 64-byte boundary; the gaps stay zero), so the all-reduce works on them in place:
@@ -107,13 +157,11 @@ class CpuProgram final : public Program {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return g.value(grads_[a].first).producer.v < g.value(grads_[b].first).producer.v;
     });
-    grads_at_node_.assign(g.nodes().size(), {});
     bucket_of_.assign(grads_.size(), 0);
     std::vector<std::vector<size_t>> members;
     size_t bytes = 0;
     for (size_t gi : order) {
       const Tensor& grad = entries[grads_[gi].second].grad;
-      grads_at_node_[g.value(grads_[gi].first).producer.idx()].push_back(gi);
       if (members.empty() || (bytes + grad.bytes() > limit && bytes > 0) ||
           grad.dtype() != entries[grads_[members.back().front()].second].grad.dtype()) {
         members.emplace_back();
@@ -149,7 +197,13 @@ class CpuProgram final : public Program {
   const StageProgram& p_;
   ParamStore& store_;
   int M_ = 1;
+  int replica_ = 0;
   std::vector<std::pair<ValueId, size_t>> grads_;  // gradient value, store entry
+  std::vector<int> owner_of_;                      // ZeRO-2: per gradient, the replica keeping it; else empty
+  Communicator* data_ = nullptr;
+  io::TraceLane* lane_ = nullptr;
+  int trace_mb_ = -1;
+  std::function<void(size_t)> shard_hook_;
   bool grads_in_store_ = false;
   std::vector<Tensor> buckets_;
   std::vector<size_t> bucket_of_;
@@ -170,7 +224,7 @@ class CpuDevice final : public Device {
   }
 
   std::unique_ptr<Program> compile(const ProgramSpec& spec, ParamStore& store) override {
-    progs_.push_back(Counted{spec.prog, spec.replica, spec.tensor_rank});
+    progs_.push_back(Counted{spec.prog, spec.replica, spec.tensor_rank, spec.grad_owner});
     auto p = std::make_unique<CpuProgram>(spec, store);
     arena_ += p->arena_bytes() + p->workspace_bytes();
     return p;
@@ -183,10 +237,13 @@ class CpuDevice final : public Device {
 
   double grad_sum_squares() override {
     double sq = 0;
+    // A gradient counts once: replica 0's, or (ZeRO-2) its owner's, the only one holding it.
     for (const auto& c : progs_) {
-      if (c.replica != 0) continue;
+      if (!c.owner && c.replica != 0) continue;
       for (const auto& sh : c.prog->params) {
         if (sh.buffer || !shard_counts(sh, c.tensor_rank)) continue;
+        if (c.owner)
+          if (auto it = c.owner->find(sh.name); it == c.owner->end() || it->second != c.replica) continue;
         const ParamEntry* e = store_->find(sh.name);
         if (e->has_grad) sq += sum_squares(e->grad);
       }
@@ -226,6 +283,7 @@ class CpuDevice final : public Device {
   struct Counted {
     const StageProgram* prog;
     int replica, tensor_rank;
+    const std::map<std::string, int>* owner;
   };
   std::vector<Counted> progs_;
   ParamStore* store_ = nullptr;

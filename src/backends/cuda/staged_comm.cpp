@@ -47,6 +47,11 @@ class HostStagedComm final : public Communicator {
     host_->broadcast(h, root);
     up(t, h);
   }
+  void do_reduce(Tensor& t, int root, ReduceOp op) override {
+    Tensor h = down(t);
+    host_->reduce(h, root, op);
+    up(t, h);
+  }
   void do_barrier() override { host_->barrier(); }
   void do_send(const Tensor& t, int peer, int tag) override { host_->send(down(t), peer, tag); }
   void do_recv(Tensor& t, int peer, int tag) override {

@@ -121,6 +121,12 @@ std::string broadcast(const Tensor& t, int root, int n) {
   return {};
 }
 
+std::string reduce(const Tensor& t, int root, ReduceOp op, int n) {
+  if (auto e = check_defined("reduce", t, "t"); !e.empty()) return e;
+  if (root < 0 || root >= n) return BRAID_STR("reduce: root ", root, " is not a rank of a group of ", n);
+  return check_reducible("reduce", t, op);
+}
+
 std::string peer(const char* what, int peer, int n) {
   if (peer < 0 || peer >= n) return BRAID_STR(what, ": peer ", peer, " is not a rank of a group of ", n);
   return {};
@@ -178,6 +184,7 @@ class Borrowed final : public Communicator {
     t_.all_to_all(in, out, split_axis, concat_axis);
   }
   void do_broadcast(Tensor& t, int root) override { t_.broadcast(t, root); }
+  void do_reduce(Tensor& t, int root, ReduceOp op) override { t_.reduce(t, root, op); }
   void do_barrier() override { t_.barrier(); }
   void do_send(const Tensor& t, int peer, int tag) override { t_.send(t, peer, tag); }
   void do_recv(Tensor& t, int peer, int tag) override { t_.recv(t, peer, tag); }

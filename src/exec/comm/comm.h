@@ -49,6 +49,10 @@ class Communicator {
   }
   // Every rank's t <- root's t.
   void broadcast(Tensor& t, int root) { do_broadcast(t, root); }
+  // root's t <- op over ranks of t, the same bits all_reduce gives; the other ranks' t is left unspecified (their
+  // bytes may be used as scratch). What ZeRO-2's gradient shards take: half an all-reduce's traffic. Backends
+  // without a reduce of their own all-reduce.
+  void reduce(Tensor& t, int root, ReduceOp op = ReduceOp::Sum) { do_reduce(t, root, op); }
   // Returns once every rank of the group has called it.
   void barrier() { do_barrier(); }
 
@@ -74,6 +78,7 @@ class Communicator {
   virtual void do_reduce_scatter(const Tensor& in, Tensor& out, int axis, ReduceOp op) = 0;
   virtual void do_all_to_all(const Tensor& in, Tensor& out, int split_axis, int concat_axis) = 0;
   virtual void do_broadcast(Tensor& t, int root) = 0;
+  virtual void do_reduce(Tensor& t, int /*root*/, ReduceOp op) { do_all_reduce(t, op); }
   virtual void do_barrier() = 0;
   virtual void do_send(const Tensor& t, int peer, int tag) = 0;
   virtual void do_recv(Tensor& t, int peer, int tag) = 0;
@@ -89,6 +94,7 @@ std::string all_gather(const Tensor& in, const Tensor& out, int axis, int n);
 std::string reduce_scatter(const Tensor& in, const Tensor& out, int axis, ReduceOp op, int n);
 std::string all_to_all(const Tensor& in, const Tensor& out, int split_axis, int concat_axis, int n);
 std::string broadcast(const Tensor& t, int root, int n);
+std::string reduce(const Tensor& t, int root, ReduceOp op, int n);
 std::string peer(const char* what, int peer, int n);
 std::string split(const std::vector<int>& ranks, int rank, int n);
 }  // namespace comm_check

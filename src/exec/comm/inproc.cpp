@@ -21,7 +21,7 @@ namespace braid::exec {
 
 namespace detail {
 
-enum class OpKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Barrier };
+enum class OpKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce, Barrier };
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
@@ -30,6 +30,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::ReduceScatter: return "reduce_scatter";
     case OpKind::AllToAll: return "all_to_all";
     case OpKind::Broadcast: return "broadcast";
+    case OpKind::Reduce: return "reduce";
     case OpKind::Barrier: return "barrier";
   }
   return "?";
@@ -180,6 +181,7 @@ std::string describe(const Slot& s) {
     case OpKind::ReduceScatter: d += BRAID_STR(", axis ", s.axis, ", ", reduce_op_name(s.op)); break;
     case OpKind::AllToAll: d += BRAID_STR(", split axis ", s.axis, ", concat axis ", s.axis2); break;
     case OpKind::Broadcast: d += BRAID_STR(", root ", s.root); break;
+    case OpKind::Reduce: d += BRAID_STR(", root ", s.root, ", ", reduce_op_name(s.op)); break;
     case OpKind::Barrier: break;
   }
   return d + ")";
@@ -320,6 +322,18 @@ class InProcComm final : public Communicator {
     arrive("broadcast", true);
     if (rank_ != root) copy_bytes(bytes_of(t), bytes_of(*group_->slots[root].in), static_cast<int64_t>(t.bytes()));
     arrive("broadcast (copied)", false);
+  }
+
+  // all_reduce's first half, into root's tensor: each rank folds its own chunk of every rank's tensor into root's.
+  void do_reduce(Tensor& t, int root, ReduceOp op) override {
+    publish(OpKind::Reduce, op, 0, 0, root, &t, &t, comm_check::reduce(t, root, op, size()));
+    arrive("reduce", true);
+    const int n = size();
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+    const int64_t b = t.numel() * rank_ / n, e = t.numel() * (rank_ + 1) / n;
+    for (int j = 0; j < n; ++j) ptrs_[j] = bytes_of(*group_->slots[j].out) + b * es;
+    fold(t.dtype(), op, bytes_of(*group_->slots[root].out) + b * es, ptrs_.data(), n, e - b);
+    arrive("reduce (chunks reduced)", false);
   }
 
   void do_barrier() override {
