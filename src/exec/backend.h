@@ -93,6 +93,9 @@ struct ProgramSpec {
   // gradient is then reduced to its owner over the data group right after the node that makes it, in every
   // micro-batch's backward; the others hold none of it past that node. nullptr: every replica keeps every gradient.
   const std::map<std::string, int>* grad_owner = nullptr;
+  // ZeRO stage 3: grad_owner's replica also holds the parameter; the others have none of its bytes in the store
+  // (the program's comm_gather_param nodes broadcast it from its holder just before use).
+  bool params_sharded = false;
 };
 
 // What a device holds, in bytes: its programs' static arenas (activations, temporaries, slots, workspace) and its

@@ -123,7 +123,7 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
       where_(std::move(where)),
       options_(options),
       seed_(cfg.train.seed),
-      programs_(lower_plan(cfg.model, plan, LowerOptions{options.sync_batch_norm, options.half})),
+      programs_(lower_plan(cfg.model, plan, LowerOptions{options.sync_batch_norm, options.half, plan.summary.zero >= 3})),
       schedule_(schedule_of(plan.summary)),
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
@@ -183,12 +183,13 @@ void Engine::build(const PlanWorld* world) {
       c.tensor_rank = static_cast<int>(k) % p.tp;
       if (!owners_[static_cast<size_t>(p.stage)].empty()) c.owner = &owners_[static_cast<size_t>(p.stage)];
       add_stage_params(p, c.tensor_rank, seed_, d->store);
-      // ZeRO stage 2: a replica keeps the gradients of the parameters it updates only.
+      // ZeRO stage 2: a replica keeps the gradients of the parameters it updates only; stage 3: and their values.
       if (c.owner && plan_.summary.zero >= 2)
         for (const auto& [name, owner] : *c.owner)
           if (owner != c.replica) {
-            Tensor& grad = d->store.find(name)->grad;
-            grad = Tensor::empty(TensorDesc{Shape{0}, grad.dtype()});
+            ParamEntry& e = *d->store.find(name);
+            e.grad = Tensor::empty(TensorDesc{Shape{0}, e.grad.dtype()});
+            if (plan_.summary.zero >= 3) e.value = Tensor::empty(TensorDesc{Shape{0}, e.value.dtype()});
           }
       d->chunks.push_back(std::move(c));
     }
@@ -204,6 +205,7 @@ void Engine::build(const PlanWorld* world) {
       spec.micro_batches = micro_batches_;
       spec.micro = micro_;
       spec.grad_owner = plan_.summary.zero >= 2 ? c.owner : nullptr;
+      spec.params_sharded = plan_.summary.zero >= 3 && c.owner;
       spec.bucket_bytes = p.dp > 1 && !spec.grad_owner ? options_.bucket_bytes : 0;
       spec.fuse = options_.fuse;
       c.program = d->device->compile(spec, d->store);
@@ -605,9 +607,10 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
     if (coef < 1.0) d.device->scale_grads(coef);
   }
   d.device->update(job.lr);
-  // ZeRO stages 1 and 2: every parameter from the replica that updated it, to the others of its data-parallel group.
+  // ZeRO stages 1 and 2: every parameter from the replica that updated it, to the others of its data-parallel group
+  // (stage 3: nobody else holds it).
   for (auto& c : d.chunks) {
-    if (!c.owner) continue;
+    if (!c.owner || plan_.summary.zero >= 3) continue;
     io::TraceScope bs(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "broadcast params"});
     for (const auto& [name, owner] : *c.owner) {
       Tensor t = c.program->param(name);
@@ -618,7 +621,8 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
 }
 
 void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
-                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner) {
+                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner,
+                   bool values_sharded) {
   // Every shard that counts (replica 0's value; tensor rank 0's unless it is a slice; its optimizer state from the
   // replica that holds it), in one order all processes agree on: programs, then tensor ranks, then parameters.
   // Device 0's process assembles; a tensor of another process travels over `host` (the devices are idle, so the
@@ -630,8 +634,8 @@ void gather_shards(const std::vector<StageProgram>& programs, const std::functio
       for (const auto& sh : p.params) {
         if (!shard_counts(sh, t)) continue;
         int tag = (1 << 28) + 8 * shard_index++;
-        const int value_dev = p.devices[static_cast<size_t>(t)];  // replica 0
         const int replica = state_owner && !sh.buffer ? state_owner(p, sh.name) : 0;
+        const int value_dev = p.devices[static_cast<size_t>((values_sharded ? replica : 0) * p.tp + t)];
         const int state_dev = p.devices[static_cast<size_t>(replica * p.tp + t)];
         const ShardHolder vh = local(value_dev), st = local(state_dev);
         // One tensor: from `source` (local: `part`) into `whole` (in device 0's process).
@@ -697,7 +701,8 @@ void Engine::gather(ParamStore& full, Optimizer* full_opt) {
       plan_.summary.zero >= 1 ? StateOwner([this](const StageProgram& p, const std::string& name) {
         return state_owner(p, name);
       })
-                              : StateOwner{});
+                              : StateOwner{},
+      plan_.summary.zero >= 3);
   if (full_opt && local_of(0)) full_opt->set_steps_taken(local_of(0)->opt->steps_taken());
 }
 
@@ -706,7 +711,8 @@ void scatter_stage(const StageProgram& p, int tensor_rank, const ParamStore& ful
   for (const auto& sh : p.params) {
     const ParamEntry* src = full.find(sh.name);
     BRAID_ASSERT(src, "the whole model has no parameter ", sh.name);
-    take_shard(src->value, store.find(sh.name)->value, sh, tensor_rank);
+    Tensor& value = store.find(sh.name)->value;
+    if (value.bytes() > 0 || src->value.bytes() == 0) take_shard(src->value, value, sh, tensor_rank);  // ZeRO-3: held elsewhere
     if (!full_opt || !opt || sh.buffer) continue;
     auto it = opt->state().find(sh.name);
     if (it == opt->state().end()) continue;

@@ -78,10 +78,11 @@ struct ShardHolder {
 // process: `local(id)` gives this process's devices' copies; shards of other processes arrive over `host` (the
 // job's world; unused when every device is local). A collective of every process of the job.
 // `state_owner(p, name)`: the data-parallel replica holding parameter `name`'s optimizer state (optimizer-state
-// sharding; empty: replica 0, whose values are taken in any case).
+// sharding; empty: replica 0, whose values are taken unless `values_sharded`: ZeRO-3, the holder's).
 using StateOwner = std::function<int(const StageProgram&, const std::string&)>;
 void gather_shards(const std::vector<StageProgram>& programs, const std::function<ShardHolder(int)>& local,
-                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner = {});
+                   Communicator* host, ParamStore& full, Optimizer* full_opt, const StateOwner& state_owner = {},
+                   bool values_sharded = false);
 // ZeRO stage 1's partition of stage program p's trainable parameters over its dp replicas: largest first, each to
 // the replica holding the fewest bytes so far (ties: the lower replica); name -> replica. Deterministic.
 std::map<std::string, int> zero_owners(const StageProgram& p);

@@ -62,12 +62,16 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(total, 4) + 3) / 4}, DType::f32});
   if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
   place_values(static_cast<char*>(arena_.raw()), shared, slot_bytes, options.slots, [&](const graph::Value& v) {
+    if (options.param_owner)
+      if (auto it = options.param_owner->find(v.name); it != options.param_owner->end() && it->second != options.replica)
+        return Tensor::view(nullptr, v.desc);  // held by another replica: only comm_gather_param reads it
     ParamEntry* e = params.find(v.name);
     BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
     BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
                  v.desc.str(), " in the graph");
     return e->value;
   });
+  param_owner_ = options.param_owner;
   BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
   for (const auto& [v, t] : options.external) {
     const graph::Value& val = g.value(v);
@@ -183,6 +187,13 @@ void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& i
       else
         std::memset(y.raw(), 0, y.bytes());
       break;
+    case K::ParamGather: {
+      BRAID_ASSERT(param_owner_, "comm_gather_param without ZeRO-3's parameter owners");
+      const int root = param_owner_->at(n.attrs.s("param"));
+      if (comm->rank() == root) y.copy_from(x);
+      comm->broadcast(y, root);
+      break;
+    }
     case K::None:
       BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }

@@ -8,6 +8,7 @@
 // values that live only inside a forward or a backward share one region.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ struct ExecutorOptions {
   // linear_db of the same dy runs db's sums inside the dW GEMM's threads. The values and their bits are
   // those of the unfused nodes; BRAID_FUSION=0 in the environment turns it off (A/B runs).
   bool fuse = true;
+  // ZeRO-3: the data-parallel replica holding each trainable parameter, and this one. A parameter held elsewhere
+  // has no bytes here (its graph value is read by comm_gather_param nodes only, which broadcast it from its holder
+  // into an arena value just before use). nullptr: every parameter is in the store.
+  const std::map<std::string, int>* param_owner = nullptr;
+  int replica = 0;
 };
 
 class Executor : public NodeLoop {
@@ -61,6 +67,7 @@ class Executor : public NodeLoop {
                    const std::vector<Tensor>& out);
   Tensor arena_, workspace_;
   std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
+  const std::map<std::string, int>* param_owner_ = nullptr;  // ZeRO-3 (ExecutorOptions::param_owner)
   std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
   std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node (fuse_ 1): the fused kernel
   std::vector<size_t> fused_heads_;

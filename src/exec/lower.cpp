@@ -136,6 +136,15 @@ class StageLowering {
     for (size_t i = 0; i < nodes.size(); ++i) {
       const Node& n = nodes[i];
       const std::string& mode = planner::recompute_of(plan_, n.layer);
+      // ZeRO-3's parameter gathers: again in backward, right before the nodes that read the parameter there (inside a
+      // fully recomputed block they go with the block).
+      if (n.op->collective_kind == ops::CollectiveKind::ParamGather && mode != "full") {
+        prev_block.clear();
+        spec.recompute_group[i] = static_cast<int>(spec.keeps_outputs.size());
+        spec.keeps_outputs.push_back(false);
+        any = true;
+        continue;
+      }
       if (mode == "none" || !n.op->mutated_inputs.empty()) {
         prev_block.clear();
         continue;
@@ -246,6 +255,12 @@ class StageLowering {
     }
     ValueId v = it->second.first;
     if (info->spec.buffer) return v;  // updated in place by its op: never through a copy
+    if (options_.zero3 && p_.dp > 1) {  // ZeRO-3: from the replica holding it, just before this node
+      ops::Attrs attrs{{"group", std::string("data")}, {"parts", static_cast<int64_t>(p_.dp)}, {"param", info->name}};
+      const ops::OpDef& def = ops::Registry::get().at("comm_gather_param");
+      ops::complete_attrs(def, attrs);
+      v = p_.g.add_node(def, attrs, {v}, 1, n.name + "/gather:" + info->name, n.layer, SourceLoc{}, false)[0];
+    }
     if (want.kind == Sbp::Kind::Partial) return emit("comm_to_partial", {}, v, n.name);
     if (want.kind == Sbp::Kind::Broadcast && split_op) return emit("comm_copy", {}, v, n.name);
     return v;

@@ -75,6 +75,10 @@ struct LowerOptions {
   // 16-bit values between ops (graph::BuildOptions::half: bf16 on accelerators of one stage without tensor
   // parallelism); f32 otherwise.
   DType half = DType::f32;
+  // ZeRO stage 3 (plan summary zero: 3) on stages with data_parallel > 1: every read of a trainable parameter goes
+  // through a comm_gather_param node just before the node that reads it (its holder broadcasts it), recomputed in
+  // backward like a selective recomputation, so that a gathered copy lives only around its use.
+  bool zero3 = false;
 };
 std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options = {});
 

@@ -213,6 +213,7 @@ enum class CollectiveKind : uint8_t {
   ReduceScatter,  // P -> S(axis) (sum)
   Copy,           // identity (its gradient is all-reduced)
   ToPartial,      // B -> P: rank 0 the value, the others zeros
+  ParamGather,    // ZeRO-3: the parameter from the data-parallel replica that holds it, to every replica
 };
 
 struct OpDef {

@@ -97,13 +97,13 @@ class Validator {
     check_recompute(s_.recompute, sloc("recompute"), "in the summary");
     if (s_.zero < 0 || s_.zero > 3)
       diags_.error(sloc("zero"), "zero stage " + std::to_string(s_.zero) + " does not exist; expected 0, 1, 2 or 3",
-                   "0: no sharding; 1: optimizer state sharded over each data-parallel group; 2: and the gradients");
-    else if (s_.zero > 2)
-      diags_.error(sloc("zero"), "zero stage " + std::to_string(s_.zero) + " is not implemented yet",
-                   "use zero: 1 (optimizer state sharded) or 2 (and the gradients); stage 3 (parameters) comes later");
+                   "0: no sharding; 1: optimizer state sharded over each data-parallel group; 2: and the gradients; "
+                   "3: and the parameters");
     else if (s_.zero >= 1 && s_.data_parallel == 1)
       diags_.error(sloc("zero"), "zero: " + std::to_string(s_.zero) + " shards " +
-                                     (s_.zero == 1 ? "the optimizer state" : "the optimizer state and gradients") +
+                                     (s_.zero == 1   ? "the optimizer state"
+                                      : s_.zero == 2 ? "the optimizer state and gradients"
+                                                     : "the optimizer state, gradients and parameters") +
                                      " over a data-parallel group, but data_parallel is 1",
                    "set data_parallel to 2 or more, or remove zero");
     const std::pair<const char*, int64_t> counts[] = {

@@ -99,7 +99,7 @@ std::string to_yaml(const Plan& plan) {
   out += summary_line("micro_batches", std::to_string(s.micro_batches), "per optimizer step and replica");
   out += summary_line("schedule", scalar(s.schedule), "gpipe | 1f1b | interleaved");
   if (s.zero != 0 || s.pinned.has("zero"))
-    out += summary_line("zero", std::to_string(s.zero), "optimizer-state sharding (ZeRO stage): 0 | 1 | 2");
+    out += summary_line("zero", std::to_string(s.zero), "optimizer-state sharding (ZeRO stage): 0 | 1 | 2 | 3");
   if (s.recompute != "none" || s.pinned.has("recompute"))
     out += summary_line("recompute", scalar(s.recompute), "activation recomputation: none | full | selective");
   Flow pred;

@@ -4,7 +4,9 @@
 // fashion_lenet (batch norm, whose running statistics are never updated twice), and they shrink the static arena.
 // Optimizer-state sharding (plan `zero: 1`, exec/engine.cpp): each data-parallel replica keeps the optimizer state of
 // its share of the parameters; the run, its checkpoints' whole tensors and a resume under another plan are those of
-// the run without it, bit for bit.
+// the run without it, bit for bit. `zero: 2` also shards the gradients (reduced to their owner as they are made) and
+// `zero: 3` the parameters (gathered just before each use, as graph nodes): within 1e-6 (losses) and 1e-5 (weights)
+// of the run without them, checkpoints whole, resumable under any plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,6 +47,7 @@ struct Result {
   size_t arena = 0;
   std::vector<size_t> optimizer_bytes;  // per device
   std::vector<size_t> gradient_bytes;   // per device
+  std::vector<size_t> parameter_bytes;  // per device
 };
 
 struct Run {
@@ -76,6 +79,7 @@ Result train(const io::RunConfig& cfg, planner::Plan plan, const std::string& mo
   for (const auto& m : e.memory()) {
     r.optimizer_bytes.push_back(m.optimizer);
     r.gradient_bytes.push_back(m.gradients);
+    r.parameter_bytes.push_back(m.parameters);
   }
   return r;
 }
@@ -313,28 +317,35 @@ TEST(Zero, StageOneIsBitIdenticalAndShardsTheOptimizerState) {
 
 // A run under ZeRO-1 (dp 2 x tp 2 here, in one process) gathers into whole tensors that another plan (one device)
 // scatters and continues from: the next steps' losses are those of the run that never changed plan.
-// ZeRO stage 2: each replica also keeps only the gradients of the parameters it updates (each reduced to its owner
-// right after the node that makes it, every micro-batch). Sums in another order than the all-reduce of accumulated
-// gradients: within the tolerances of the run without it, alone, with recomputation, and with tensor and
-// pipeline splits; each device's gradients and optimizer state about 1/dp of the whole.
-TEST(Zero, StageTwoReproducesTheRunAndShardsTheGradients) {
-  const io::RunConfig gpt = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
-  auto dp_tp_pp = [&] {
-    planner::Plan p = pipeline_plan(gpt, "h.0.res2");
-    p.summary.devices = 8;
-    p.summary.data_parallel = 2;
-    p.summary.tensor_parallel = 2;
-    p.summary.micro_batch = 2;
-    p.stages[0].devices = {0, 1, 2, 3};
-    p.stages[1].devices = {4, 5, 6, 7};
-    for (auto& st : p.stages) st.mesh = {2, 2};
+// ZeRO stages 2 and 3: each replica also keeps only the gradients of the parameters it updates (each reduced to its
+// owner right after the node that makes it, every micro-batch), and under stage 3 only their values (each gathered
+// from its holder just before a node reads it, in forward and again in backward). Sums in another order than the
+// all-reduce of accumulated gradients: within the tolerances of the run without it, alone, with
+// recomputation, and with tensor and pipeline splits; each device's share of the whole about 1/dp.
+planner::Plan dp_tp_pp_plan(const io::RunConfig& gpt, int tp) {
+  planner::Plan p = pipeline_plan(gpt, "h.0.res2");
+  p.summary.devices = 4 * tp;
+  p.summary.data_parallel = 2;
+  p.summary.tensor_parallel = tp;
+  p.summary.micro_batch = 2;
+  p.stages[0].devices.clear();
+  p.stages[1].devices.clear();
+  for (int d = 0; d < 2 * tp; ++d) {
+    p.stages[0].devices.push_back(d);
+    p.stages[1].devices.push_back(2 * tp + d);
+  }
+  for (auto& st : p.stages) st.mesh = {2, tp};
+  if (tp > 1)
     for (auto& l : p.layers)
       if (l.layer.ends_with(".fc") || l.layer.ends_with(".proj")) {
         l.signature = l.layer.ends_with(".fc") ? "column" : "row";
-        l.tensor_parallel = 2;
+        l.tensor_parallel = tp;
       }
-    return p;
-  };
+  return p;
+}
+
+void sharded_stages_reproduce_the_run(int zero) {
+  const io::RunConfig gpt = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
   struct Case {
     std::string name;
     io::RunConfig cfg;
@@ -346,26 +357,59 @@ TEST(Zero, StageTwoReproducesTheRunAndShardsTheGradients) {
       {"tiny_gpt dp 2", gpt, data_parallel_plan(gpt, 2), "none"},
       {"tiny_gpt dp 4", gpt, data_parallel_plan(gpt, 4), "none"},
       {"tiny_gpt dp 2 + recompute full", gpt, data_parallel_plan(gpt, 2), "full"},
-      {"tiny_gpt dp 2 x tp 2 x pp 2", gpt, dp_tp_pp(), "none"},
+      {"tiny_gpt dp 2 + recompute selective", gpt, data_parallel_plan(gpt, 2), "selective"},
+      {"tiny_gpt dp 2 x tp 2 x pp 2", gpt, dp_tp_pp_plan(gpt, 2), "none"},
+      {"tiny_gpt dp 2 x pp 2 + recompute full", gpt, dp_tp_pp_plan(gpt, 1), "full"},
       {"fashion_mlp dp 4", mlp, data_parallel_plan(mlp, 4), "none"},
       {"fashion_lenet dp 2 (sync batch norm)", lenet, data_parallel_plan(lenet, 2), "selective"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const Result none = train(c.cfg, c.plan, c.recompute, 10, 0), two = train(c.cfg, c.plan, c.recompute, 10, 2);
-    expect_close(none, two, c.name + " zero 2");
+    const Result none = train(c.cfg, c.plan, c.recompute, 10, 0), sharded = train(c.cfg, c.plan, c.recompute, 10, zero);
+    expect_close(none, sharded, c.name + " zero " + std::to_string(zero));
     const int dp = c.plan.summary.data_parallel;
-    size_t all = 0, most = 0, all_state = 0, most_state = 0;
-    for (size_t b : none.gradient_bytes) all = std::max(all, b);
-    for (size_t b : two.gradient_bytes) most = std::max(most, b);
-    for (size_t b : none.optimizer_bytes) all_state = std::max(all_state, b);
-    for (size_t b : two.optimizer_bytes) most_state = std::max(most_state, b);
-    EXPECT_LT(most, all) << "each device holds a share of the gradients";
-    EXPECT_LT(most_state, all_state) << "and of the optimizer state";
-    if (!c.name.starts_with("tiny_gpt")) continue;  // a few whole tensors (mlp, lenet) do not split evenly
-    EXPECT_LE(static_cast<double>(most), 1.3 * static_cast<double>(all) / dp) << "a share of about 1/" << dp;
-    EXPECT_LE(static_cast<double>(most_state), 1.3 * static_cast<double>(all_state) / dp);
+    auto most = [](const std::vector<size_t>& v) { return static_cast<double>(*std::max_element(v.begin(), v.end())); };
+    std::vector<std::pair<const char*, double>> shares = {
+        {"gradients", most(sharded.gradient_bytes) / most(none.gradient_bytes)},
+        {"optimizer state", most(sharded.optimizer_bytes) / most(none.optimizer_bytes)}};
+    if (zero >= 3) shares.emplace_back("parameters", most(sharded.parameter_bytes) / most(none.parameter_bytes));
+    else EXPECT_EQ(sharded.parameter_bytes, none.parameter_bytes);
+    for (const auto& [what, share] : shares) {
+      EXPECT_LT(share, 1.0) << "each device holds a share of the " << what;
+      // A few whole tensors (mlp, lenet) do not split evenly; tiny_gpt's do, but for buffers and layer norms.
+      if (c.name.starts_with("tiny_gpt")) EXPECT_LE(share, 1.3 / dp) << what << ": a share of about 1/" << dp;
+    }
   }
+}
+
+TEST(Zero, StageTwoReproducesTheRunAndShardsTheGradients) { sharded_stages_reproduce_the_run(2); }
+TEST(Zero, StageThreeReproducesTheRunAndShardsTheParameters) { sharded_stages_reproduce_the_run(3); }
+
+// ZeRO-3's gathers are graph nodes: one per parameter read in forward, and (recomputed) again in backward before the
+// nodes that read it there; so the static arena holds a gathered copy only around its use.
+TEST(Zero, StageThreeGathersAreNodesBeforeEachUse) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan plan = data_parallel_plan(cfg, 2);
+  plan.summary.zero = 3;
+  const auto stages = lower_plan(cfg.model, plan, LowerOptions{false, DType::f32, true});
+  const graph::Graph& g = stages[0].g;
+  int forward = 0, backward = 0;
+  for (const auto& n : g.nodes()) {
+    if (n.op->collective_kind != ops::CollectiveKind::ParamGather) continue;
+    (n.backward ? backward : forward) += 1;
+    const graph::Value& p = g.value(n.inputs[0]);
+    EXPECT_EQ(p.kind, graph::ValueKind::Param) << n.name;
+    EXPECT_EQ(n.attrs.s("param"), p.name);
+    for (NodeId c : g.value(n.outputs[0]).consumers) EXPECT_EQ(g.node(c).backward, n.backward) << n.name;
+  }
+  int trainable = 0;
+  for (const auto& pi : g.params()) trainable += pi.grad.valid() ? 1 : 0;
+  EXPECT_GE(forward, trainable);
+  EXPECT_GE(backward, trainable - 4) << "weights whose gradient needs no value (biases) are not gathered again";
+  for (const auto& pi : g.params())  // only gathers read a parameter
+    if (pi.grad.valid())
+      for (NodeId c : g.value(pi.value).consumers)
+        EXPECT_EQ(g.node(c).op->collective_kind, ops::CollectiveKind::ParamGather) << pi.name;
 }
 
 TEST(Zero, CheckpointOfAShardedRunResumesOnOneDevice) {
@@ -399,40 +443,103 @@ TEST(Zero, CheckpointOfAShardedRunResumesOnOneDevice) {
     EXPECT_NEAR(resumed[i], reference[3 + i], 1e-6 * std::abs(reference[3 + i])) << "step " << 4 + i;
 }
 
-// Through braid train: a run under zero: 1 + recompute full on cpu:2 stopped after step 3 and resumed on one device
+// The resume check: a checkpoint (gather: whole tensors and optimizer state) of a run under ZeRO-3 x tp 2
+// on cpu:4 resumes on one device and under ZeRO-1 x pp 2 (cpu:4) with the straight ZeRO-3 run's losses, within 1e-6;
+// the gathered tensors are the same whichever plan wrote them.
+TEST(Zero, StageThreeCheckpointResumesOnOneDeviceAndUnderStageOneWithPipeline) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan three = tensor_plan(cfg);  // dp 2 x tp 2
+  three.summary.devices = 4;
+  three.summary.data_parallel = 2;
+  three.summary.micro_batch = 2;
+  three.stages[0].devices = {0, 1, 2, 3};
+  three.stages[0].mesh = {2, 2};
+  three.summary.zero = 3;
+  planner::Plan one_pp = dp_tp_pp_plan(cfg, 1);  // dp 2 x pp 2
+  one_pp.summary.zero = 1;
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
+  auto data = open_train_data(cfg, dataset_inputs(cfg.model, g));
+  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) {
+    std::vector<double> l;
+    for (int i = from; i < to; ++i) l.push_back(e.step(*data, s.next_view(), i, 3e-3, 0.5).loss);
+    return l;
+  };
+  auto sampler = [&] { return io::BatchSampler(data->size(), cfg.train.batch, true, cfg.train.seed); };
+  Engine straight(cfg, three, *backend("cpu"));
+  io::BatchSampler ss = sampler();
+  const auto reference = steps(straight, ss, 0, 6);
+  Engine a(cfg, three, *backend("cpu"));
+  io::BatchSampler sa = sampler();
+  steps(a, sa, 0, 3);
+  ParamStore whole;
+  whole.create(g, 1);
+  Optimizer opt(cfg.optimizer, whole);
+  a.gather(whole, &opt);
+  EXPECT_EQ(opt.steps_taken(), 3);
+  for (const auto& [name, plan] : {std::pair<std::string, planner::Plan>{"one device", data_parallel_plan(cfg, 1)},
+                                   {"zero 1 x pp 2", one_pp}}) {
+    SCOPED_TRACE(name);
+    Engine b(cfg, plan, *backend("cpu"));
+    b.scatter(whole, &opt);
+    ParamStore again;  // what b holds, gathered back: the same tensors
+    again.create(g, 2);
+    Optimizer again_opt(cfg.optimizer, again);
+    b.gather(again, &again_opt);
+    for (size_t i = 0; i < whole.entries().size(); ++i) {
+      const Tensor &x = whole.entries()[i].value, &y = again.entries()[i].value;
+      EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.bytes()), 0) << whole.entries()[i].name;
+    }
+    for (const auto& [param, st] : opt.state())
+      for (const auto& [key, t] : st)
+        EXPECT_EQ(std::memcmp(t.raw(), again_opt.state().at(param).at(key).raw(), t.bytes()), 0) << param << "/" << key;
+    io::BatchSampler sb = sampler();
+    for (int i = 0; i < 3; ++i) sb.next_view();  // the batches the first three steps took
+    const auto resumed = steps(b, sb, 3, 6);
+    for (size_t i = 0; i < resumed.size(); ++i)
+      EXPECT_NEAR(resumed[i], reference[3 + i], 1e-6 * std::abs(reference[3 + i])) << "step " << 4 + i;
+  }
+}
+
+// Through braid train: a run under zero: 1 (and 3) + recompute full on cpu:2 stopped after step 3 and resumed on one device
 // from its checkpoint ends with the losses of the zero: 1 run that went straight through (within 1e-6: one device's
 // sums differ in rounding from two replicas'), and its checkpoint holds every parameter's optimizer state.
 TEST(Zero, TrainCheckpointUnderZeroResumesOnOneDevice) {
-  const auto dir = std::filesystem::temp_directory_path() / "braid_recompute_test" / "zero_train";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string plan = (dir / "plan.yaml").string();
-  std::ofstream(plan) << "summary: {devices: 2, data_parallel: 2, tensor_parallel: 1, pipeline_stages: 1, "
-                         "micro_batch: 2, micro_batches: 2, schedule: 1f1b, zero: 1, recompute: full}\n"
-                         "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: tok, last_layer: loss}\n";
-  auto run = [&](const std::string& devices, const std::string& ckpt, int64_t stop_after, const std::string& resume) {
-    io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
-    cfg.devices = devices;
-    cfg.train.steps = 6;
-    if (devices != "cpu") cfg.parallel.plan = plan;
-    cfg.checkpoint.dir = (dir / ckpt).string();
-    cfg.checkpoint.every_steps = 3;
-    TrainOptions o;
-    o.progress = false;
-    o.stop_after = stop_after;
-    o.resume = resume;
-    FILE* null = std::fopen("/dev/null", "w");
-    o.out = null;
-    TrainResult r = train(cfg, o);
-    std::fclose(null);
-    return r;
-  };
-  const TrainResult straight = run("cpu:2", "straight", 0, "");
-  run("cpu:2", "stopped", 3, "");
-  std::filesystem::copy(dir / "stopped", dir / "resumed", std::filesystem::copy_options::recursive);
-  const TrainResult resumed = run("cpu", "resumed", 0, "latest");
-  ASSERT_EQ(straight.losses.size(), 6u);
-  ASSERT_EQ(resumed.losses.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_NEAR(resumed.losses[i], straight.losses[3 + i], 1e-6 * std::abs(straight.losses[3 + i])) << "step " << 4 + i;
+  for (int zero : {1, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const auto dir = std::filesystem::temp_directory_path() / "braid_recompute_test" / "zero_train";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string plan = (dir / "plan.yaml").string();
+    std::ofstream(plan) << "summary: {devices: 2, data_parallel: 2, tensor_parallel: 1, pipeline_stages: 1, "
+                           "micro_batch: 2, micro_batches: 2, schedule: 1f1b, zero: "
+                        << zero << ", recompute: full}\n"
+                           "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: tok, last_layer: loss}\n";
+    auto run = [&](const std::string& devices, const std::string& ckpt, int64_t stop_after, const std::string& resume) {
+      io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+      cfg.devices = devices;
+      cfg.train.steps = 6;
+      if (devices != "cpu") cfg.parallel.plan = plan;
+      cfg.checkpoint.dir = (dir / ckpt).string();
+      cfg.checkpoint.every_steps = 3;
+      TrainOptions o;
+      o.progress = false;
+      o.stop_after = stop_after;
+      o.resume = resume;
+      FILE* null = std::fopen("/dev/null", "w");
+      o.out = null;
+      TrainResult r = train(cfg, o);
+      std::fclose(null);
+      return r;
+    };
+    const TrainResult straight = run("cpu:2", "straight", 0, "");
+    run("cpu:2", "stopped", 3, "");
+    std::filesystem::copy(dir / "stopped", dir / "resumed", std::filesystem::copy_options::recursive);
+    const TrainResult resumed = run("cpu", "resumed", 0, "latest");
+    ASSERT_EQ(straight.losses.size(), 6u);
+    ASSERT_EQ(resumed.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(resumed.losses[i], straight.losses[3 + i], 1e-6 * std::abs(straight.losses[3 + i])) << "step " << 4 + i;
+  }
 }

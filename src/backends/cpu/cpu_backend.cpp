@@ -42,6 +42,10 @@ class CpuProgram final : public Program {
       });
     }
     ExecutorOptions eo;
+    if (spec.params_sharded) {
+      eo.param_owner = spec.grad_owner;
+      eo.replica = spec.replica;
+    }
     eo.slots = spec.slots;
     if (spec.slots > 1) eo.stash = p_.stash;  // one slot: one region, packed as a single-device graph is
     eo.fuse = spec.fuse;

@@ -359,6 +359,8 @@ void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor
       if (comm->rank() == 0) cuda::copy(c, y.raw(), x.raw(), x.bytes());
       else stream_->memset(y.raw(), 0, y.bytes());
       break;
+    case K::ParamGather:
+      BRAID_ASSERT(false, "ZeRO-3 (", op, ") is not implemented on cuda devices; the engine refuses such plans");
     case K::None:
       BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }

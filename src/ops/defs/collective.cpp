@@ -10,6 +10,9 @@
 //   comm_reduce_scatter P -> S(axis): this rank's chunk of the sum.       backward: comm_all_gather
 //   comm_copy           B -> B entering a split op: identity.             backward: comm_all_reduce
 //   comm_to_partial     B -> P: rank 0 keeps the value, others hold zeros. backward: identity
+//   comm_gather_param   ZeRO-3 (group data): the parameter `param` from the replica that holds it, broadcast to the
+//                       others just before a node uses it (the executor knows who holds it). backward: identity (the
+//                       gradient goes to the holder with the others: exec's gradient shards)
 // Gradient layouts: the gradient of a B value is B (identical on every rank), of S(a) is S(a), of P is B.
 #include "ops/registry.h"
 
@@ -105,6 +108,12 @@ void register_collective(Registry& r) {
                  grad_all_gather));
   r.add(comm_def("comm_copy", CollectiveKind::Copy, "B value entering a split op: identity; its gradient is all-reduced", false, infer_same,
                  grad_all_reduce));
+  OpDef gather = comm_def("comm_gather_param", CollectiveKind::ParamGather,
+                          "ZeRO-3: the parameter from the data-parallel replica holding it, to every replica", false,
+                          infer_same, grad_identity);
+  gather.attrs.push_back({"param", AttrKind::String, std::nullopt, false, {}, 0, false, false,
+                          "the parameter's full name"});
+  r.add(gather);
   r.add(comm_def("comm_to_partial", CollectiveKind::ToPartial, "B -> P: rank 0 keeps the value, the other ranks hold zeros", false, infer_same,
                  grad_identity));
 }
