@@ -143,6 +143,10 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
                     "zero: " + std::to_string(plan.summary.zero) + " is not implemented on " + backend_.name() +
                         " devices yet",
                     "remove zero from the plan to train on " + backend_.name() + ", or train on cpu devices");
+  if (plan.summary.sequence_parallel && !backend_.host_memory())
+    throw UserError(plan.summary.pinned.loc("sequence_parallel", SourceLoc{cfg.path, 0, 0}),
+                    "sequence_parallel is not implemented on " + backend_.name() + " devices yet",
+                    "remove sequence_parallel from the plan to train on " + backend_.name() + ", or train on cpu devices");
   build(world);
 }
 

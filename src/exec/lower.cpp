@@ -55,6 +55,16 @@ class StageLowering {
       auto it = std::find_if(sigs.begin(), sigs.end(), [&](const auto& s) { return s.name == lp->signature; });
       BRAID_ASSERT(it != sigs.end(), "validated plan names signature ", lp->signature, " that ", n.name, " lacks");
       sig = *it;
+    } else if (plan_.summary.sequence_parallel && tp > 1 && !in_descs.empty() && in_descs[0].shape.rank() == 3 &&
+               !n.op->batch_statistics && n.op->mutated_inputs.empty()) {
+      // Sequence parallelism: a replicated layer of [batch, seq, hidden] values on its tensor rank's part of the
+      // sequence, when its op splits so and gives split values (no partial sums: not a loss).
+      auto sigs = n.op->splits ? n.op->splits(n.attrs, in_descs, out_descs) : ops::all_broadcast(in_descs, out_descs);
+      auto it = std::find_if(sigs.begin(), sigs.end(), [&](const auto& s) {
+        return s.name == "split1" &&
+               std::all_of(s.outputs.begin(), s.outputs.end(), [](const Sbp& o) { return o == Sbp::S(1); });
+      });
+      if (it != sigs.end()) sig = *it;
     }
     const bool split_op = std::any_of(sig.inputs.begin(), sig.inputs.end(), [](const Sbp& s) { return !(s == Sbp::B()); }) ||
                           std::any_of(sig.outputs.begin(), sig.outputs.end(), [](const Sbp& s) { return !(s == Sbp::B()); });
@@ -88,6 +98,8 @@ class StageLowering {
     node.sharded = split_op;
     if (tp > 1 && !sig.inputs.empty() && sig.inputs[0] == Sbp::S(0))
       node.batch_offset_per_rank = p_.g.value(inputs[0]).desc.shape[0];
+    if (tp > 1 && !sig.inputs.empty() && sig.inputs[0].kind == Sbp::Kind::Split && sig.inputs[0].axis > 0)
+      node.shard_axis = sig.inputs[0].axis;
     for (size_t k = 0; k < outs.size(); ++k) set(n.outputs[k], outs[k], sig.outputs[k]);
   }
 

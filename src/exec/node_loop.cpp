@@ -74,6 +74,7 @@ void NodeLoop::set_groups(Communicator* tensor, Communicator* data) {
   tensor_comm_ = tensor;
   data_comm_ = data;
   tensor_rank_ = tensor ? tensor->rank() : 0;
+  tensor_size_ = tensor ? tensor->size() : 1;
 }
 
 Communicator& NodeLoop::group_of(const graph::Node& n) const {

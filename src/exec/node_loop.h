@@ -66,6 +66,7 @@ class NodeLoop {
   Communicator* tensor_comm_ = nullptr;
   Communicator* data_comm_ = nullptr;
   int tensor_rank_ = 0;
+  int tensor_size_ = 1;
 };
 
 }  // namespace braid::exec

@@ -302,7 +302,13 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
                static_cast<long long>(batch), split.c_str(), train_data->describe().c_str());
   if (run && !on_accelerator) {
     const std::string memory_strategies =
-        (plan.summary.zero ? BRAID_STR("; optimizer state sharded (zero ", plan.summary.zero, ")") : std::string()) +
+        (plan.summary.zero ? BRAID_STR("; ",
+                                       plan.summary.zero == 1   ? "optimizer state"
+                                       : plan.summary.zero == 2 ? "optimizer state and gradients"
+                                                                : "optimizer state, gradients and parameters",
+                                       " sharded (zero ", plan.summary.zero, ")")
+                           : std::string()) +
+        (plan.summary.sequence_parallel ? std::string("; sequence parallel") : std::string()) +
         (plan.summary.recompute != "none" ? "; recompute " + plan.summary.recompute : std::string());
     std::string slots;
     for (int sl : engine->stage_slots()) slots += (slots.empty() ? "" : ",") + std::to_string(sl);

@@ -116,6 +116,7 @@ std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
       clone.rng_as = rng_name(fwd);
       clone.sharded = fwd.sharded;
       clone.batch_offset_per_rank = fwd.batch_offset_per_rank;
+      clone.shard_axis = fwd.shard_axis;
       for (size_t k = 0; k < outs.size(); ++k) clone_of[fwd.outputs[k].idx()] = outs[k];
     }
   };

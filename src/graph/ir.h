@@ -40,6 +40,9 @@ struct Node {
   // micro-batch (a batch split over the tensor group) starts at sample tensor_rank * batch_offset_per_rank;
   // the executor adds that to KernelCtx::batch_offset so random masks are the unsplit run's. 0: not split.
   int64_t batch_offset_per_rank = 0;
+  // Lowered graphs: the node's data inputs are its tensor rank's equal part of axis `shard_axis` (> 0) of the
+  // replica's values (sequence parallelism); the executor sets KernelCtx::shard_* from it. -1: not split so.
+  int shard_axis = -1;
   // Lowered graphs: the node runs on shards whose descriptions the lowering set; the op's inference (which
   // checks shapes against attributes such as linear's `out`) does not describe them, so verify() skips it.
   bool sharded = false;

@@ -136,6 +136,11 @@ struct KernelCtx {
   // rank * per-device batch. Random masks are drawn by global element index (batch_offset + b) * per_sample + i,
   // so that every shard reproduces the single-device mask.
   int64_t batch_offset = 0;
+  // A shard split on an axis other than the batch's (sequence parallelism: S(1) over the tensor group): this run's
+  // part starts at index shard_start of shard_full along axis shard_axis (-1: not split so). Masks are drawn by the
+  // element's index in the unsplit tensor, so the shards reproduce the unsplit run's.
+  int shard_axis = -1;
+  int64_t shard_start = 0, shard_full = 0;
 };
 
 // Inputs: data inputs then parameters/buffers (in ParamsFn order). Outputs are preallocated by the caller.

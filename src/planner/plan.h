@@ -57,6 +57,11 @@ struct Summary {
   // Optimizer-state sharding over every stage's data-parallel group (ZeRO): 0 none, 1 optimizer state sharded
   // (docs/plan_file.md). Written only when not 0.
   int zero = 0;
+  // Sequence parallelism (Megatron-SP) inside every tensor group: the layers left replicated whose values are
+  // [batch, seq, hidden] and whose op splits on axis 1 (layer norms, dropout, residual adds, activations) run on
+  // their tensor rank's part of the sequence (signature split1); the lowering reshards around them (an all-reduce
+  // becomes reduce-scatter + all-gather). Needs tensor_parallel > 1. Written only when true.
+  bool sequence_parallel = false;
   Predicted predicted;
   SourceLoc loc;             // the summary mapping
   Pins pinned;               // keys as written: "devices", ..., "predicted.bound_by"

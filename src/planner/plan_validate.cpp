@@ -106,6 +106,11 @@ class Validator {
                                                      : "the optimizer state, gradients and parameters") +
                                      " over a data-parallel group, but data_parallel is 1",
                    "set data_parallel to 2 or more, or remove zero");
+    if (s_.sequence_parallel && s_.tensor_parallel <= 1)
+      diags_.error(sloc("sequence_parallel"),
+                   "sequence_parallel splits the sequence inside tensor groups, but tensor_parallel is " +
+                       std::to_string(s_.tensor_parallel),
+                   "split some layers over a tensor group (tensor_parallel 2 or more), or remove sequence_parallel");
     const std::pair<const char*, int64_t> counts[] = {
         {"devices", s_.devices},           {"data_parallel", s_.data_parallel},
         {"tensor_parallel", s_.tensor_parallel}, {"pipeline_stages", s_.pipeline_stages},

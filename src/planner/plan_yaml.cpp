@@ -100,6 +100,9 @@ std::string to_yaml(const Plan& plan) {
   out += summary_line("schedule", scalar(s.schedule), "gpipe | 1f1b | interleaved");
   if (s.zero != 0 || s.pinned.has("zero"))
     out += summary_line("zero", std::to_string(s.zero), "optimizer-state sharding (ZeRO stage): 0 | 1 | 2 | 3");
+  if (s.sequence_parallel || s.pinned.has("sequence_parallel"))
+    out += summary_line("sequence_parallel", s.sequence_parallel ? "true" : "false",
+                        "norms, dropout, residual adds split on the sequence inside tensor groups");
   if (s.recompute != "none" || s.pinned.has("recompute"))
     out += summary_line("recompute", scalar(s.recompute), "activation recomputation: none | full | selective");
   Flow pred;
@@ -265,7 +268,7 @@ class Reader {
     if (!expect_map(n, "'summary'", "summary: {devices: 1, data_parallel: 1, ...}")) return;
     check_map(n,
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "virtual_stages", "micro_batch",
-               "micro_batches", "schedule", "recompute", "zero", "predicted"},
+               "micro_batches", "schedule", "recompute", "zero", "sequence_parallel", "predicted"},
               {"devices", "data_parallel", "tensor_parallel", "pipeline_stages", "micro_batch", "micro_batches",
                "schedule"},
               "the plan's summary", diags_);
@@ -280,6 +283,11 @@ class Reader {
     string_field(n, "schedule", what("schedule"), s.pinned, "schedule", &s.schedule);
     string_field(n, "recompute", what("recompute"), s.pinned, "recompute", &s.recompute);
     int32_field(n, "zero", what("zero"), s.pinned, &s.zero);
+    if (const YNode* v = n.get("sequence_parallel"))
+      if (auto b = io::eval_bool(*v, what("sequence_parallel"), diags_)) {
+        s.sequence_parallel = *b;
+        s.pinned.set("sequence_parallel", v->loc);
+      }
     if (const YNode* p = n.get("predicted")) {
       if (!expect_map(*p, "'predicted' in the summary", "predicted: {step_time_s: 2.8, bound_by: compute}")) return;
       io::check_keys(*p, {"step_time_s", "tflops_per_device", "peak_memory_gb", "bound_by"},

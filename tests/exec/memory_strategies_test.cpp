@@ -377,7 +377,9 @@ void sharded_stages_reproduce_the_run(int zero) {
     for (const auto& [what, share] : shares) {
       EXPECT_LT(share, 1.0) << "each device holds a share of the " << what;
       // A few whole tensors (mlp, lenet) do not split evenly; tiny_gpt's do, but for buffers and layer norms.
-      if (c.name.starts_with("tiny_gpt")) EXPECT_LE(share, 1.3 / dp) << what << ": a share of about 1/" << dp;
+      if (c.name.starts_with("tiny_gpt")) {
+        EXPECT_LE(share, 1.3 / dp) << what << ": a share of about 1/" << dp;
+      }
     }
   }
 }
@@ -542,4 +544,41 @@ TEST(Zero, TrainCheckpointUnderZeroResumesOnOneDevice) {
     for (size_t i = 0; i < 3; ++i)
       EXPECT_NEAR(resumed.losses[i], straight.losses[3 + i], 1e-6 * std::abs(straight.losses[3 + i])) << "step " << 4 + i;
   }
+}
+
+// Sequence parallelism (plan summary sequence_parallel, exec/lower.cpp): inside a tensor group of 2, the layers left
+// replicated (layer norms, dropout, residual adds) run on half the sequence each, with the reshards the lowering puts
+// around them (reduce-scatter after the row-parallel linear, all-gather before the column-parallel one). Dropout
+// draws the unsplit run's mask from global element indices, so the run is the one without it up to the order of
+// the tensor group's sums; the arena shrinks.
+TEST(SequenceParallel, ReproducesTheTensorParallelRunOnLessMemory) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan tp = tensor_plan(cfg);
+  planner::Plan sp = tp;
+  sp.summary.sequence_parallel = true;
+  const auto stages = lower_plan(cfg.model, sp);
+  const graph::Graph& g = stages[0].g;
+  int halves = 0, scatters = 0;
+  for (const auto& n : g.nodes()) {
+    if (n.backward) continue;
+    if (n.op->name == "layer_norm" || n.op->name == "dropout") {
+      EXPECT_EQ(g.value(n.outputs[0]).desc.shape[1], 8) << n.name << ": half of seq 16";
+      EXPECT_EQ(n.shard_axis, 1) << n.name;
+      ++halves;
+    }
+    scatters += n.op->collective_kind == ops::CollectiveKind::ReduceScatter ? 1 : 0;
+  }
+  EXPECT_GE(halves, 5) << "ln1, ln2 of both blocks and ln_f; the dropouts";
+  EXPECT_GE(scatters, 2) << "each block's row-parallel output reduce-scattered on the sequence";
+  const Result one = train(cfg, data_parallel_plan(cfg, 1), "none"), with_tp = train(cfg, tp, "none"),
+               with_sp = train(cfg, sp, "none");
+  expect_close(with_tp, with_sp, "tp 2 + sequence parallel vs tp 2");
+  expect_close(one, with_sp, "tp 2 + sequence parallel vs one device");
+  EXPECT_LT(with_sp.arena, with_tp.arena);
+  expect_close(with_sp, train(cfg, sp, "selective"), "with selective recomputation");
+  planner::Plan dp_sp = dp_tp_pp_plan(cfg, 2);  // dp 2 x tp 2 x pp 2
+  const Result base = train(cfg, dp_sp, "none");
+  dp_sp.summary.sequence_parallel = true;
+  expect_close(base, train(cfg, dp_sp, "none"), "dp 2 x tp 2 x pp 2 + sequence parallel");
+  expect_close(base, train(cfg, dp_sp, "full", 10, 3), "dp 2 x tp 2 x pp 2 + sequence parallel + zero 3 + full");
 }

@@ -384,6 +384,12 @@ void check_on_shards(const Call& call, const OpDef& def, const SplitSignature& s
       }
     KernelCtx ctx = call.ctx;
     if (batch_split) ctx.batch_offset += piece_begin(call.inputs[0].shape()[0], n, k);  // random masks index globally
+    if (sig.inputs[0].kind == Sbp::Kind::Split && sig.inputs[0].axis > 0) {  // and on other axes (KernelCtx::shard_*)
+      const int ax = sig.inputs[0].axis;
+      ctx.shard_axis = ax;
+      ctx.shard_start = piece_begin(call.inputs[0].shape()[ax], n, k);
+      ctx.shard_full = call.inputs[0].shape()[ax];
+    }
     shard_out.push_back(run_poisoned(def, call.attrs, shard_in[static_cast<size_t>(k)], descs, ctx));
   }
   const std::vector<double> ones(static_cast<size_t>(n), 1.0);

@@ -23,14 +23,30 @@ std::vector<TensorDesc> infer_dropout(const Attrs& a, std::span<const TensorDesc
   return {in[0], TensorDesc{in[0].shape, master_dtype(in[0].dtype)}};
 }
 
-// x: any shape, batch axis first. Element i of this tensor has global index ctx.batch_offset * per_sample + i.
+// x: any shape, batch axis first. Element i of this tensor has global index ctx.batch_offset * per_sample + i; on a
+// shard of another axis (ctx.shard_axis > 0) its index in the unsplit tensor, from the shard's start on that axis.
 void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   double p = a.f("p");
   bool active = ctx.training && p > 0;
   int64_t n = in[0].numel();
   int64_t per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
-  auto base = static_cast<uint64_t>(ctx.batch_offset * per_sample);
   uint64_t key = ctx.rng_key;
+  // global(i) = ((batch_offset * rows_per_sample + row) * full + start + t) * inner + k, for i = (row * len + t) * inner
+  // + k; unsplit (or split on the batch): full = len, start = 0, which is batch_offset * per_sample + i.
+  const Shape& s = in[0].shape();
+  const int ax = ctx.shard_axis > 0 && ctx.shard_axis < s.rank() ? ctx.shard_axis : 0;
+  int64_t inner = 1, rows_per_sample = 1;
+  for (int d = ax + 1; d < s.rank(); ++d) inner *= s[d];
+  for (int d = 1; d < ax; ++d) rows_per_sample *= s[d];
+  const int64_t len = s.rank() > 0 ? s[ax] : 1;
+  const int64_t full = ax > 0 ? ctx.shard_full : len, start = ax > 0 ? ctx.shard_start : 0;
+  const int64_t row0 = ax > 0 ? ctx.batch_offset * rows_per_sample : 0;
+  const auto base = static_cast<uint64_t>(ax > 0 ? 0 : ctx.batch_offset * per_sample);
+  auto global = [=](int64_t i) -> uint64_t {
+    if (ax == 0) return base + static_cast<uint64_t>(i);
+    const int64_t k = i % inner, t = (i / inner) % len, row = i / (inner * len);
+    return static_cast<uint64_t>(((row0 + row) * full + start + t) * inner + k);
+  };
   cpu::dispatch_float(in[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     T *y = out[0].data<T>(), *mask = out[1].data<T>();
@@ -39,7 +55,7 @@ void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> i
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         T m = T(1);
-        if (active) m = kept_at(key, base + static_cast<uint64_t>(i), thr) ? scale : T(0);  // uniform_at(...) >= p
+        if (active) m = kept_at(key, global(i), thr) ? scale : T(0);  // uniform_at(...) >= p
         mask[i] = m;
         y[i] = x[i] * m;
       }
@@ -65,13 +81,15 @@ void dropout_grad_rule(GradCtx& c) {
   c.din[0] = c.g.emit("cast", {{"dtype", std::string(dtype_name(t))}}, {dx})[0];
 }
 
-// data: x S(0) -> y, mask S(0). True only because the executor sets KernelCtx::batch_offset on each shard to
-// the index (in the whole micro-batch) of the shard's first sample: the mask then depends on global indices
-// only. Other axes are not offered: a shard split on axis > 0 is not a contiguous range of global indices.
+// data: x S(0) -> y, mask S(0); split<a>: x S(a) -> y, mask S(a) (sequence parallelism). True only because the
+// executor sets KernelCtx::batch_offset (the shard's first sample in the whole micro-batch) and, for a > 0,
+// KernelCtx::shard_* (its place on axis a) on each shard: the mask then depends on global indices only.
 std::vector<SplitSignature> dropout_splits(const Attrs&, std::span<const TensorDesc> in,
                                            std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
   sigs.push_back({"data", {Sbp::S(0)}, {Sbp::S(0), Sbp::S(0)}});
+  for (int a = 1; a < in[0].shape.rank(); ++a)
+    sigs.push_back({"split" + std::to_string(a), {Sbp::S(a)}, {Sbp::S(a), Sbp::S(a)}});
   return sigs;
 }
 
