@@ -299,3 +299,51 @@ TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
   for (size_t k = 0; k < with.losses.size(); ++k)
     EXPECT_NEAR(with.losses[k], without.losses[k], 1e-4 * std::abs(without.losses[k])) << "step " << k;
 }
+
+// The memory strategies through the one engine on the CUDA backend. Recomputation is graph structure (the lowering's
+// clones), so a GPU runs it as any graph: full and selective give the run without them within 1e-6 relative (the
+// same kernels on the same inputs; the dropout masks drawn again from the same counters), on one GPU and on two
+// devices of one GPU. ZeRO and sequence parallelism are not on the CUDA backend yet: a plan asking for them is the
+// user's error, said before anything runs (docs/plan_file.md).
+TEST(TrainGpu, RecomputeMatchesTheRunWithoutIt) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("recompute");
+  for (const std::string devices : {"cuda:0", "cuda:0,0"}) {
+    const int n = devices == "cuda:0" ? 1 : 2;
+    auto plan = [&](const std::string& extra) {
+      const std::string path = (c.dir / ("plan_" + std::to_string(n) + extra + ".yaml")).string();
+      std::ofstream(path) << "summary: {devices: " << n << ", data_parallel: " << n
+                          << ", tensor_parallel: 1, pipeline_stages: 1, micro_batch: " << 4 / n
+                          << ", micro_batches: 2, schedule: 1f1b" << extra << "}\n"
+                          << "stages:\n  - {devices: [" << (n == 1 ? "0" : "0, 1") << "], mesh: [" << n
+                          << ", 1], first_layer: tok, last_layer: loss}\n";
+      return "parallel.plan=" + path;
+    };
+    const exec::TrainResult none = train_on(c, devices, {plan("")}, {}, "none");
+    for (const std::string mode : {"full", "selective"}) {
+      const exec::TrainResult r = train_on(c, devices, {plan(", recompute: " + mode)}, {}, mode);
+      ASSERT_EQ(r.losses.size(), none.losses.size());
+      for (size_t k = 0; k < r.losses.size(); ++k)
+        EXPECT_NEAR(r.losses[k], none.losses[k], 1e-6 * std::abs(none.losses[k])) << devices << " " << mode << " step " << k;
+    }
+  }
+}
+
+TEST(TrainGpu, ShardingAndSequenceParallelAreRefusedOnCuda) {
+  BRAID_REQUIRE_GPU();
+  exec::install_cuda_engine();
+  TrainCase c = write_run("zero");
+  for (const std::string extra : {", zero: 1", ", zero: 3"}) {
+    const std::string path = (c.dir / "plan.yaml").string();
+    std::ofstream(path) << "summary: {devices: 2, data_parallel: 2, tensor_parallel: 1, pipeline_stages: 1, "
+                           "micro_batch: 2, micro_batches: 2, schedule: 1f1b" << extra << "}\n"
+                        << "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: tok, last_layer: loss}\n";
+    try {
+      train_on(c, "cuda:0,0", {"parallel.plan=" + path});
+      ADD_FAILURE() << extra << " was accepted on cuda";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("not implemented on cuda"), std::string::npos) << e.what();
+    }
+  }
+}
