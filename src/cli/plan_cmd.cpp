@@ -185,6 +185,7 @@ int plan(const PlanArgs& a, FILE* out) {
   // Accelerators: a cluster (file or preset) or cuda devices; cpu:N trains in f32 whatever the precision.
   const bool accelerator = !a.cluster.empty() ? cluster.device.name.rfind("cpu", 0) != 0 : devices.rfind("cpu", 0) != 0;
   apply_precision(ts, cfg.train.precision, accelerator);
+  ts.head_parallel_attention = !a.cluster.empty() && accelerator;  // modelled: clusters are planned, not run
   Plan pins;
   SearchOptions so;
   // ZeRO: stages 0-1 run on cpu devices; for clusters the search models stages 2 and 3 too (not yet runnable);

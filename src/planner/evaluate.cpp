@@ -305,7 +305,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   auto costs_for = [&](const StageShape& sh) -> const LayerCosts& {
     auto key = std::make_pair(sh.tp, std::make_pair(sh.tensor_group.size, sh.tensor_group.nodes));
     auto& c = costs[key];
-    if (!c) c = std::make_unique<LayerCosts>(g, model, sum.micro_batch, sh.tp, sh.tensor_group, ts.compute);
+    if (!c) c = std::make_unique<LayerCosts>(g, model, sum.micro_batch, sh.tp, sh.tensor_group, ts.compute,
+                                                ts.head_parallel_attention);
     return *c;
   };
   // Bytes crossing the cut before layer `at` (values made before it and used at or after it), layout B.

@@ -26,6 +26,9 @@ struct TrainSettings {
   // updates (4 under bf16 / f16, 0 under f32); optimizer states are fp32 (4 bytes each) in every precision.
   DType compute = DType::f32;
   double master_bytes = 0;
+  // Cluster planning only: attention may split over its heads, as Megatron-LM runs it (LayerCosts; not yet a
+  // signature the executor runs, so plans using it are predictions, not runnable).
+  bool head_parallel_attention = false;
 };
 // optimizer_states for an optimizer named as in run files ("adamw", "sgd") with this momentum.
 int optimizer_states(const std::string& type, double momentum);

@@ -37,7 +37,7 @@ bool LayerOption::all_b() const {
 }
 
 LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group,
-                       DType compute)
+                       DType compute, bool head_parallel_attention)
     : g_(g), model_(model), b_(micro_batch), tp_(tp), group_(tensor_group), compute_(compute) {
   fwd_ = forward_layers(g);
   layer_of_node_.assign(g.nodes().size(), -1);
@@ -78,6 +78,24 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
       for (size_t k = 0; k < s.outputs.size(); ++k)
         if (s.outputs[k].kind == ops::Sbp::Kind::Partial && g.value(n.outputs[k]).desc.shape.rank() == 0) even = false;
       if (even) options_[i].push_back(make_option(n, &s, tp));
+    }
+    // Modelled only: attention over its heads (Megatron-LM's tensor-parallel attention). Inputs x, in_proj_weight
+    // [3d, d], in_proj_bias [3d], out_proj.weight [d, d], out_proj.bias [d]; outputs the result [B, T, d] (partial:
+    // out_proj's columns split), qkv [B, T, 3d], context [B, T, d], lse [B, h, T] (split like the heads). The op's
+    // cost is of the whole layer: each device runs 1/tp of it.
+    if (head_parallel_attention && n.op->name == "attention" && n.attrs.i("heads") % tp == 0 &&
+        (n.inputs.size() == 5 || n.inputs.size() == 3) && n.outputs.size() == 4) {
+      const bool bias = n.inputs.size() == 5;
+      ops::SplitSignature h{"heads", {ops::Sbp::B(), ops::Sbp::S(0)}, {ops::Sbp::P(), ops::Sbp::S(2), ops::Sbp::S(2), ops::Sbp::S(1)}};
+      if (bias) h.inputs.push_back(ops::Sbp::S(0));
+      h.inputs.push_back(ops::Sbp::S(1));
+      if (bias) h.inputs.push_back(ops::Sbp::B());
+      LayerOption o = make_option(n, &h, tp);
+      o.backward_s -= o.grad_sync_s;
+      o.forward_s /= tp;
+      o.backward_s = o.backward_s / tp + o.grad_sync_s;
+      o.flops /= tp;
+      options_[i].push_back(o);
     }
   }
 }

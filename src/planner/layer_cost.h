@@ -58,8 +58,11 @@ struct Reshard {
 // collectives and the peak the products run at follow it.
 class LayerCosts {
  public:
+  // `head_parallel_attention`: also offer attention split over its heads, Megatron's way ("heads": the input
+  // replicated, q/k/v rows and out_proj columns split, the output partial), which the executor cannot run yet
+  // (ops/defs/attention.cpp offers no such signature): modelled for cluster planning only (TrainSettings).
   LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group,
-             DType compute = DType::f32);
+             DType compute = DType::f32, bool head_parallel_attention = false);
   const graph::Graph& graph() const { return g_; }
   int layers() const { return static_cast<int>(fwd_.size()); }
   const graph::Node& node(int layer) const { return *fwd_[static_cast<size_t>(layer)]; }

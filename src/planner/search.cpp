@@ -198,7 +198,7 @@ class Searcher {
     if (it != costs_.end()) return *it->second;
     std::vector<int> tg;
     for (int d = 0; d < tp; ++d) tg.push_back(d);
-    auto lc = std::make_unique<LayerCosts>(g_, m_, b, tp, group_of(cl_, tg), ts_.compute);
+    auto lc = std::make_unique<LayerCosts>(g_, m_, b, tp, group_of(cl_, tg), ts_.compute, ts_.head_parallel_attention);
     return *costs_.emplace(key, std::move(lc)).first->second;
   }
 
@@ -559,6 +559,9 @@ SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSe
     // ZeRO 2 and 3 are modelled, not yet run: the rest of the plan is checked as under stage 1.
     Plan checked = cand.plan;
     checked.summary.zero = std::min(checked.summary.zero, 1);
+    // Modelled attention over heads (cluster planning): the rest of the plan is checked with the layer replicated.
+    for (auto& l : checked.layers)
+      if (l.signature == "heads") l.signature = "replicated", l.tensor_parallel = 1;
     validate_plan(checked, g, ts.batch, spec, diags);
     if (!diags.empty())
       throw InternalError("the planner produced an invalid plan: " + diags.all()[0].format() + "\n" + to_yaml(cand.plan));
@@ -618,7 +621,9 @@ std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const grap
     if (l.signature == "replicated" && l.tensor_parallel == 1) continue;
     size_t i = index.at(l.layer);
     auto& lc = lcs[tp_of[i]];
-    if (!lc) lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1}, ts.compute);
+    if (!lc)
+      lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1}, ts.compute,
+                                        ts.head_parallel_attention);
     LayerAlternative a;
     a.layer = l.layer;
     a.chosen = l.signature + (l.tensor_parallel > 1 ? " x" + std::to_string(l.tensor_parallel) : "");
