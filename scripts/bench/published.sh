@@ -49,6 +49,8 @@ summary:
   schedule: 1f1b
   recompute: $7
   zero: $8
+stages: []
+layers: []
 YAML
   sed "s|^devices: cpu|parallel: {plan: $1.pins.yaml}\ndevices: cpu|" "$tmp/$1.yaml" > "$tmp/$1.pinned.yaml"
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -31,9 +33,13 @@ struct Config {
   int64_t b, m;
   std::string schedule;
   int zero = 0;
+  bool rc = false;  // the blocks' recomputation searched (unit_modes(true)); pinned modes apply either way
   double lower_bound = 0;
   double memory_needed = 0;  // a lower bound on the memory one model chunk needs (memory_fits)
 };
+
+// Above this many units the search tries recomputation and ZeRO 2-3 for a shape only where nothing fitted without.
+constexpr int kExactUnits = 32;
 
 struct CutItem {
   double max_t, sum_t, max_e;
@@ -75,16 +81,43 @@ class Searcher {
     auto threshold = [&]() { return top_.size() < K ? kInfeasible : top_.back().searched_step_time_s; };
     const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
     int memory_pruned = 0;
+    // ZeRO stages 2 and 3 shard what stage 1 keeps whole for memory's sake: a shape is searched under them only
+    // where the stage below it was short of memory (some stage option did not fit), else they cannot let a faster
+    // plan fit. (The variants of one shape are adjacent: stable sort, equal lower bounds.)
+    // Likewise the blocks' recomputation: only adds time, so a shape is searched with it only where the search
+    // without it (same ZeRO stage) was short of memory. limited[z]: stage z without recomputation was.
+    const Config* shape = nullptr;
+    bool limited_at[4] = {true, true, true, true};
+    auto same_shape = [](const Config& a, const Config& b) {
+      return a.dp == b.dp && a.tp == b.tp && a.p == b.p && a.v == b.v && a.b == b.b && a.m == b.m && a.schedule == b.schedule;
+    };
     for (const Config& c : configs) {
       if (c.lower_bound >= threshold()) break;  // sorted by lower bound
       if (!least || c.memory_needed < least->memory_needed) least = &c;
+      if (!shape || !same_shape(*shape, c)) {
+        shape = &c;
+        for (bool& x : limited_at) x = true;
+      }
+      const int z = std::clamp(c.zero, 0, 3);
+      if (c.rc && !limited_at[z]) continue;
+      if (!c.rc && z >= 2 && !limited_at[z - 1]) {
+        limited_at[z] = false;
+        continue;
+      }
       if (c.memory_needed > cl_.device.memory_bytes / c.v) {
         ++memory_pruned;
         continue;
       }
       ++r.stats.configs_searched;
       SearchResult one;
-      double t = solve(c, threshold(), &one);
+      bool limited = false;
+      auto s0 = std::chrono::steady_clock::now();
+      double t = solve(c, threshold(), &one, &limited);
+      solve_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      // Large graphs (more than kExactUnits units): only where nothing of the shape fitted (their layer DPs take
+      // seconds each; docs/planner.md, "Search time"). Small ones: wherever some stage option did not fit (exact).
+      if (units_ > kExactUnits && one.found) limited = false;
+      if (!c.rc) limited_at[z] = limited;
       if (!one.found || !(t < threshold())) continue;
       auto at = std::upper_bound(top_.begin(), top_.end(), t,
                                  [](double x, const SearchResult& y) { return x < y.searched_step_time_s; });
@@ -97,6 +130,9 @@ class Searcher {
       r.searched_step_time_s = top_.front().searched_step_time_s;
     }
     r.stats.capped = capped_;
+    if (std::getenv("BRAID_SEARCH_STATS"))
+      std::fprintf(stderr, "search: %d configs, %d searched, %zu intervals (%.2f s building them), %.2f s solving\n",
+                   r.stats.configs, r.stats.configs_searched, intervals_.size(), interval_s_, solve_s_);
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.found) {
       if (configs.empty()) {
@@ -177,12 +213,16 @@ class Searcher {
             if (!summary_ok("virtual_stages", v)) continue;
             if (pinned_stages_ && static_cast<int64_t>(pins->stages.size()) != p * v) continue;
             // ZeRO stages: 0 first (ties keep the earlier shape), more only with replicas to shard over.
+            // Each ZeRO stage without, then with, the blocks' recomputation searched.
             for (int z = 0; z <= (dp > 1 ? std::max(0, o_.max_zero) : 0); ++z) {
               if (pins && pins->summary.pinned.has("zero") && pins->summary.zero != z) continue;
-              Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name, z};
-              c.lower_bound = lower_bound(c);
-              c.memory_needed = memory_needed(c);
-              out.push_back(c);
+              for (bool rc : {false, true}) {
+                if (rc && !recompute_searched()) continue;
+                Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name, z, rc};
+                c.lower_bound = lower_bound(c);
+                c.memory_needed = memory_needed(c);
+                out.push_back(c);
+              }
             }
           }
         }
@@ -223,7 +263,7 @@ class Searcher {
   // reshard buffers and workspace (the bound stays below the truth), so no shape that fits is pruned.
   double memory_needed(const Config& c) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    auto key = std::make_pair(c.tp, c.b);
+    auto key = std::make_tuple(c.tp, c.b, c.rc);
     auto it = least_bytes_.find(key);
     if (it == least_bytes_.end()) {
       // Per layer its least parameter, buffer and activation bytes over its options; per unit the least of its
@@ -231,7 +271,7 @@ class Searcher {
       // inputs).
       double params = 0, buffers = 0, A = 0;
       auto al = allowed(lc);
-      const auto modes = unit_modes();
+      const auto modes = unit_modes(c.rc);
       for (int u = 0; u < units_; ++u) {
         double all = 0, kept = 0;
         for (int l = bounds_[static_cast<size_t>(u)]; l < bounds_[static_cast<size_t>(u) + 1]; ++l) {
@@ -290,7 +330,14 @@ class Searcher {
   // The recomputation modes each unit may take (search_intervals.h): a pinned summary mode for every unit; else
   // none, selective and full for each instance of a repeated block (`name.<i>.*`, as lowering groups `full`),
   // none for the layers outside blocks; a unit with a layer whose recompute is pinned takes that mode.
-  const std::vector<std::vector<int>>& unit_modes() {
+  // Whether any unit may take a mode beyond the pinned ones (Config::rc variants exist).
+  bool recompute_searched() {
+    const auto& a = unit_modes(false);
+    const auto& b = unit_modes(true);
+    return a != b;
+  }
+  const std::vector<std::vector<int>>& unit_modes(bool rc) {
+    auto& unit_modes_ = unit_modes_by_[rc ? 1 : 0];
     if (!unit_modes_.empty() || units_ == 0) return unit_modes_;
     auto code = [](const std::string& m) { return m == "full" ? kRecomputeFull : m == "selective" ? kRecomputeSelective : 0; };
     const bool summary_pin = o_.pins && o_.pins->summary.pinned.has("recompute");
@@ -302,7 +349,7 @@ class Searcher {
       const int a = bounds_[static_cast<size_t>(u)], b = bounds_[static_cast<size_t>(u) + 1];
       std::vector<int> m{0};
       if (summary_pin) m = {code(o_.pins->summary.recompute)};
-      else if (o_.recompute && !instance_prefix(fwd_[static_cast<size_t>(a)]->layer).empty())
+      else if (rc && o_.recompute && !instance_prefix(fwd_[static_cast<size_t>(a)]->layer).empty())
         m = {0, kRecomputeSelective, kRecomputeFull};
       for (int l = a; l < b; ++l) {
         auto it = layer_pin.find(fwd_[static_cast<size_t>(l)]->layer);
@@ -329,13 +376,18 @@ class Searcher {
     return out;
   }
 
-  const Intervals& intervals(int tp, int64_t b) {
-    auto key = std::make_pair(tp, b);
+  const Intervals& intervals(int tp, int64_t b, bool rc) {
+    auto key = std::make_tuple(tp, b, rc);
     auto it = intervals_.find(key);
     if (it != intervals_.end()) return *it->second;
     const LayerCosts& lc = costs(tp, b);
     auto al = allowed(lc);
-    auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, unit_modes(), o_.front_cap);
+    auto t0 = std::chrono::steady_clock::now();
+    auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, unit_modes(rc), o_.front_cap);
+    interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (std::getenv("BRAID_SEARCH_STATS"))
+      std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %.2f s, %d distinct\n", tp, static_cast<long long>(b), rc ? 1 : 0,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), iv->distinct());
     capped_ |= iv->capped;
     return *intervals_.emplace(key, std::move(iv)).first->second;
   }
@@ -351,9 +403,9 @@ class Searcher {
 
   // The best plan of one configuration; returns its step time (infinity: none fits) and records it in r when
   // it beats `best`.
-  double solve(const Config& c, double best, SearchResult* r) {
+  double solve(const Config& c, double best, SearchResult* r, bool* memory_limited) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    const Intervals& iv = intervals(c.tp, c.b);
+    const Intervals& iv = intervals(c.tp, c.b, c.rc);
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
@@ -400,7 +452,10 @@ class Searcher {
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
             double mem = e.buffers + model_states(e.p, ts_, c.zero, c.dp).total() + inflight * (e.a + in_bytes) + e.buf;
-            if (mem > limit) continue;
+            if (mem > limit) {
+              *memory_limited = true;
+              continue;
+            }
             // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
             const double accumulate = m_.grad_accumulate_time(e.p);
             const double turn = S > 1 ? m_.switch_time(e.p) : 0;
@@ -531,10 +586,11 @@ class Searcher {
   bool pinned_stages_ = false;
   std::map<int, const LayerPlan*> layer_pins_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
-  std::map<std::pair<int, int64_t>, std::unique_ptr<Intervals>> intervals_;
-  std::map<std::pair<int, int64_t>, std::tuple<double, double, double>> least_bytes_;  // memory_needed's sums
-  std::vector<std::vector<int>> unit_modes_;  // unit_modes(), once
+  std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<Intervals>> intervals_;
+  std::map<std::tuple<int, int64_t, bool>, std::tuple<double, double, double>> least_bytes_;  // memory_needed's sums
+  std::vector<std::vector<int>> unit_modes_by_[2];  // unit_modes(rc), once each
   bool capped_ = false;
+  double interval_s_ = 0, solve_s_ = 0;  // BRAID_SEARCH_STATS
 
  public:
   // After run(): the best plan of each of the K best shapes, best first by the formula.

@@ -292,8 +292,13 @@ class Intervals {
       for (const LayerOption& o : lc_.options(l)) cheap |= o.cheap;
     Front out;
     const int first = bounds_[static_cast<size_t>(k)] - start;
+    // Selective recomputation of a unit without cheap layers recomputes nothing: it is none (kept once).
+    std::vector<int> ms;
     for (int m : modes) {
-      if (m == kRecomputeSelective && !cheap) continue;
+      int x = m == kRecomputeSelective && !cheap ? 0 : m;
+      if (std::find(ms.begin(), ms.end(), x) == ms.end()) ms.push_back(x);
+    }
+    for (int m : ms) {
       for (const auto& [state, entries] : in) {
         State ns = state;
         if (m != 0) {
