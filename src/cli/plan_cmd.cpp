@@ -15,6 +15,7 @@
 #include "exec/run_plan.h"
 #include "planner/cluster.h"
 #include "planner/search.h"
+#include "planner/search_intervals.h"
 
 namespace braid::cli {
 namespace {
@@ -70,6 +71,71 @@ void write_dot(const Plan& plan, const graph::Graph& g, const std::string& path)
   f << "}\n";
 }
 
+// A trial of `plan` with one choice changed: its predicted step time, or "does not fit".
+std::string trial(const Plan& plan, const graph::Graph& g, const CostModel& model, const TrainSettings& ts, double base) {
+  StepPrediction t = predict(plan, g, model, ts);
+  if (!t.fits) return "does not fit in memory (peak " + gib(t.peak_memory_bytes) + ")";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.1f%%, %s", 100 * (t.step_time_s / base - 1), secs(t.step_time_s).c_str());
+  return buf;
+}
+
+// Per device (the fullest stage) what it holds, and the ZeRO stage and recomputation chosen, each with its
+// runner-up (the same plan with that choice changed).
+void explain_memory(const Plan& plan_in, const graph::Graph& g, const CostModel& model, const TrainSettings& ts,
+                    const SearchOptions& so, const StepPrediction& p, FILE* out) {
+  const StagePrediction* full = nullptr;
+  size_t at = 0;
+  for (size_t k = 0; k < p.stages.size(); ++k)
+    if (!full || p.stages[k].memory_bytes > full->memory_bytes) full = &p.stages[k], at = k;
+  if (!full) return;
+  const double temporaries =
+      full->memory_bytes - full->states.total() - full->activation_bytes;  // buffers, reshards, workspace, recompute
+  std::fprintf(out,
+               "  memory per device (stage %zu, the fullest): parameters %s, gradients %s, optimizer state %s, "
+               "activations %s (%d micro-batches in flight x %s), other %s\n",
+               at, gib(full->states.weights).c_str(), gib(full->states.grads).c_str(), gib(full->states.optimizer).c_str(),
+               gib(full->activation_bytes).c_str(), full->in_flight, gib(full->act_bytes).c_str(), gib(temporaries).c_str());
+  Plan plan = plan_in;
+  add_default_layers(plan, g);
+  const double base = p.step_time_s;
+  const Summary& s = plan.summary;
+  if (s.data_parallel > 1 && so.max_zero > 0) {
+    std::string alts;
+    for (int z = 0; z <= so.max_zero; ++z) {
+      if (z == s.zero) continue;
+      Plan t = plan;
+      t.summary.zero = z;
+      alts += (alts.empty() ? "" : "; ") + std::string("stage ") + std::to_string(z) + " " + trial(t, g, model, ts, base);
+    }
+    std::fprintf(out, "  ZeRO stage %d%s over data-parallel groups of %d; the others: %s\n", s.zero,
+                 s.zero >= 2 ? " (modelled; braid train runs 0 and 1)" : "", s.data_parallel, alts.c_str());
+  }
+  // Recomputation: the blocks' modes as chosen, and every block under each other mode.
+  std::map<std::string, int> count;
+  int blocks = 0;
+  std::string last;
+  for (const auto& l : plan.layers) {
+    std::string prefix = search_detail::instance_prefix(l.layer);
+    if (prefix.empty() || prefix == last) continue;
+    last = prefix;
+    ++blocks;
+    ++count[recompute_of(plan, l.layer)];
+  }
+  if (blocks == 0) return;
+  std::string chosen;
+  for (const auto& [m, n] : count) chosen += (chosen.empty() ? "" : ", ") + m + " on " + std::to_string(n);
+  std::string alts;
+  for (const char* m : {"none", "selective", "full"}) {
+    if (count.size() == 1 && count.count(m)) continue;
+    Plan t = plan;
+    t.summary.recompute = "none";
+    for (auto& l : t.layers) l.recompute = search_detail::instance_prefix(l.layer).empty() ? "" : m;
+    alts += (alts.empty() ? "" : "; ") + std::string(m) + " everywhere " + trial(t, g, model, ts, base);
+  }
+  std::fprintf(out, "  recomputation of the %d blocks: %s; the others: %s\n", blocks, chosen.c_str(), alts.c_str());
+}
+
 }  // namespace
 
 int plan(const PlanArgs& a, FILE* out) {
@@ -116,8 +182,15 @@ int plan(const PlanArgs& a, FILE* out) {
   ts.batch = cfg.train.batch;
   ts.optimizer_states = optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
   ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
+  // Accelerators: a cluster (file or preset) or cuda devices; cpu:N trains in f32 whatever the precision.
+  const bool accelerator = !a.cluster.empty() ? cluster.device.name.rfind("cpu", 0) != 0 : devices.rfind("cpu", 0) != 0;
+  apply_precision(ts, cfg.train.precision, accelerator);
+  ts.head_parallel_attention = !a.cluster.empty() && accelerator;  // modelled: clusters are planned, not run
   Plan pins;
   SearchOptions so;
+  // ZeRO: stages 0-1 run on cpu devices; for clusters the search models stages 2 and 3 too (not yet runnable);
+  // braid train does not shard on cuda devices yet.
+  so.max_zero = !accelerator ? 1 : !a.cluster.empty() ? 3 : 0;
   if (cfg.parallel.plan != "auto" && !cfg.parallel.plan.empty()) {
     Diagnostics d;
     fs::path pp = fs::path(cfg.path).parent_path() / cfg.parallel.plan;
@@ -145,6 +218,7 @@ int plan(const PlanArgs& a, FILE* out) {
                gib(cluster.device.memory_bytes).c_str(), p.bound_by.c_str());
   std::fprintf(out, "  busiest stage: compute %s, communication %s, bubble %s per step\n", secs(p.compute_s).c_str(),
                secs(p.comm_s).c_str(), secs(p.bubble_s).c_str());
+  explain_memory(r.plan, g, *model, ts, so, p, out);
   {
     // The step's tail (after the last backward) on the stage that sets it, and what shared cores add per micro-batch.
     const StagePrediction* tail = nullptr;

@@ -16,9 +16,8 @@ std::unique_ptr<planner::CostModel> gpu_cost_model(const io::RunConfig& cfg, int
   cl.devices_per_node = count;
   cl.nodes = 1;
   cl.name = "cuda:" + std::to_string(count) + " (as h200)";
-  // bf16 / f16 autocast: the f32 graph's products run on the 16-bit tensor cores (the GEMMs dominate).
+  // bf16 / f16: the planner's TrainSettings (planner::apply_precision) put the products on the 16-bit peak.
   const bool autocast = cfg.train.precision != "f32";
-  if (autocast) cl.device.peak_flops["f32"] = cl.device.peak_flops.at(cfg.train.precision == "f16" ? "f16" : "bf16");
   *description = "analytic, " + std::to_string(count) + " x " + cl.device.name + " in one node" +
                  (autocast ? ", " + cfg.train.precision + " tensor-core peak" : std::string()) +
                  " (assumed for every cuda device: no GPU calibration yet)";
@@ -41,6 +40,7 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   ts.batch = cfg.train.batch;
   ts.optimizer_states = planner::optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
   ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
+  planner::apply_precision(ts, cfg.train.precision, dev.kind != "cpu");
   RunPlan r;
   r.automatic = automatic;
   if (automatic) {
@@ -48,6 +48,7 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     // masks, batch statistics and the loss curve are those of one device), however it splits them.
     planner::Plan pins;
     planner::SearchOptions so;
+    so.max_zero = dev.kind == "cpu" ? 1 : 0;  // the executor shards optimizer state on cpu devices only (today)
     if (cfg.train.micro_batch) {
       pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
       pins.summary.pinned.set("micro_batches", at);

@@ -16,6 +16,30 @@ int optimizer_states(const std::string& type, double momentum) {
   return momentum != 0 ? 1 : 0;
 }
 
+void apply_precision(TrainSettings& ts, const std::string& precision, bool accelerator) {
+  ts.compute = DType::f32;
+  ts.master_bytes = 0;
+  if (!accelerator) return;
+  if (precision == "bf16") ts.compute = DType::bf16;
+  else if (precision == "f16") ts.compute = DType::f16;
+  else return;
+  ts.master_bytes = 4;
+}
+
+double fp32_param_bytes(double param_bytes, const TrainSettings& ts) {
+  return param_bytes * 4.0 / static_cast<double>(dtype_size(ts.compute));
+}
+
+ModelStates model_states(double param_bytes, const TrainSettings& ts, int zero, int dp) {
+  ModelStates s;
+  const double count = param_bytes / static_cast<double>(dtype_size(ts.compute));
+  const double shard = zero >= 1 && dp > 1 ? 1.0 / dp : 1.0;
+  s.weights = param_bytes * (zero >= 3 ? shard : 1.0);
+  s.grads = param_bytes * (zero >= 2 ? shard : 1.0);
+  s.optimizer = count * (4.0 * ts.optimizer_states + ts.master_bytes) * shard;
+  return s;
+}
+
 int in_flight(const std::string& schedule, int k, int p, int v, int64_t m) {
   if (schedule == "gpipe") return static_cast<int>(m);
   if (schedule == "interleaved" && v > 1) {
@@ -37,6 +61,41 @@ void dp_sync(const CostModel& m, const Group& g, double param_bytes, double back
   double last = m.grad_sync_time(last_bytes, g);
   *total = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) + last;
   *exposed = std::max(*total - backward_s, last);
+}
+
+void zero_sync(const CostModel& m, const Group& g, double param_bytes, double backward_s, double bucket_bytes, int zero,
+               double* total, double* exposed) {
+  if (zero <= 0) return dp_sync(m, g, param_bytes, backward_s, bucket_bytes, total, exposed);
+  *total = *exposed = 0;
+  if (g.size <= 1 || param_bytes <= 0) return;
+  if (zero == 1) {
+    // As Engine runs stage 1: the gradients all-reduced whole (dp_sync), each parameter broadcast from the replica
+    // that updated it after the optimizer (an all-gather's volume), exposed.
+    dp_sync(m, g, param_bytes, backward_s, bucket_bytes, total, exposed);
+    const double gather = m.collective_time(Collective::AllGather, param_bytes, g);
+    *total += gather;
+    *exposed += gather;
+    return;
+  }
+  double buckets = std::ceil(param_bytes / bucket_bytes);
+  double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
+  // A reduce-scatter is half a (ring) all-reduce: half the gradient sync's figure (calibrated: the cold one).
+  double last = m.grad_sync_time(last_bytes, g) / 2;
+  double scatter = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) / 2 + last;
+  double gather = m.collective_time(Collective::AllGather, param_bytes, g);
+  *total = scatter + gather;
+  *exposed = std::max(scatter - backward_s, last) + gather;
+}
+
+double zero_micro_batch_comm(const CostModel& m, const Group& g, double param_bytes, double forward_s, double backward_s,
+                             int zero) {
+  if (zero < 2 || g.size <= 1 || param_bytes <= 0) return 0;
+  double t = std::max(0.0, m.collective_time(Collective::ReduceScatter, param_bytes, g) - backward_s);
+  if (zero >= 3) {
+    const double gather = m.collective_time(Collective::AllGather, param_bytes, g);
+    t += std::max(0.0, gather - forward_s) + std::max(0.0, gather - backward_s);
+  }
+  return t;
 }
 
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {
@@ -246,7 +305,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
   auto costs_for = [&](const StageShape& sh) -> const LayerCosts& {
     auto key = std::make_pair(sh.tp, std::make_pair(sh.tensor_group.size, sh.tensor_group.nodes));
     auto& c = costs[key];
-    if (!c) c = std::make_unique<LayerCosts>(g, model, sum.micro_batch, sh.tp, sh.tensor_group);
+    if (!c) c = std::make_unique<LayerCosts>(g, model, sum.micro_batch, sh.tp, sh.tensor_group, ts.compute,
+                                                ts.head_parallel_attention);
     return *c;
   };
   // Bytes crossing the cut before layer `at` (values made before it and used at or after it), layout B.
@@ -277,6 +337,14 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     int a = first[static_cast<size_t>(s)], b = first[static_cast<size_t>(s) + 1];
     std::map<ValueId, Layout> layout;
     double buf = 0, tp_comm = 0;
+    // Recomputation (docs/planner.md, "Memory"): per layer its mode, its option's activations and its forward
+    // (compute and the reshards into it), to adjust once the stage's layers are known.
+    struct Rc {
+      std::string mode, block;
+      double act = 0, fwd = 0;
+      bool cheap = false;
+    };
+    std::vector<Rc> rc;
     for (int i = a; i < b; ++i) {
       const graph::Node& n = *fwd[static_cast<size_t>(i)];
       const LayerPlan* lp = entry.at(n.layer);
@@ -286,10 +354,18 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
                                      "' with tensor_parallel " + std::to_string(lp->tensor_parallel) + " in stage " +
                                      std::to_string(s));
       const LayerOption& o = lc.options(i)[static_cast<size_t>(k)];
+      Rc r1;
+      r1.mode = recompute_of(plan, n.layer);
+      const size_t dot = n.layer.rfind('.');
+      r1.block = dot == std::string::npos ? std::string() : n.layer.substr(0, dot);
+      r1.act = o.act_bytes;
+      r1.fwd = o.forward_s;
+      r1.cheap = o.cheap;
       for (int q = 0; q < n.num_data_inputs; ++q) {
         ValueId in = n.inputs[static_cast<size_t>(q)];
         auto it = layout.find(in);
         Reshard rs = lc.reshard(in, it == layout.end() ? kLayoutB : it->second, o.in[static_cast<size_t>(q)]);
+        r1.fwd += rs.forward_s;
         sp.forward_s += rs.forward_s;
         sp.backward_s += rs.backward_s;
         tp_comm += rs.forward_s + rs.backward_s;
@@ -308,7 +384,32 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       buf = std::max(buf, o.workspace_bytes);
       sp.memory_bytes += o.buffer_bytes;
       model_flops += lc.options(i)[0].flops;
+      rc.push_back(r1);
     }
+    // selective: a cheap layer's outputs are dropped and its forward runs again in the backward; full: a group of
+    // consecutive layers of one block (as lowering groups them) keeps only its inputs, runs its forward again in
+    // the backward, and holds its activations meanwhile (a temporary).
+    for (size_t k = 0; k < rc.size();) {
+      if (rc[k].mode == "selective" && rc[k].cheap) {
+        sp.act_bytes -= rc[k].act;
+        sp.recompute_s += rc[k].fwd;
+      }
+      if (rc[k].mode != "full") {
+        ++k;
+        continue;
+      }
+      size_t e = k + 1;
+      while (e < rc.size() && rc[e].mode == "full" && rc[e].block == rc[k].block) ++e;
+      double act = 0, fwd = 0;
+      for (size_t q = k; q < e; ++q) act += rc[q].act, fwd += rc[q].fwd;
+      sp.act_bytes += lc.group_input_bytes(a + static_cast<int>(k), a + static_cast<int>(e)) - act;
+      sp.recompute_s += fwd;
+      buf = std::max(buf, act);
+      k = e;
+    }
+    sp.backward_s += sp.recompute_s;
+    work.backward_compute_s += sp.recompute_s;
+    sp.compute_s += sp.recompute_s;
     // The runner's own costs of one micro-batch on this stage (calibrated cpu:N; 0 otherwise): instruction
     // hand-offs, half with the forward and half with the backward, and adding the gradients into the
     // accumulated ones (computing: shared cores slow it like the ops).
@@ -348,16 +449,25 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       sp.backward_s += t;
       tp_comm += t;
     }
+    const int zero = sh.dp > 1 ? sum.zero : 0;
+    // ZeRO 2 / 3: each micro-batch's gradient reduce-scatter (and weight all-gathers) beyond what its forward and
+    // backward hide (the search adds the same to its stage figures).
+    sp.zero_comm_s = zero_micro_batch_comm(model, sh.dp_group, sp.param_bytes, sp.forward_s, sp.backward_s, zero);
+    sp.backward_s += sp.zero_comm_s;
+    tp_comm += sp.zero_comm_s;
     sp.comm_s = tp_comm;
     work.forward_comm_s = std::max(0.0, sp.forward_s - work.forward_compute_s);
     work.backward_comm_s = std::max(0.0, sp.backward_s - work.backward_compute_s);
     works.push_back(work);
     sp.act_bytes += in_bytes;
-    dp_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, &sp.dp_sync_s, &sp.dp_exposed_s);
-    sp.optimizer_s = model.optimizer_time(sp.param_bytes, ts.optimizer_states) +
+    zero_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, zero, &sp.dp_sync_s, &sp.dp_exposed_s);
+    const double shard = zero >= 1 ? 1.0 / sh.dp : 1.0;
+    sp.optimizer_s = model.optimizer_time(fp32_param_bytes(sp.param_bytes, ts) * shard, ts.optimizer_states) +
                      (ts.clip ? model.clip_time(sp.param_bytes) : 0);
     sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
-    sp.memory_bytes += sp.param_bytes * (2 + ts.optimizer_states) + sp.in_flight * sp.act_bytes + buf;
+    sp.states = model_states(sp.param_bytes, ts, zero, sh.dp);
+    sp.activation_bytes = sp.in_flight * sp.act_bytes;
+    sp.memory_bytes += sp.states.total() + sp.activation_bytes + buf;
     r.fits &= sp.memory_bytes <= r.memory_limit_bytes;
     device_memory[static_cast<size_t>(s % p)] += sp.memory_bytes;
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);

@@ -20,9 +20,35 @@ struct TrainSettings {
   int optimizer_states = 2;               // AdamW 2 (m, v), SGD with momentum 1, plain SGD 0
   bool clip = false;                      // gradient-norm clipping (the norm and the scaling each step)
   double bucket_bytes = 25.0 * (1 << 20); // data-parallel gradient all-reduce bucket (PyTorch DDP's 25 MiB)
+  // Mixed precision (set by apply_precision, the one place that decides it): the dtype of every floating-point
+  // value the layers compute, hold and send (activations, the weights the products read, gradients); the
+  // products run at the device's peak for it. master_bytes: per parameter, the fp32 master copy the optimizer
+  // updates (4 under bf16 / f16, 0 under f32); optimizer states are fp32 (4 bytes each) in every precision.
+  DType compute = DType::f32;
+  double master_bytes = 0;
+  // Cluster planning only: attention may split over its heads, as Megatron-LM runs it (LayerCosts; not yet a
+  // signature the executor runs, so plans using it are predictions, not runnable).
+  bool head_parallel_attention = false;
 };
 // optimizer_states for an optimizer named as in run files ("adamw", "sgd") with this momentum.
 int optimizer_states(const std::string& type, double momentum);
+// The run's `train.precision` as the planner sees it, for `braid plan`, `plan: auto` and `braid train` alike:
+// on accelerators (cuda devices, cluster presets and files) bf16 / f16 compute in 16 bits with an fp32 master
+// copy (ZeRO's 2 + 2 + 12 bytes per parameter under AdamW); on cpu devices every precision trains in f32
+// (docs/gpu.md), so the settings stay f32. Unknown precisions are the run file's to reject; they plan as f32.
+void apply_precision(TrainSettings& ts, const std::string& precision, bool accelerator);
+
+// What a device holds for its `param_bytes` of parameters (in TrainSettings::compute) under ZeRO stage `zero`
+// over a data-parallel group of `dp` (Rajbhandari et al. 2020: stage 1 shards the optimizer state, 2 also the
+// gradients, 3 also the weights; docs/planner.md "Memory"): weights and gradients in the compute dtype, the
+// optimizer's states and master copy in fp32.
+struct ModelStates {
+  double weights = 0, grads = 0, optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+ModelStates model_states(double param_bytes, const TrainSettings& ts, int zero, int dp);
+// Parameters of `param_bytes` (compute dtype) as fp32 bytes: what the optimizer reads and writes per state.
+double fp32_param_bytes(double param_bytes, const TrainSettings& ts);
 
 struct StagePrediction {
   double forward_s = 0;      // one micro-batch: compute + tensor-group collectives + sending activations on
@@ -34,8 +60,12 @@ struct StagePrediction {
   double optimizer_s = 0;
   double weight_read_s = 0;  // the step's first forward packing the weights from memory (CostModel::weight_read_time)
   double turn_s = 0;         // of compute_s: refilling a shared core's caches (CostModel::switch_time), per micro-batch
-  double param_bytes = 0;    // trainable parameters per device
-  double act_bytes = 0;      // activations kept per micro-batch per device
+  double param_bytes = 0;    // trainable parameters per device (compute dtype; before ZeRO sharding)
+  double act_bytes = 0;      // activations kept per micro-batch per device (after recomputation)
+  double recompute_s = 0;    // of backward_s: the forwards recomputed (full and selective), per micro-batch
+  ModelStates states;        // what the device holds for its parameters under the plan's ZeRO stage
+  double activation_bytes = 0;  // in_flight x act_bytes: the activations held at the peak
+  double zero_comm_s = 0;    // of forward_s + backward_s: ZeRO 2/3's exposed per-micro-batch collectives
   double memory_bytes = 0;   // peak per device: params, grads, optimizer state, activations x in flight, buffers
   int in_flight = 0;         // micro-batches whose activations are held at once
   double flops = 0;          // forward FLOPs of one micro-batch on one device
@@ -73,6 +103,20 @@ int in_flight(const std::string& schedule, int k, int p, int virtual_stages, int
 // total sync time.
 void dp_sync(const CostModel& m, const Group& dp_group, double param_bytes, double backward_s, double bucket_bytes,
              double* total, double* exposed);
+// The same under ZeRO stage `zero` (0: dp_sync). Stage 1 as Engine runs it: dp_sync's all-reduce, then every
+// parameter broadcast from the replica that updated it (an all-gather of param_bytes, exposed). Stages 2-3 (modelled,
+// not yet run): the gradients reduce-scattered in buckets behind the backward (each half the bucket's
+// grad_sync_time: a ring all-reduce is a reduce-scatter and an all-gather), then each replica's updated share
+// all-gathered after the optimizer (exposed).
+void zero_sync(const CostModel& m, const Group& dp_group, double param_bytes, double backward_s, double bucket_bytes,
+               int zero, double* total, double* exposed);
+// ZeRO 2 and 3's collectives of one micro-batch on a stage holding `param_bytes` (before sharding), with a forward of
+// `forward_s` and a backward of `backward_s` to hide behind: stage 2 reduce-scatters each micro-batch's gradients
+// (its gradients are sharded, so they cannot accumulate whole), stage 3 also all-gathers the weights before the
+// forward and again before the backward. Returns the exposed part (max(0, collective - compute) each); 0 for
+// stages 0 and 1.
+double zero_micro_batch_comm(const CostModel& m, const Group& dp_group, double param_bytes, double forward_s,
+                             double backward_s, int zero);
 // (m v - 1) max T + (1/v) sum T + max tail.
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
 

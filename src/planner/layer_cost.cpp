@@ -36,8 +36,9 @@ bool LayerOption::all_b() const {
   return true;
 }
 
-LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group)
-    : g_(g), model_(model), b_(micro_batch), tp_(tp), group_(tensor_group) {
+LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group,
+                       DType compute, bool head_parallel_attention)
+    : g_(g), model_(model), b_(micro_batch), tp_(tp), group_(tensor_group), compute_(compute) {
   fwd_ = forward_layers(g);
   layer_of_node_.assign(g.nodes().size(), -1);
   for (size_t i = 0; i < fwd_.size(); ++i) layer_of_node_[fwd_[i]->id.idx()] = static_cast<int>(i);
@@ -78,6 +79,24 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
         if (s.outputs[k].kind == ops::Sbp::Kind::Partial && g.value(n.outputs[k]).desc.shape.rank() == 0) even = false;
       if (even) options_[i].push_back(make_option(n, &s, tp));
     }
+    // Modelled only: attention over its heads (Megatron-LM's tensor-parallel attention). Inputs x, in_proj_weight
+    // [3d, d], in_proj_bias [3d], out_proj.weight [d, d], out_proj.bias [d]; outputs the result [B, T, d] (partial:
+    // out_proj's columns split), qkv [B, T, 3d], context [B, T, d], lse [B, h, T] (split like the heads). The op's
+    // cost is of the whole layer: each device runs 1/tp of it.
+    if (head_parallel_attention && n.op->name == "attention" && n.attrs.i("heads") % tp == 0 &&
+        (n.inputs.size() == 5 || n.inputs.size() == 3) && n.outputs.size() == 4) {
+      const bool bias = n.inputs.size() == 5;
+      ops::SplitSignature h{"heads", {ops::Sbp::B(), ops::Sbp::S(0)}, {ops::Sbp::P(), ops::Sbp::S(2), ops::Sbp::S(2), ops::Sbp::S(1)}};
+      if (bias) h.inputs.push_back(ops::Sbp::S(0));
+      h.inputs.push_back(ops::Sbp::S(1));
+      if (bias) h.inputs.push_back(ops::Sbp::B());
+      LayerOption o = make_option(n, &h, tp);
+      o.backward_s -= o.grad_sync_s;
+      o.forward_s /= tp;
+      o.backward_s = o.backward_s / tp + o.grad_sync_s;
+      o.flops /= tp;
+      options_[i].push_back(o);
+    }
   }
 }
 
@@ -98,11 +117,31 @@ TensorDesc LayerCosts::local_desc(ValueId v, Layout l, int tp) const {
   TensorDesc d = val.desc;
   bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
   if (batched && d.shape.rank() > 0) d.shape[0] = b_;
+  if (compute_ != DType::f32 && d.dtype == DType::f32) d.dtype = compute_;
   if (l >= 0 && l < d.shape.rank() && tp > 1) d.shape[l] = std::max<int64_t>(1, d.shape[l] / tp);
   return d;
 }
 
 double LayerCosts::value_bytes(ValueId v) const { return static_cast<double>(local_desc(v, kLayoutB, 1).bytes()); }
+
+double LayerCosts::group_input_bytes(int a, int b) const {
+  std::vector<ValueId> seen;
+  double bytes = 0;
+  for (int i = a; i < b; ++i) {
+    const graph::Node& n = node(i);
+    for (int q = 0; q < n.num_data_inputs; ++q) {
+      ValueId v = n.inputs[static_cast<size_t>(q)];
+      const graph::Value& val = g_.value(v);
+      if (val.kind != graph::ValueKind::Activation && val.kind != graph::ValueKind::Input) continue;
+      int p = layer_of(val.producer);
+      if (p >= a && p < b) continue;
+      if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+      seen.push_back(v);
+      bytes += value_bytes(v);
+    }
+  }
+  return bytes;
+}
 
 bool LayerCosts::needs_grad(const graph::Node& n, int input) const {
   const graph::Value& v = g_.value(n.inputs[static_cast<size_t>(input)]);
@@ -139,6 +178,7 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     if (weight_gradients_only(g_, n)) o.backward_s *= kWeightHalfOfBackward;
   }
   o.flops = ops::op_cost(*n.op, n.attrs, in, out).flops;
+  o.cheap = n.op->cheap_recompute && n.op->mutated_inputs.empty();
   if (n.op->workspace) o.workspace_bytes = static_cast<double>(n.op->workspace(n.attrs, in, out));
   bool all_b = o.all_b();
   for (size_t k = 0; k < n.inputs.size(); ++k) {

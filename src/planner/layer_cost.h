@@ -40,6 +40,7 @@ struct LayerOption {
   double act_bytes = 0;      // outputs kept for backward, one micro-batch, one device
   double workspace_bytes = 0;
   double flops = 0;          // forward FLOPs on one device (for reports)
+  bool cheap = false;        // OpDef::cheap_recompute: recomputed under `recompute: selective`
   bool all_b() const;
 };
 
@@ -52,10 +53,16 @@ struct Reshard {
 // Every forward layer's options and every value's reshard cost for one stage shape: micro-batch `b` samples
 // per replica, a tensor group of `tp` devices laid out as `tensor_group`. Options of a layer: "replicated"
 // with tensor_parallel 1, then (tp > 1) each signature its op offers whose splits divide evenly into tp,
-// with tensor_parallel tp, in the op's order.
+// with tensor_parallel tp, in the op's order. `compute`: the dtype every floating-point value (activations,
+// parameters, gradients) is computed, held and sent in (TrainSettings::compute; the graph's are f32): bytes,
+// collectives and the peak the products run at follow it.
 class LayerCosts {
  public:
-  LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group);
+  // `head_parallel_attention`: also offer attention split over its heads, Megatron's way ("heads": the input
+  // replicated, q/k/v rows and out_proj columns split, the output partial), which the executor cannot run yet
+  // (ops/defs/attention.cpp offers no such signature): modelled for cluster planning only (TrainSettings).
+  LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group,
+             DType compute = DType::f32, bool head_parallel_attention = false);
   const graph::Graph& graph() const { return g_; }
   int layers() const { return static_cast<int>(fwd_.size()); }
   const graph::Node& node(int layer) const { return *fwd_[static_cast<size_t>(layer)]; }
@@ -71,6 +78,9 @@ class LayerCosts {
   const CostModel& model() const { return model_; }
   // True when a gradient flows into this input of the layer's node (trainable parameter, float activation).
   bool needs_grad(const graph::Node& n, int input) const;
+  // Bytes (layout B, one micro-batch) of the activations and model inputs that layers [a, b) read from before a:
+  // what full recomputation of that group keeps (Korthikanti et al.'s 2sbh per transformer layer under bf16).
+  double group_input_bytes(int a, int b) const;
 
  private:
   LayerOption make_option(const graph::Node& n, const ops::SplitSignature* sig, int tp) const;
@@ -80,6 +90,7 @@ class LayerCosts {
   int64_t b_;
   int tp_;
   Group group_;
+  DType compute_;
   std::vector<const graph::Node*> fwd_;
   std::vector<int> layer_of_node_;
   std::vector<std::vector<LayerOption>> options_;

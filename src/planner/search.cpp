@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "planner/layer_cost.h"
 #include "planner/search_intervals.h"
@@ -29,9 +32,14 @@ struct Config {
   int dp, tp, p, v;
   int64_t b, m;
   std::string schedule;
+  int zero = 0;
+  bool rc = false;  // the blocks' recomputation searched (unit_modes(true)); pinned modes apply either way
   double lower_bound = 0;
   double memory_needed = 0;  // a lower bound on the memory one model chunk needs (memory_fits)
 };
+
+// Above this many units the search tries recomputation and ZeRO 2-3 for a shape only where nothing fitted without.
+constexpr int kExactUnits = 32;
 
 struct CutItem {
   double max_t, sum_t, max_e;
@@ -73,16 +81,43 @@ class Searcher {
     auto threshold = [&]() { return top_.size() < K ? kInfeasible : top_.back().searched_step_time_s; };
     const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
     int memory_pruned = 0;
+    // ZeRO stages 2 and 3 shard what stage 1 keeps whole for memory's sake: a shape is searched under them only
+    // where the stage below it was short of memory (some stage option did not fit), else they cannot let a faster
+    // plan fit. (The variants of one shape are adjacent: stable sort, equal lower bounds.)
+    // Likewise the blocks' recomputation: only adds time, so a shape is searched with it only where the search
+    // without it (same ZeRO stage) was short of memory. limited[z]: stage z without recomputation was.
+    const Config* shape = nullptr;
+    bool limited_at[4] = {true, true, true, true};
+    auto same_shape = [](const Config& a, const Config& b) {
+      return a.dp == b.dp && a.tp == b.tp && a.p == b.p && a.v == b.v && a.b == b.b && a.m == b.m && a.schedule == b.schedule;
+    };
     for (const Config& c : configs) {
       if (c.lower_bound >= threshold()) break;  // sorted by lower bound
       if (!least || c.memory_needed < least->memory_needed) least = &c;
+      if (!shape || !same_shape(*shape, c)) {
+        shape = &c;
+        for (bool& x : limited_at) x = true;
+      }
+      const int z = std::clamp(c.zero, 0, 3);
+      if (c.rc && !limited_at[z]) continue;
+      if (!c.rc && z >= 2 && !limited_at[z - 1]) {
+        limited_at[z] = false;
+        continue;
+      }
       if (c.memory_needed > cl_.device.memory_bytes / c.v) {
         ++memory_pruned;
         continue;
       }
       ++r.stats.configs_searched;
       SearchResult one;
-      double t = solve(c, threshold(), &one);
+      bool limited = false;
+      auto s0 = std::chrono::steady_clock::now();
+      double t = solve(c, threshold(), &one, &limited);
+      solve_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      // Large graphs (more than kExactUnits units): only where nothing of the shape fitted (their layer DPs take
+      // seconds each; docs/planner.md, "Search time"). Small ones: wherever some stage option did not fit (exact).
+      if (units_ > kExactUnits && one.found) limited = false;
+      if (!c.rc) limited_at[z] = limited;
       if (!one.found || !(t < threshold())) continue;
       auto at = std::upper_bound(top_.begin(), top_.end(), t,
                                  [](double x, const SearchResult& y) { return x < y.searched_step_time_s; });
@@ -95,6 +130,9 @@ class Searcher {
       r.searched_step_time_s = top_.front().searched_step_time_s;
     }
     r.stats.capped = capped_;
+    if (std::getenv("BRAID_SEARCH_STATS"))
+      std::fprintf(stderr, "search: %d configs, %d searched, %zu intervals (%.2f s building them), %.2f s solving\n",
+                   r.stats.configs, r.stats.configs_searched, intervals_.size(), interval_s_, solve_s_);
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.found) {
       if (configs.empty()) {
@@ -105,8 +143,7 @@ class Searcher {
                       "no plan fits in memory: every mesh shape needs more than the %.1f GB of a device (the least: dp "
                       "%d x tp %d x pp %d, %lld micro-batches of %lld, %s, at least %.1f GB per model chunk for "
                       "parameters, gradients, optimizer state and the activations of the micro-batches in flight, with "
-                      "every layer split to hold the least); braid has no activation recomputation, which would cut "
-                      "the activations held",
+                      "every layer split to hold the least, with the recomputation and the ZeRO stages the search may choose)",
                       cl_.device.memory_bytes / 1e9, least->dp, least->tp, least->p,
                       static_cast<long long>(least->m), static_cast<long long>(least->b), least->schedule.c_str(),
                       least->memory_needed / 1e9);
@@ -175,10 +212,18 @@ class Searcher {
             if (pins && pins->summary.pinned.has("schedule") && pins->summary.schedule != name) continue;
             if (!summary_ok("virtual_stages", v)) continue;
             if (pinned_stages_ && static_cast<int64_t>(pins->stages.size()) != p * v) continue;
-            Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name};
-            c.lower_bound = lower_bound(c);
-            c.memory_needed = memory_needed(c);
-            out.push_back(c);
+            // ZeRO stages: 0 first (ties keep the earlier shape), more only with replicas to shard over.
+            // Each ZeRO stage without, then with, the blocks' recomputation searched.
+            for (int z = 0; z <= (dp > 1 ? std::max(0, o_.max_zero) : 0); ++z) {
+              if (pins && pins->summary.pinned.has("zero") && pins->summary.zero != z) continue;
+              for (bool rc : {false, true}) {
+                if (rc && !recompute_searched()) continue;
+                Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name, z, rc};
+                c.lower_bound = lower_bound(c);
+                c.memory_needed = memory_needed(c);
+                out.push_back(c);
+              }
+            }
           }
         }
       }
@@ -193,7 +238,7 @@ class Searcher {
     if (it != costs_.end()) return *it->second;
     std::vector<int> tg;
     for (int d = 0; d < tp; ++d) tg.push_back(d);
-    auto lc = std::make_unique<LayerCosts>(g_, m_, b, tp, group_of(cl_, tg));
+    auto lc = std::make_unique<LayerCosts>(g_, m_, b, tp, group_of(cl_, tg), ts_.compute, ts_.head_parallel_attention);
     return *costs_.emplace(key, std::move(lc)).first->second;
   }
 
@@ -218,26 +263,48 @@ class Searcher {
   // reshard buffers and workspace (the bound stays below the truth), so no shape that fits is pruned.
   double memory_needed(const Config& c) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    auto key = std::make_pair(c.tp, c.b);
+    auto key = std::make_tuple(c.tp, c.b, c.rc);
     auto it = least_bytes_.find(key);
     if (it == least_bytes_.end()) {
-      double P = 0, A = 0;
+      // Per layer its least parameter, buffer and activation bytes over its options; per unit the least of its
+      // activations under each recomputation mode it may take (selective: its layers that are not cheap; full: its
+      // inputs).
+      double params = 0, buffers = 0, A = 0;
       auto al = allowed(lc);
-      for (int l = 0; l < lc.layers(); ++l) {
-        double p = kInfeasible, a = kInfeasible;
-        const auto& opts = lc.options(l);
-        for (size_t k = 0; k < opts.size(); ++k) {
-          if (al.count(l) && std::find(al[l].begin(), al[l].end(), static_cast<int>(k)) == al[l].end()) continue;
-          p = std::min(p, opts[k].param_bytes * (2 + ts_.optimizer_states) + opts[k].buffer_bytes);
-          a = std::min(a, opts[k].act_bytes);
+      const auto modes = unit_modes(c.rc);
+      for (int u = 0; u < units_; ++u) {
+        double all = 0, kept = 0;
+        for (int l = bounds_[static_cast<size_t>(u)]; l < bounds_[static_cast<size_t>(u) + 1]; ++l) {
+          double p = kInfeasible, bu = kInfeasible, a = kInfeasible;
+          bool cheap = false;
+          const auto& opts = lc.options(l);
+          for (size_t k = 0; k < opts.size(); ++k) {
+            if (al.count(l) && std::find(al[l].begin(), al[l].end(), static_cast<int>(k)) == al[l].end()) continue;
+            p = std::min(p, opts[k].param_bytes);
+            bu = std::min(bu, opts[k].buffer_bytes);
+            a = std::min(a, opts[k].act_bytes);
+            cheap = opts[k].cheap;
+          }
+          if (p == kInfeasible) p = bu = a = 0;
+          params += p;
+          buffers += bu;
+          all += a;
+          if (!cheap) kept += a;
         }
-        if (p == kInfeasible) p = a = 0;
-        P += p;
-        A += a;
+        double least = all;
+        for (int m : modes[static_cast<size_t>(u)]) {
+          if (m == kRecomputeSelective) least = std::min(least, kept);
+          if (m == kRecomputeFull)
+            least = std::min(least, lc.group_input_bytes(bounds_[static_cast<size_t>(u)], bounds_[static_cast<size_t>(u) + 1]));
+        }
+        A += least;
       }
-      it = least_bytes_.emplace(key, std::make_pair(P, A)).first;
+      it = least_bytes_.emplace(key, std::make_tuple(params, buffers, A)).first;
     }
-    const double P = it->second.first, A = it->second.second;
+    // Model states are linear in the parameter bytes: the least parameters' states and the least buffers bound
+    // every option's from below.
+    const double P = model_states(std::get<0>(it->second), ts_, c.zero, c.dp).total() + std::get<1>(it->second);
+    const double A = std::get<2>(it->second);
     const int S = c.p * c.v;
     std::vector<int> in(static_cast<size_t>(S));
     for (int k = 0; k < S; ++k) in[static_cast<size_t>(k)] = std::max(1, in_flight(c.schedule, k, c.p, c.v, c.m));
@@ -260,6 +327,39 @@ class Searcher {
     return lo * (1 - 1e-9);  // below the least capacity that fits: a bound, with room for rounding
   }
 
+  // The recomputation modes each unit may take (search_intervals.h): a pinned summary mode for every unit; else
+  // none, selective and full for each instance of a repeated block (`name.<i>.*`, as lowering groups `full`),
+  // none for the layers outside blocks; a unit with a layer whose recompute is pinned takes that mode.
+  // Whether any unit may take a mode beyond the pinned ones (Config::rc variants exist).
+  bool recompute_searched() {
+    const auto& a = unit_modes(false);
+    const auto& b = unit_modes(true);
+    return a != b;
+  }
+  const std::vector<std::vector<int>>& unit_modes(bool rc) {
+    auto& unit_modes_ = unit_modes_by_[rc ? 1 : 0];
+    if (!unit_modes_.empty() || units_ == 0) return unit_modes_;
+    auto code = [](const std::string& m) { return m == "full" ? kRecomputeFull : m == "selective" ? kRecomputeSelective : 0; };
+    const bool summary_pin = o_.pins && o_.pins->summary.pinned.has("recompute");
+    std::map<std::string, std::string> layer_pin;
+    if (o_.pins)
+      for (const auto& l : o_.pins->layers)
+        if (l.pinned.has("recompute")) layer_pin[l.layer] = l.recompute;
+    for (int u = 0; u < units_; ++u) {
+      const int a = bounds_[static_cast<size_t>(u)], b = bounds_[static_cast<size_t>(u) + 1];
+      std::vector<int> m{0};
+      if (summary_pin) m = {code(o_.pins->summary.recompute)};
+      else if (rc && o_.recompute && !instance_prefix(fwd_[static_cast<size_t>(a)]->layer).empty())
+        m = {0, kRecomputeSelective, kRecomputeFull};
+      for (int l = a; l < b; ++l) {
+        auto it = layer_pin.find(fwd_[static_cast<size_t>(l)]->layer);
+        if (it != layer_pin.end()) m = {code(it->second)};
+      }
+      unit_modes_.push_back(m);
+    }
+    return unit_modes_;
+  }
+
   // Options each pinned layer may take, for this LayerCosts.
   std::map<int, std::vector<int>> allowed(const LayerCosts& lc) {
     std::map<int, std::vector<int>> out;
@@ -276,13 +376,18 @@ class Searcher {
     return out;
   }
 
-  const Intervals& intervals(int tp, int64_t b) {
-    auto key = std::make_pair(tp, b);
+  const Intervals& intervals(int tp, int64_t b, bool rc) {
+    auto key = std::make_tuple(tp, b, rc);
     auto it = intervals_.find(key);
     if (it != intervals_.end()) return *it->second;
     const LayerCosts& lc = costs(tp, b);
     auto al = allowed(lc);
-    auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, o_.front_cap);
+    auto t0 = std::chrono::steady_clock::now();
+    auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, unit_modes(rc), o_.front_cap);
+    interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (std::getenv("BRAID_SEARCH_STATS"))
+      std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %.2f s, %d distinct\n", tp, static_cast<long long>(b), rc ? 1 : 0,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), iv->distinct());
     capped_ |= iv->capped;
     return *intervals_.emplace(key, std::move(iv)).first->second;
   }
@@ -298,9 +403,9 @@ class Searcher {
 
   // The best plan of one configuration; returns its step time (infinity: none fits) and records it in r when
   // it beats `best`.
-  double solve(const Config& c, double best, SearchResult* r) {
+  double solve(const Config& c, double best, SearchResult* r, bool* memory_limited) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    const Intervals& iv = intervals(c.tp, c.b);
+    const Intervals& iv = intervals(c.tp, c.b, c.rc);
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
@@ -346,15 +451,24 @@ class Searcher {
           for (const Entry& e : iv.closed(i, j)) {
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
-            double mem = e.buffers + e.p * (2 + ts_.optimizer_states) + inflight * (e.a + in_bytes) + e.buf;
-            if (mem > limit) continue;
+            double mem = e.buffers + model_states(e.p, ts_, c.zero, c.dp).total() + inflight * (e.a + in_bytes) + e.buf;
+            if (mem > limit) {
+              *memory_limited = true;
+              continue;
+            }
             // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
             const double accumulate = m_.grad_accumulate_time(e.p);
             const double turn = S > 1 ? m_.switch_time(e.p) : 0;
             double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + turn + p2p_f + p2p_b;
             double tb = e.tb + hand_off / 2 + accumulate + turn / 2 + p2p_b, total = 0, exposed = 0;
-            dp_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, &total, &exposed);
-            double tail = exposed + (m_.optimizer_time(e.p, ts_.optimizer_states) + (ts_.clip ? m_.clip_time(e.p) : 0)) +
+            // As predict(): ZeRO 2 / 3's exposed collectives of each micro-batch join its backward.
+            const double zc = zero_micro_batch_comm(m_, dp_group, e.p, t - tb, tb, c.zero);
+            t += zc;
+            tb += zc;
+            zero_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, c.zero, &total, &exposed);
+            const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
+            double tail = exposed + (m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
+                                     (ts_.clip ? m_.clip_time(e.p) : 0)) +
                           m_.weight_read_time(e.p, ts_.optimizer_states);
             bool dom = false;
             for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
@@ -418,8 +532,11 @@ class Searcher {
     s.micro_batch = c.b;
     s.micro_batches = c.m;
     s.schedule = c.schedule;
+    s.zero = c.zero;
+    if (o_.pins && o_.pins->summary.pinned.has("recompute")) s.recompute = o_.pins->summary.recompute;
     int G = c.dp * c.tp, max_tp = 1;
     std::map<int, int> option;  // layer -> option
+    std::map<int, int> unit_mode;  // first layer of a unit -> its recomputation (kRecompute*), when not none
     for (size_t k = 0; k < stages.size(); ++k) {
       StagePlan st;
       int d = static_cast<int>(k) % c.p;
@@ -431,16 +548,24 @@ class Searcher {
       st.last_layer = fwd_[static_cast<size_t>(b) - 1]->layer;
       st.virtual_index = static_cast<int>(k) / c.p;
       p.stages.push_back(st);
-      for (const Choice* ch = stages[k].second->ch.get(); ch; ch = ch->prev.get()) option[a + ch->layer] = ch->option;
+      for (const Choice* ch = stages[k].second->ch.get(); ch; ch = ch->prev.get())
+        (ch->option < 0 ? unit_mode : option)[a + ch->layer] = ch->option;
     }
+    // Each layer of a unit recomputed (unless the summary's pinned mode covers it).
+    std::string mode;
     for (size_t l = 0; l < fwd_.size(); ++l) {
+      auto um = unit_mode.find(static_cast<int>(l));
+      if (um != unit_mode.end()) mode = um->second == kRecomputeFull ? "full" : "selective";
+      else if (std::binary_search(bounds_.begin(), bounds_.end(), static_cast<int>(l))) mode.clear();
+      const std::string recompute = mode.empty() || mode == s.recompute ? std::string() : mode;
       const LayerOption& o = lc.options(static_cast<int>(l))[static_cast<size_t>(option.at(static_cast<int>(l)))];
       bool pinned = layer_pins_.count(static_cast<int>(l)) > 0;
-      if (o.signature == "replicated" && o.tensor_parallel == 1 && !pinned) continue;
+      if (o.signature == "replicated" && o.tensor_parallel == 1 && !pinned && recompute.empty()) continue;
       LayerPlan lp;
       lp.layer = fwd_[l]->layer;
       lp.signature = o.signature;
       lp.tensor_parallel = o.tensor_parallel;
+      lp.recompute = recompute;
       max_tp = std::max(max_tp, o.tensor_parallel);
       p.layers.push_back(lp);
     }
@@ -461,9 +586,11 @@ class Searcher {
   bool pinned_stages_ = false;
   std::map<int, const LayerPlan*> layer_pins_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
-  std::map<std::pair<int, int64_t>, std::unique_ptr<Intervals>> intervals_;
-  std::map<std::pair<int, int64_t>, std::pair<double, double>> least_bytes_;  // (P, A) of memory_needed
+  std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<Intervals>> intervals_;
+  std::map<std::tuple<int, int64_t, bool>, std::tuple<double, double, double>> least_bytes_;  // memory_needed's sums
+  std::vector<std::vector<int>> unit_modes_by_[2];  // unit_modes(rc), once each
   bool capped_ = false;
+  double interval_s_ = 0, solve_s_ = 0;  // BRAID_SEARCH_STATS
 
  public:
   // After run(): the best plan of each of the K best shapes, best first by the formula.
@@ -485,7 +612,13 @@ SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSe
     spec.count = cand.plan.summary.devices;
     for (int d = 0; d < spec.count; ++d) spec.ids.push_back(d);
     Diagnostics diags;
-    validate_plan(cand.plan, g, ts.batch, spec, diags);
+    // ZeRO 2 and 3 are modelled, not yet run: the rest of the plan is checked as under stage 1.
+    Plan checked = cand.plan;
+    checked.summary.zero = std::min(checked.summary.zero, 1);
+    // Modelled attention over heads (cluster planning): the rest of the plan is checked with the layer replicated.
+    for (auto& l : checked.layers)
+      if (l.signature == "heads") l.signature = "replicated", l.tensor_parallel = 1;
+    validate_plan(checked, g, ts.batch, spec, diags);
     if (!diags.empty())
       throw InternalError("the planner produced an invalid plan: " + diags.all()[0].format() + "\n" + to_yaml(cand.plan));
     fill_predictions(cand.plan, g, model, ts);
@@ -544,7 +677,9 @@ std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const grap
     if (l.signature == "replicated" && l.tensor_parallel == 1) continue;
     size_t i = index.at(l.layer);
     auto& lc = lcs[tp_of[i]];
-    if (!lc) lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1});
+    if (!lc)
+      lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1}, ts.compute,
+                                        ts.head_parallel_attention);
     LayerAlternative a;
     a.layer = l.layer;
     a.chosen = l.signature + (l.tensor_parallel > 1 ? " x" + std::to_string(l.tensor_parallel) : "");

@@ -30,6 +30,11 @@ struct SearchOptions {
   // the search's formula are re-ranked by predict()'s step time, and the best of those is returned.
   // Elsewhere predict() is the formula, and one is kept.
   int rerank = 8;
+  // ZeRO stages the search may choose, 0 .. max_zero, per plan (one stage for every data-parallel group; only with
+  // data_parallel > 1). The executor runs 0 and 1 on cpu devices; `braid plan --cluster` models up to 3.
+  int max_zero = 1;
+  // Per repeated block (`name.<i>.*`), activation recomputation none | selective | full (docs/planner.md).
+  bool recompute = true;
 };
 
 struct SearchStats {

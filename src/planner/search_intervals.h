@@ -51,12 +51,21 @@ struct Entry {
   double a = 0;        // activation bytes per micro-batch
   double buf = 0;      // largest temporary
   double buffers = 0;  // non-trained state bytes
+  // Under full recomputation of the unit being built: its activations so far (held while its backward
+  // recomputes them: a temporary at the unit's end); 0 otherwise and between units.
+  double ua = 0;
   ChoicePtr ch;
 };
 
 inline bool dominates(const Entry& x, const Entry& y) {
-  return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers;
+  return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers &&
+         x.ua <= y.ua;
 }
+
+// Recomputation modes of a unit, as Choice::option values (negative: not a layer option). Inside a unit the mode
+// is part of the state (kModeKey), so that entries of different modes never dominate each other there.
+constexpr int kRecomputeSelective = -1;
+constexpr int kRecomputeFull = -2;
 
 // Keeps at most `cap` of a front sorted by t: the cap / 2 with the least t, and of the others those with the
 // least memory (4 p + a + buf + buffers: a pipeline stage holds several micro-batches' activations), so that a
@@ -92,6 +101,7 @@ inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
 using State = std::vector<std::pair<int, int>>;
 using Front = std::map<State, std::vector<Entry>>;
 constexpr int kOut = 64;
+constexpr int kModeKey = -5;  // the state's entry holding the unit's recomputation mode (absent: none)
 
 // ---- the stage intervals of one (micro-batch, tensor group) ---------------------------------------------------
 // closed(i, j): the Pareto front of a stage holding units [i, j), every value leaving it made B. Identical
@@ -101,10 +111,13 @@ constexpr int kOut = 64;
 // front of a longer interval extends its prefix's. Choices record layers relative to the interval's start.
 class Intervals {
  public:
+  // modes[k]: the recomputation modes unit k may take (0 none, kRecomputeSelective, kRecomputeFull), in that order.
   Intervals(const LayerCosts& lc, const std::vector<int>& bounds, const std::vector<int>& last_use,
-            const std::map<int, std::vector<int>>& allowed, int cap)
-      : lc_(lc), bounds_(bounds), last_use_(last_use), allowed_(allowed), cap_(cap) {
+            const std::map<int, std::vector<int>>& allowed, const std::vector<std::vector<int>>& modes, int cap)
+      : lc_(lc), bounds_(bounds), last_use_(last_use), allowed_(allowed), modes_(modes), cap_(cap) {
     int u = static_cast<int>(bounds.size()) - 1;
+    for (int k = 0; k < u; ++k)
+      in_bytes_.push_back(lc.group_input_bytes(bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1]));
     std::vector<int> sig = unit_signatures(u);
     nodes_.emplace_back();
     nodes_[0].open[State{}].push_back(Entry{});
@@ -117,7 +130,9 @@ class Intervals {
         auto it = nodes_[static_cast<size_t>(node)].child.find(su);
         if (it == nodes_[static_cast<size_t>(node)].child.end()) {
           Front f = nodes_[static_cast<size_t>(node)].open;
+          f = begin_unit(f, j - 1, start);
           for (int l = bounds[static_cast<size_t>(j) - 1]; l < bounds[static_cast<size_t>(j)]; ++l) f = step(f, l, start);
+          f = finish_unit(f);
           Node n;
           n.closed = close(f, start);
           n.open = std::move(f);
@@ -187,6 +202,12 @@ class Intervals {
         auto al = allowed_.find(l);
         if (al != allowed_.end())
           for (int a : al->second) key += "a" + std::to_string(a);
+        if (l == bounds_[static_cast<size_t>(k)]) {
+          key += "m";
+          for (int m : modes_[static_cast<size_t>(k)]) key += std::to_string(m) + ",";
+          key += num(in_bytes_[static_cast<size_t>(k)]);
+        }
+        key += lc_.options(l).empty() || !lc_.options(l)[0].cheap ? "" : "c";
         for (const LayerOption& o : lc_.options(l)) {
           key += "[" + o.signature + "," + std::to_string(o.tensor_parallel) + ",";
           for (Layout x : o.in) key += std::to_string(x) + ",";
@@ -212,6 +233,9 @@ class Intervals {
           if (id == key) return lay;
         return kLayoutB;
       };
+      int mode = 0;
+      for (const auto& [id, m] : state)
+        if (id == kModeKey) mode = m;
       for (size_t k = 0; k < opts.size(); ++k) {
         if (al != allowed_.end() && std::find(al->second.begin(), al->second.end(), static_cast<int>(k)) == al->second.end())
           continue;
@@ -229,7 +253,7 @@ class Intervals {
         if (!ok) continue;
         State ns;
         for (const auto& sv : state)
-          if (last_use_[value_of(sv.first, start).idx()] > l) ns.push_back(sv);
+          if (sv.first == kModeKey || last_use_[value_of(sv.first, start).idx()] > l) ns.push_back(sv);
         for (size_t q = 0; q < n.outputs.size(); ++q)
           if (last_use_[n.outputs[q].idx()] > l) ns.emplace_back((l - start) * kOut + static_cast<int>(q), o.out[q]);
         std::sort(ns.begin(), ns.end());
@@ -239,12 +263,74 @@ class Intervals {
           x.t += f + b + o.forward_s + o.backward_s;
           x.tb += b + o.backward_s;
           x.p += o.param_bytes;
-          x.a += o.act_bytes;
           x.buf = std::max(x.buf, buf);
           x.buffers += o.buffer_bytes;
+          // Recomputed (full: every layer; selective: the cheap ones): not kept, its forward again in the backward.
+          if (mode == kRecomputeFull || (mode == kRecomputeSelective && o.cheap)) {
+            x.t += f + o.forward_s;
+            x.tb += f + o.forward_s;
+            if (mode == kRecomputeFull) x.ua += o.act_bytes;
+          } else {
+            x.a += o.act_bytes;
+          }
           x.ch = std::make_shared<const Choice>(Choice{l - start, static_cast<int>(k), e.ch});
           insert(dst, std::move(x), cap_, &capped);
         }
+      }
+    }
+    for (auto& [state, entries] : out) trim(entries, cap_, &capped);
+    return out;
+  }
+
+  // The start of unit k: each entry under each mode the unit may take (none; selective where some layer is cheap;
+  // full, which keeps the unit's inputs), the mode recorded in the state and the choices.
+  Front begin_unit(const Front& in, int k, int start) {
+    const auto& modes = modes_[static_cast<size_t>(k)];
+    if (modes.size() == 1 && modes[0] == 0) return in;
+    bool cheap = false;
+    for (int l = bounds_[static_cast<size_t>(k)]; l < bounds_[static_cast<size_t>(k) + 1]; ++l)
+      for (const LayerOption& o : lc_.options(l)) cheap |= o.cheap;
+    Front out;
+    const int first = bounds_[static_cast<size_t>(k)] - start;
+    // Selective recomputation of a unit without cheap layers recomputes nothing: it is none (kept once).
+    std::vector<int> ms;
+    for (int m : modes) {
+      int x = m == kRecomputeSelective && !cheap ? 0 : m;
+      if (std::find(ms.begin(), ms.end(), x) == ms.end()) ms.push_back(x);
+    }
+    for (int m : ms) {
+      for (const auto& [state, entries] : in) {
+        State ns = state;
+        if (m != 0) {
+          ns.emplace_back(kModeKey, m);
+          std::sort(ns.begin(), ns.end());
+        }
+        auto& dst = out[ns];
+        for (const Entry& e : entries) {
+          Entry x = e;
+          if (m == kRecomputeFull) x.a += in_bytes_[static_cast<size_t>(k)];
+          if (m != 0) x.ch = std::make_shared<const Choice>(Choice{first, m, e.ch});
+          insert(dst, std::move(x), cap_, &capped);
+        }
+      }
+    }
+    for (auto& [state, entries] : out) trim(entries, cap_, &capped);
+    return out;
+  }
+
+  // The end of a unit: the mode leaves the state; under full recomputation the unit's activations are a temporary.
+  Front finish_unit(const Front& in) {
+    Front out;
+    for (const auto& [state, entries] : in) {
+      State ns;
+      for (const auto& sv : state)
+        if (sv.first != kModeKey) ns.push_back(sv);
+      auto& dst = out[ns];
+      for (const Entry& e : entries) {
+        Entry x = e;
+        x.buf = std::max(x.buf, x.ua);
+        x.ua = 0;
+        insert(dst, std::move(x), cap_, &capped);
       }
     }
     for (auto& [state, entries] : out) trim(entries, cap_, &capped);
@@ -277,6 +363,8 @@ class Intervals {
   const std::vector<int>& bounds_;
   const std::vector<int>& last_use_;
   const std::map<int, std::vector<int>>& allowed_;
+  const std::vector<std::vector<int>>& modes_;
+  std::vector<double> in_bytes_;
   int cap_;
   std::vector<Node> nodes_;
   std::vector<std::vector<int>> node_of_;

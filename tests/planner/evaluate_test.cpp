@@ -377,11 +377,13 @@ TEST(RunnerCosts, GradientSyncUsesTheColdAllReduce) {
   TrainSettings ts{16, 2};
   SearchResult r = search_shape(g, *cold, ts, 4, 0);
   ASSERT_TRUE(r.found) << r.why_none;
+  r.plan.summary.zero = 0;  // the all-reduce alone (ZeRO 1 adds the parameters' broadcast)
   StepPrediction c = predict(r.plan, g, *cold, ts), h = predict(r.plan, g, *hot, ts);
   EXPECT_DOUBLE_EQ(c.stages[0].dp_sync_s, cold->grad_sync_time(c.stages[0].param_bytes, four));
   EXPECT_GT(c.stages[0].dp_sync_s, h.stages[0].dp_sync_s);
   EXPECT_DOUBLE_EQ(c.stages[0].comm_s, h.stages[0].comm_s);
-  EXPECT_NEAR(r.searched_step_time_s, c.formula_step_time_s, 1e-9 * c.formula_step_time_s);
+  EXPECT_NEAR(r.searched_step_time_s, predict(search_shape(g, *cold, ts, 4, 0).plan, g, *cold, ts).formula_step_time_s,
+              1e-9 * c.formula_step_time_s);
   Profile back = round_trip(p);
   EXPECT_EQ(back.collectives.at("grad_all_reduce"), (std::pair<double, double>{2e-5, 3e-10}));
 }
@@ -494,4 +496,60 @@ TEST(Roofline, SmallOpsAgainstTheCacheBandwidth) {
   EXPECT_LT(with_cache->forward_time(linear, attrs, in, out), plain->forward_time(linear, attrs, in, out));
   EXPECT_EQ(round_trip(cached).cache_bandwidth, cached.cache_bandwidth);
   EXPECT_EQ(round_trip(p).cache_bandwidth, 0);
+}
+
+// ---- the memory formulas of docs/planner.md (issue 22) ---------------------------------------------------------
+
+// ZeRO (Rajbhandari et al. 2020, section 5): mixed-precision AdamW holds 2 + 2 + K bytes per parameter, K = 12 (fp32
+// master copy, momentum, variance); stage 1 shards K, stage 2 also the gradients, stage 3 also the weights over Nd.
+TEST(Memory, ModelStatesFollowZero) {
+  TrainSettings ts{64, 2};
+  apply_precision(ts, "bf16", true);
+  EXPECT_EQ(ts.compute, DType::bf16);
+  const double psi = 1e9, nd = 64, bytes = 2 * psi;  // parameter bytes in bf16
+  EXPECT_DOUBLE_EQ(model_states(bytes, ts, 0, 64).total(), (2 + 2 + 12) * psi);
+  EXPECT_DOUBLE_EQ(model_states(bytes, ts, 1, 64).total(), (2 + 2) * psi + 12 * psi / nd);
+  EXPECT_DOUBLE_EQ(model_states(bytes, ts, 2, 64).total(), 2 * psi + (2 + 12) * psi / nd);
+  EXPECT_DOUBLE_EQ(model_states(bytes, ts, 3, 64).total(), (2 + 2 + 12) * psi / nd);
+  // f32 (and every precision on cpu devices): 4 + 4 + 8, as before.
+  TrainSettings f{64, 2};
+  apply_precision(f, "bf16", false);
+  EXPECT_EQ(f.compute, DType::f32);
+  EXPECT_DOUBLE_EQ(model_states(4 * psi, f, 0, 64).total(), 16 * psi);
+}
+
+// Per transformer layer, activation bytes kept for backward (Korthikanti et al. 2022, section 4): braid's figures for
+// a GPT block of the 175B shape (s 2048, b 1, h 12288, a 96) in bf16, one device: 40 sbh without recomputation
+// (34 sbh + 5 a s^2 b in the paper, whose attention keeps its s x s probabilities; braid keeps every layer's
+// outputs: layer norms 2, q k v 6, context 2, attention output 2, residuals 4, fc 8, GELU 8, proj 2, dropout 2 and
+// its mask 2, and a log-sum-exp row, flash-style); selective 28 sbh (layer norms and GELU dropped; the paper's
+// selective, which recomputes the attention core: 34 sbh); full 2 sbh (the block's input), as in the paper.
+TEST(Memory, ActivationsPerLayerFollowKorthikanti) {
+  auto gpt = [](int layers) {
+    Diagnostics diags;
+    io::VarOverride o;
+    o.name = "n_layer";
+    o.value.kind = io::YNode::Kind::Scalar;
+    o.value.scalar = std::to_string(layers);
+    io::ModelSpec spec = io::load_model(source_dir() + "/models/bench/gpt3_175b.yaml", {o}, diags);
+    diags.throw_if_any();
+    return graph::build_graph(spec, 1);
+  };
+  const graph::Graph g2 = gpt(2), g1 = gpt(1);
+  auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb", {}));
+  // Activations of one micro-batch on one device, every block under `mode`; one block = two blocks less one.
+  auto act = [&](const graph::Graph& g, const std::string& mode) {
+    Plan plan = single_device_plan(g, 1, 1);
+    for (auto& l : plan.layers)
+      if (l.layer.rfind("h.", 0) == 0) l.recompute = mode;
+    TrainSettings ts{1, 2};
+    apply_precision(ts, "bf16", true);
+    return predict(plan, g, *m, ts).stages[0].act_bytes;
+  };
+  const double sbh = 2048.0 * 12288;
+  for (auto [mode, want] : {std::pair<const char*, double>{"none", 40}, {"selective", 28}, {"full", 2}}) {
+    const double per_layer = (act(g2, mode) - act(g1, mode)) / sbh;
+    std::printf("activations per layer, %s: %.3f sbh bytes\n", mode, per_layer);
+    EXPECT_NEAR(per_layer, want, 0.05) << mode;  // + 0.016: the log-sum-exp rows and layer norms' statistics
+  }
 }

@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "io/model_spec.h"
 #include "planner/cluster.h"
 #include "planner/layer_cost.h"
 #include "planner/search.h"
+#include "planner/search_intervals.h"
 #include "plan_test_util.h"
 
 using namespace braid;
@@ -44,11 +48,22 @@ std::string mlp(int width, int layers) {
 // ---- brute force over the search's space (planner/search.h) --------------------------------------------------
 // The minimum of predict() over every plan of the space. The fake model's cluster has no shared cores, so
 // predict() is the search's own formula and the search must reach this minimum exactly (where cores are
-// shared the search re-ranks its best shapes by predict(): evaluate_test's RunnerCosts tests).
-double brute_force(const graph::Graph& g, const CostModel& m, const TrainSettings& ts, int n, Plan* best_plan) {
+// shared the search re-ranks its best shapes by predict(): evaluate_test's RunnerCosts tests). With the new
+// choices: every ZeRO stage 0..max_zero (with dp > 1) and every recomputation mode of every block instance
+// (`name.<i>.*`); stages cut between units only (a block instance is one unit), as the search cuts.
+double brute_force(const graph::Graph& g, const CostModel& m, const TrainSettings& ts, int n, Plan* best_plan,
+                   int max_zero = 1) {
   auto fwd = forward_layers(g);
   int L = static_cast<int>(fwd.size());
   double best = kInfeasible;
+  std::vector<int> bounds = search_detail::unit_bounds(fwd, {});
+  std::vector<std::string> blocks;
+  for (const auto* node : fwd) {
+    std::string pre = search_detail::instance_prefix(node->layer);
+    if (!pre.empty() && (blocks.empty() || blocks.back() != pre)) blocks.push_back(pre);
+  }
+  int combos = 1;
+  for (size_t k = 0; k < blocks.size(); ++k) combos *= 3;
   for (int dp = 1; dp <= n; ++dp) {
     if (n % dp || ts.batch % dp) continue;
     for (int tp = 1; tp <= n / dp; ++tp) {
@@ -61,12 +76,16 @@ double brute_force(const graph::Graph& g, const CostModel& m, const TrainSetting
         std::vector<std::pair<std::string, int>> scheds = p == 1 ? std::vector<std::pair<std::string, int>>{{"1f1b", 1}}
                                                                  : std::vector<std::pair<std::string, int>>{{"gpipe", 1}, {"1f1b", 1}};
         if (p > 1 && mb % p == 0 && 2 * p <= L) scheds.push_back({"interleaved", 2});
-        LayerCosts lc(g, m, b, tp, Group{tp, 1});
+        LayerCosts lc(g, m, b, tp, Group{tp, 1}, ts.compute);
         for (const auto& [sched, v] : scheds) {
           int S = p * v;
           // Every cut of L layers into S non-empty stages (bit i set: a stage starts at layer i).
           for (int mask = 0; mask < (1 << L); ++mask) {
             if (!(mask & 1) || __builtin_popcount(static_cast<unsigned>(mask)) != S) continue;
+            bool at_units = true;
+            for (int i = 0; i < L; ++i)
+              if (mask >> i & 1) at_units &= std::binary_search(bounds.begin(), bounds.end(), i);
+            if (!at_units) continue;
             Plan plan;
             plan.summary.devices = n;
             plan.summary.data_parallel = dp;
@@ -94,11 +113,25 @@ double brute_force(const graph::Graph& g, const CostModel& m, const TrainSetting
                 int max_tp = 1;
                 for (const auto& x : plan.layers) max_tp = std::max(max_tp, x.tensor_parallel);
                 plan.summary.tensor_parallel = max_tp;
-                StepPrediction pr = predict(plan, g, m, ts);
-                if (pr.fits && pr.step_time_s < best) {
-                  best = pr.step_time_s;
-                  if (best_plan) *best_plan = plan;
-                }
+                for (int z = 0; z <= (dp > 1 ? max_zero : 0); ++z)
+                  for (int c = 0; c < combos; ++c) {
+                    plan.summary.zero = z;
+                    int code = c;
+                    std::map<std::string, std::string> mode;
+                    for (const auto& blk : blocks) {
+                      mode[blk] = code % 3 == 0 ? "none" : code % 3 == 1 ? "selective" : "full";
+                      code /= 3;
+                    }
+                    for (auto& x : plan.layers) {
+                      auto it = mode.find(search_detail::instance_prefix(x.layer));
+                      x.recompute = it == mode.end() ? "" : it->second;
+                    }
+                    StepPrediction pr = predict(plan, g, m, ts);
+                    if (pr.fits && pr.step_time_s < best) {
+                      best = pr.step_time_s;
+                      if (best_plan) *best_plan = plan;
+                    }
+                  }
                 return;
               }
               for (const auto& o : lc.options(l)) {
@@ -143,6 +176,14 @@ std::vector<std::string> small_graphs() {
                 "  - {name: e, op: linear, out: 4}\n  - {name: f, op: tanh}\n  - {name: loss, op: mse_loss, from: [f, y]}\n"
                 "outputs: [loss]\n");
   return out;
+}
+
+// Two instances of a residual block (units of 4 layers): recomputation per block, cuts between blocks only.
+std::string block_graph() {
+  return ("name: g\ninputs:\n  x: {shape: [8]}\n  y: {shape: [8]}\nblocks:\n  blk:\n"
+                "    - {name: fc, op: linear, out: 32}\n    - {name: act, op: tanh}\n    - {name: proj, op: linear, out: 8}\n"
+                "    - {name: res, op: add, from: [proj, input]}\nlayers:\n  - {name: inp, op: linear, out: 8, from: x}\n"
+                "  - {name: h, block: blk, repeat: 2}\n  - {name: loss, op: mse_loss, from: [h, y]}\noutputs: [loss]\n");
 }
 
 }  // namespace
@@ -332,12 +373,16 @@ TEST(Search, Gpt175bAtSeq2048Fits) {
   // (2026-12-01); scripts/bench/search_time.sh measures it against its target (< 20 s).
 }
 
-// At seq 16384 no plan fits (f32, AdamW, every activation kept): the search says so quickly, with the reason.
+// At seq 16384 no plan fits (f32, AdamW, every activation kept: recomputation and ZeRO off): the search says so
+// quickly, with the reason.
 TEST(Search, Gpt175bAtSeq16384FitsNowhereAndSaysWhyQuickly) {
   graph::Graph g = graph_with_vars("/models/bench/gpt3_175b.yaml", {{"seq", "16384"}});
   auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb:128", {}));
   auto t0 = std::chrono::steady_clock::now();
-  SearchResult r = search(g, *m, TrainSettings{1536, 2});
+  SearchOptions off;
+  off.recompute = false;
+  off.max_zero = 0;
+  SearchResult r = search(g, *m, TrainSettings{1536, 2}, off);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(r.found);
   EXPECT_NE(r.why_none.find("no plan fits in memory"), std::string::npos) << r.why_none;
@@ -355,4 +400,147 @@ TEST(Search, Plans24LayerGptFor64A100sQuickly) {
   ASSERT_TRUE(r.found) << r.why_none;
   EXPECT_EQ(r.plan.summary.devices, 64);
   std::printf("24-layer GPT on 64 A100: %.3f s, %d of %d shapes searched\n", s, r.stats.configs_searched, r.stats.configs);
+}
+
+// ---- recomputation and ZeRO (issue 22) -------------------------------------------------------------------------
+
+// The search equals brute force over the new choices too: each block's recomputation and the ZeRO stage, with
+// memory from plenty down to where only recomputation or sharding fits.
+TEST(Search, EqualsBruteForceWithRecomputeAndZero) {
+  FakeFigures f{1e9, 2e9, 4e9, 1e-6};
+  graph::Graph g = graph_of(block_graph(), 4);
+  int checked = 0, recomputed = 0, sharded = 0;
+  // One device per node: no tensor groups (their layouts multiply the brute force beyond minutes); data and
+  // pipeline parallelism over 2 devices. The block graph's states are 18.8 kB (1,176 parameters, AdamW, f32), its
+  // activations up to 2.7 kB.
+  for (int n : {1, 2}) {
+    for (double mem : {1e9, 19450.0, 19300.0, 19150.0, 19000.0, 15000.0, 12500.0, 11000.0, 10000.0}) {
+      SCOPED_TRACE("devices " + std::to_string(n) + " memory " + std::to_string(mem));
+      Cluster cl = cpu_cluster(n, mem);
+      cl.nodes = n;
+      cl.devices_per_node = 1;
+      auto m = fake_cost_model(cl, f);
+      TrainSettings ts{4, 2};
+      SearchOptions so;
+      so.front_cap = 1000;
+      auto t0 = std::chrono::steady_clock::now();
+      SearchResult r = search(g, *m, ts, so);
+      auto t1 = std::chrono::steady_clock::now();
+      Plan best;
+      double bf = brute_force(g, *m, ts, n, &best);
+      std::printf("n %d memory %.0f: search %.3f s, brute force %.3f s; %s, peak %.0f, zero %d, %s\n", n, mem,
+                  std::chrono::duration<double>(t1 - t0).count(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
+                  r.found ? "found" : "none", r.prediction.peak_memory_bytes, r.plan.summary.zero,
+                  r.plan.layers.empty() ? "" : r.plan.layers[0].recompute.c_str());
+      ASSERT_FALSE(r.stats.capped);
+      if (bf == kInfeasible) {
+        EXPECT_FALSE(r.found) << to_yaml(r.plan);
+        continue;
+      }
+      ASSERT_TRUE(r.found) << r.why_none << "\nbrute force:\n" << to_yaml(best);
+      EXPECT_NEAR(r.prediction.step_time_s, bf, 1e-9 * bf) << to_yaml(r.plan) << "brute force:\n" << to_yaml(best);
+      EXPECT_NEAR(r.searched_step_time_s, r.prediction.formula_step_time_s, 1e-9 * bf);
+      for (const auto& l : r.plan.layers) recomputed += !l.recompute.empty();
+      sharded += r.plan.summary.zero > 0;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
+  EXPECT_GT(recomputed, 0);  // some memory limits are met only by recomputing
+  EXPECT_GT(sharded, 0);     // and some only by sharding the optimizer state
+}
+
+// When everything fits, neither recomputation nor ZeRO is chosen: with the fake model (no optimizer time) both are
+// only slower.
+TEST(Search, EverythingFitsChoosesNeither) {
+  graph::Graph g = graph_with_vars("/models/tiny_gpt.yaml", {});
+  auto m = fake_cost_model(cpu_cluster(4, 1e12), FakeFigures{1e9, 1e9, 1e9, 1e-6});
+  SearchOptions so;
+  so.max_zero = 3;
+  SearchResult r = search(g, *m, TrainSettings{32, 2}, so);
+  ASSERT_TRUE(r.found);
+  EXPECT_EQ(r.plan.summary.zero, 0) << to_yaml(r.plan);
+  EXPECT_EQ(r.plan.summary.recompute, "none");
+  for (const auto& l : r.plan.layers) EXPECT_EQ(l.recompute, "") << l.layer;
+}
+
+// A GPT whose activations fit only with recomputation gets it, and the cheapest that fits: selective (layer norms
+// and the GELU recomputed) before full (the whole block), on as few blocks as it takes.
+TEST(Search, FitsOnlyWithRecomputationGetsTheCheapest) {
+  graph::Graph g = graph_with_vars("/models/tiny_gpt.yaml", {{"n_layer", "4"}});
+  TrainSettings ts{32, 2};
+  auto fits_with = [&](double mem, SearchOptions so) {
+    so.max_zero = 0;
+    auto m = fake_cost_model(cpu_cluster(1, mem), FakeFigures{1e9, 1e9, 1e9, 1e-6});
+    Plan pins;
+    pins.summary.micro_batches = 1;  // one micro-batch of 32: the activations of the whole batch at once
+    pins.summary.pinned.set("micro_batches", {});
+    so.pins = &pins;
+    return search(g, *m, ts, so);
+  };
+  SearchOptions none;
+  none.recompute = false;
+  // The least memory that fits without recomputation, by bisection on the device memory.
+  double lo = 1e5, hi = 1e10;
+  for (int i = 0; i < 40; ++i) {
+    double mid = std::sqrt(lo * hi);
+    (fits_with(mid, none).found ? hi : lo) = mid;
+  }
+  ASSERT_TRUE(fits_with(hi, none).found);
+  // 5% less: only recomputation fits, and a little of it does.
+  SearchResult r = fits_with(0.95 * lo, SearchOptions{});
+  ASSERT_TRUE(r.found) << r.why_none;
+  EXPECT_TRUE(r.prediction.fits);
+  int selective = 0, full = 0;
+  std::set<std::string> blocks;
+  for (const auto& l : r.plan.layers) {
+    selective += l.recompute == "selective";
+    full += l.recompute == "full";
+    if (!l.recompute.empty()) blocks.insert(search_detail::instance_prefix(l.layer));
+  }
+  EXPECT_GT(selective, 0) << to_yaml(r.plan);
+  EXPECT_EQ(full, 0) << to_yaml(r.plan);
+  EXPECT_LT(blocks.size(), 4u) << to_yaml(r.plan);  // not every block: one suffices for 5%
+  // Far less: full recomputation, the only mode that keeps just each block's input.
+  double least_sel = 0;
+  {
+    SearchResult s = fits_with(0.6 * lo, SearchOptions{});
+    ASSERT_TRUE(s.found) << s.why_none;
+    for (const auto& l : s.plan.layers) least_sel += l.recompute == "full";
+    EXPECT_GT(least_sel, 0) << to_yaml(s.plan);
+  }
+}
+
+// A model whose states fit only when ZeRO-3 shards the weights too gets stage 3 (data_parallel pinned to 4, so that
+// neither tensor nor pipeline parallelism can help): f32 AdamW holds 16 bytes per parameter unsharded, 10 under
+// stage 1, 7 under stage 2 and 4 under stage 3 over 4 replicas.
+TEST(Search, FitsOnlyWithZero3GetsIt) {
+  graph::Graph g = graph_of(mlp(512, 2), 8);
+  double params = 0;
+  for (const auto& p : g.params()) params += static_cast<double>(p.spec.desc.numel()) * 4;
+  Plan pins;
+  pins.summary.data_parallel = 4;
+  pins.summary.pinned.set("data_parallel", {});
+  pins.summary.pipeline_stages = 1;
+  pins.summary.pinned.set("pipeline_stages", {});
+  pins.summary.tensor_parallel = 1;
+  pins.summary.pinned.set("tensor_parallel", {});
+  SearchOptions so;
+  so.pins = &pins;
+  so.max_zero = 3;
+  for (auto [bytes_per_param, stage] : {std::pair<double, int>{17, 0}, {10.5, 1}, {7.5, 2}, {4.5, 3}}) {
+    SCOPED_TRACE(bytes_per_param);
+    auto m = fake_cost_model(cpu_cluster(4, params / 4 * bytes_per_param), FakeFigures{1e9, 1e9, 1e9, 1e-6});
+    SearchResult r = search(g, *m, TrainSettings{8, 2}, so);
+    ASSERT_TRUE(r.found) << r.why_none;
+    // The least stage that fits or a higher one where it predicts faster (stage 2's reduce-scatter is half of stage
+    // 1's all-reduce); stage 0 where everything fits (sharding only adds collectives: the fake model's optimizer
+    // takes no time), stage 3 where nothing else fits.
+    EXPECT_GE(r.plan.summary.zero, stage) << to_yaml(r.plan);
+    if (stage == 0 || stage == 3) EXPECT_EQ(r.plan.summary.zero, stage) << to_yaml(r.plan);
+    EXPECT_TRUE(r.prediction.fits);
+  }
+  auto m = fake_cost_model(cpu_cluster(4, params / 4 * 3.5), FakeFigures{1e9, 1e9, 1e9, 1e-6});
+  EXPECT_FALSE(search(g, *m, TrainSettings{8, 2}, so).found);
 }
