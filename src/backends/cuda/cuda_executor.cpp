@@ -361,6 +361,7 @@ void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor
       break;
     case K::ParamGather:
       BRAID_ASSERT(false, "ZeRO-3 (", op, ") is not implemented on cuda devices; the engine refuses such plans");
+      break;
     case K::None:
       BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }
