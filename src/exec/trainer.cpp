@@ -329,6 +329,15 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   // What each device holds (static: the memory plan's arenas and the shards; docs/parallel.md, "Memory").
   const std::vector<DeviceMemory> memory = engine->memory();
   const std::vector<int> local = engine->local_devices();
+  if (tracer)  // the same in the trace: a counter track per device
+    for (size_t i = 0; i < memory.size(); ++i) {
+      auto mib = [](size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+      tracer->add_counter(local[i], "memory device " + std::to_string(local[i]) + " (MiB)",
+                          {{"arena", mib(memory[i].arena)},
+                           {"parameters", mib(memory[i].parameters)},
+                           {"gradients", mib(memory[i].gradients)},
+                           {"optimizer", mib(memory[i].optimizer)}});
+    }
   bool memory_logged = false;
   {
     std::string line;

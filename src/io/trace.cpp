@@ -311,6 +311,15 @@ std::string TraceRecorder::json() const {
     events.push_back(metadata("thread_name", pid, lanes_[i]->id(), "name", lanes_[i]->name(), 0));
     events.push_back(metadata("thread_sort_index", pid, lanes_[i]->id(), "sort_index", "", static_cast<int>(i)));
   }
+  // Counter tracks (add_counter) at time 0.
+  for (const Counter& c : counters_) {
+    JsonWriter w;
+    w.begin_object().field("ph", "C").field("name", c.name).field("pid", pid).field("tid", c.lane).field("ts", 0);
+    w.key("args").begin_object();
+    for (const auto& [k, v] : c.values) w.field(k, v);
+    w.end_object().end_object();
+    events.push_back(w.str());
+  }
   // 2. Each lane's events, parents before children (start ascending, end descending).
   for (const auto& lane : lanes_) {
     std::vector<TraceEvent> evs = lane->events();
@@ -336,6 +345,10 @@ std::string TraceRecorder::json() const {
 }
 
 void TraceRecorder::write(const std::string& path) const { write_atomically(path, json()); }
+
+void TraceRecorder::add_counter(int lane_id, std::string name, std::vector<std::pair<std::string, double>> values) {
+  counters_.push_back(Counter{lane_id, std::move(name), std::move(values)});
+}
 
 void write_trace_file(const std::string& path, const std::string& text) { write_atomically(path, text); }
 

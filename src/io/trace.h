@@ -203,6 +203,10 @@ class TraceRecorder {
   // an existing file intact. Throws UserError naming the path.
   void write(const std::string& path) const;
 
+  // A counter track written as a "C" event at time 0 (Perfetto draws it above the lanes): `name` (unique per
+  // track, e.g. "memory device 0 (MiB)") with one series per value. braid train adds what each device holds.
+  void add_counter(int lane_id, std::string name, std::vector<std::pair<std::string, double>> values);
+
   // Idle time per lane, for comparing with a schedule's bubble fraction. Default kinds: forward, backward.
   TraceActivity activity(std::initializer_list<TraceKind> kinds = {TraceKind::Forward, TraceKind::Backward}) const;
 
@@ -210,6 +214,12 @@ class TraceRecorder {
   TraceOptions options_;
   std::chrono::steady_clock::time_point origin_;
   std::vector<std::unique_ptr<TraceLane>> lanes_;
+  struct Counter {
+    int lane = 0;
+    std::string name;
+    std::vector<std::pair<std::string, double>> values;
+  };
+  std::vector<Counter> counters_;
 };
 
 // Concatenates the events of per-process trace files (each one of write()'s files, or any Trace Event

@@ -247,6 +247,8 @@ TEST(Memory, TrainReportsWhatEachDeviceHolds) {
   cfg.log.metrics = metrics.string();
   TrainOptions o;
   o.progress = false;
+  const auto trace = std::filesystem::temp_directory_path() / "braid_recompute_test" / "trace.json";
+  o.trace = trace.string();
   const auto banner = std::filesystem::temp_directory_path() / "braid_recompute_test" / "banner.txt";
   FILE* out = std::fopen(banner.string().c_str(), "w");
   o.out = out;
@@ -266,6 +268,15 @@ TEST(Memory, TrainReportsWhatEachDeviceHolds) {
   std::string second;
   std::getline(m, second);
   EXPECT_EQ(second.find("mem_arena_bytes"), std::string::npos) << "only the first record: " << second;
+  std::ifstream t(trace);  // and in the trace, a counter track per device
+  const std::string traced((std::istreambuf_iterator<char>(t)), {});
+  for (const char* device : {"memory device 0 (MiB)", "memory device 1 (MiB)"}) {
+    const size_t at = traced.find(std::string("\"name\":\"") + device + "\"");
+    ASSERT_NE(at, std::string::npos) << device << " in " << traced.substr(0, 2000);
+    const std::string event = traced.substr(traced.rfind('{', at), 300);
+    EXPECT_NE(event.find("\"ph\":\"C\""), std::string::npos) << event;
+    EXPECT_NE(event.find("\"optimizer\":"), std::string::npos) << event;
+  }
 }
 
 // ZeRO stage 1 at dp 2 and 4, and with tensor and pipeline parallelism (dp 2 x tp 2 x pp 2 on 8 devices): the same
