@@ -71,7 +71,13 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
                  v.desc.str(), " in the graph");
     return e->value;
   });
-  param_owner_ = options.param_owner;
+  // ZeRO-3: each parameter gather's root, the replica holding the parameter.
+  gather_root_.assign(g.nodes().size(), -1);
+  for (const auto& n : g.nodes())
+    if (n.op->collective_kind == ops::CollectiveKind::ParamGather) {
+      BRAID_ASSERT(options.param_owner, "comm_gather_param without ZeRO-3's parameter owners (", n.name, ")");
+      gather_root_[n.id.idx()] = options.param_owner->at(n.attrs.s("param"));
+    }
   BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
   for (const auto& [v, t] : options.external) {
     const graph::Value& val = g.value(v);
@@ -188,8 +194,7 @@ void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& i
         std::memset(y.raw(), 0, y.bytes());
       break;
     case K::ParamGather: {
-      BRAID_ASSERT(param_owner_, "comm_gather_param without ZeRO-3's parameter owners");
-      const int root = param_owner_->at(n.attrs.s("param"));
+      const int root = gather_root_[n.id.idx()];  // resolved when the executor was built
       if (comm->rank() == root) y.copy_from(x);
       comm->broadcast(y, root);
       break;

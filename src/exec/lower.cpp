@@ -148,22 +148,16 @@ class StageLowering {
     for (size_t i = 0; i < nodes.size(); ++i) {
       const Node& n = nodes[i];
       const std::string& mode = planner::recompute_of(plan_, n.layer);
-      // ZeRO-3's parameter gathers: again in backward, right before the nodes that read the parameter there (inside a
-      // fully recomputed block they go with the block).
-      if (n.op->collective_kind == ops::CollectiveKind::ParamGather && mode != "full") {
-        prev_block.clear();
-        spec.recompute_group[i] = static_cast<int>(spec.keeps_outputs.size());
-        spec.keeps_outputs.push_back(false);
-        any = true;
-        continue;
-      }
-      if (mode == "none" || !n.op->mutated_inputs.empty()) {
+      // ZeRO-3's parameter gathers are recomputed whatever the mode: again in backward, right before the nodes that
+      // read the parameter there (inside a fully recomputed block they go with the block).
+      const bool gather = n.op->collective_kind == ops::CollectiveKind::ParamGather;
+      if ((mode == "none" && !gather) || !n.op->mutated_inputs.empty()) {
         prev_block.clear();
         continue;
       }
-      if (mode == "selective") {
+      if (mode != "full") {  // selective, or a gather: each node alone, from its inputs
         prev_block.clear();
-        if (!n.op->cheap_recompute) continue;
+        if (!gather && !n.op->cheap_recompute) continue;
         spec.recompute_group[i] = static_cast<int>(spec.keeps_outputs.size());
         spec.keeps_outputs.push_back(false);
         any = true;

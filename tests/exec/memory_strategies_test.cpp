@@ -94,6 +94,13 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
   }
 }
 
+// Steps [from, to) of `e` on the sampler's next batches (lr 3e-3, clip 0.5): their losses.
+std::vector<double> losses_of(Engine& e, io::Dataset& data, io::BatchSampler& s, int from, int to) {
+  std::vector<double> l;
+  for (int i = from; i < to; ++i) l.push_back(e.step(data, s.next_view(), i, 3e-3, 0.5).loss);
+  return l;
+}
+
 // The bar for strategies that change the order of sums: per-step losses within 1e-6 relative, final weights
 // within 1e-5. Except the key part of attention's in_proj_bias (its middle third): its gradient is zero in exact
 // arithmetic (softmax is invariant to q . b_k), so its float value is rounding noise that AdamW turns into steps of
@@ -434,11 +441,7 @@ TEST(Zero, CheckpointOfAShardedRunResumesOnOneDevice) {
   bo.with_backward = true;
   const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
   auto data = open_train_data(cfg, dataset_inputs(cfg.model, g));
-  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) {
-    std::vector<double> l;
-    for (int i = from; i < to; ++i) l.push_back(e.step(*data, s.next_view(), i, 3e-3, 0.5).loss);
-    return l;
-  };
+  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) { return losses_of(e, *data, s, from, to); };
   Engine a(cfg, sharded, *backend("cpu")), straight(cfg, sharded, *backend("cpu"));
   io::BatchSampler sa(data->size(), cfg.train.batch, true, cfg.train.seed), ss(data->size(), cfg.train.batch, true,
                                                                                  cfg.train.seed);
@@ -474,11 +477,7 @@ TEST(Zero, StageThreeCheckpointResumesOnOneDeviceAndUnderStageOneWithPipeline) {
   bo.with_backward = true;
   const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
   auto data = open_train_data(cfg, dataset_inputs(cfg.model, g));
-  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) {
-    std::vector<double> l;
-    for (int i = from; i < to; ++i) l.push_back(e.step(*data, s.next_view(), i, 3e-3, 0.5).loss);
-    return l;
-  };
+  auto steps = [&](Engine& e, io::BatchSampler& s, int from, int to) { return losses_of(e, *data, s, from, to); };
   auto sampler = [&] { return io::BatchSampler(data->size(), cfg.train.batch, true, cfg.train.seed); };
   Engine straight(cfg, three, *backend("cpu"));
   io::BatchSampler ss = sampler();

@@ -78,21 +78,14 @@ class CpuProgram final : public Program {
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
     BRAID_ASSERT(M == M_, "a step of ", M, " micro-batches for a program built for ", M_);
-    if (!owner_of_.empty()) {
-      BRAID_ASSERT(data_, "gradient shards without a data-parallel group");
-      hook_slot_ = slot;
-      hook_first_ = k == 0;
-      exec_->set_after_node(&shard_hook_);
-      exec_->run_backward(slot, ids.seed, ids.stream, ids.batch_offset);
-      exec_->set_after_node(nullptr);
-      return;
-    }
-    if (ready) {
-      // Each gradient accumulated and handed on right after the node that produces it (hook_).
+    // Each gradient handled right after the node that produces it: reduced to its owner (ZeRO-2, every micro-batch:
+    // shard_hook_), or accumulated and handed on to its bucket (the step's last backward: hook_).
+    BRAID_ASSERT(owner_of_.empty() || data_, "gradient shards without a data-parallel group");
+    if (const std::function<void(size_t)>* hook = !owner_of_.empty() ? &shard_hook_ : ready ? &hook_ : nullptr) {
       ready_ = ready;
       hook_slot_ = slot;
       hook_first_ = k == 0;
-      exec_->set_after_node(&hook_);
+      exec_->set_after_node(hook);
       exec_->run_backward(slot, ids.seed, ids.stream, ids.batch_offset);
       exec_->set_after_node(nullptr);
       return;
