@@ -20,6 +20,11 @@
 #include "planner/search.h"
 
 namespace braid::exec {
+
+double host_memory_share(int n) {
+  return 0.8 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) /
+         std::max(1, n);
+}
 namespace calib {
 namespace {
 
@@ -278,7 +283,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   // 1. Device figures: the theoretical peak of the device's share of the cores; measured bandwidth.
   p.cpu.peak_flops_f32 = core_peak_flops() * cores / n;
   p.cpu.memory_bandwidth = quietly(quiet, "memory bandwidth", [&]() { return measure_bandwidth(n); });
-  p.cpu.memory_bytes = 0.8 * static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / n;
+  p.cpu.memory_bytes = host_memory_share(n);
   if (o.log)
     std::fprintf(o.log, "braid calibrate: cpu:%d on %s; peak %.1f GFLOP/s per device (theoretical), memory %.1f GB/s "
                  "per device (measured)\n", n, p.machine.c_str(), p.cpu.peak_flops_f32 / 1e9, p.cpu.memory_bandwidth / 1e9);

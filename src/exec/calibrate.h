@@ -59,6 +59,8 @@ double measure_turns(int devices, double* bytes_out = nullptr);
 // from /proc/cpuinfo, as `braid bench` reports it; 64e9 when unknown).
 int machine_cores();
 double core_peak_flops();
+// Memory of one of n cpu devices: 80% of the machine's physical memory over the devices (calibration, cpu_cost_model).
+double host_memory_share(int n);
 // The cpu model from /proc/cpuinfo ("cpu" when unknown), and the braid version profiles are keyed by (main.cpp's
 // --version).
 std::string cpu_model();

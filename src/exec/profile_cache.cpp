@@ -113,6 +113,9 @@ CpuModel cpu_cost_model(int n) {
   }
   planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
   f.cores = cores;
+  // The memory is this machine's, shared as calibration shares it (80% of it over the devices): a plan file is
+  // refused when a stage would not fit it (run_plan), which the fallback's nominal 4 GiB must not decide.
+  f.memory_bytes = host_memory_share(n);
   m.model = planner::analytic_cost_model(planner::cluster_preset(name, f));
   m.description = "analytic (no calibration profile at " + profile_path() + ": run `braid calibrate --devices " + name + "`)";
   return m;

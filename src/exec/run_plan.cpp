@@ -3,7 +3,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
+#include "core/format.h"
 #include "exec/calibrate.h"
 #include "graph/build.h"
 #include "planner/search.h"
@@ -23,6 +25,61 @@ std::unique_ptr<planner::CostModel> gpu_cost_model(const io::RunConfig& cfg, int
                  " (assumed for every cuda device: no GPU calibration yet)";
   return planner::analytic_cost_model(cl);
 }
+
+namespace {
+
+// A plan file with a stage that the cost model says cannot fit in its devices' memory even with the plan's
+// recomputation and ZeRO stage: refused before anything is allocated, at the stage's entry, naming what the
+// device would hold and the levers the plan does not pull yet (the planner's prediction is within a few percent
+// of the measured peak on cpu devices: docs/benchmarks.md).
+void refuse_short_of_memory(const planner::Plan& plan, const graph::Graph& g, const planner::StepPrediction& p,
+                            const std::string& devices) {
+  if (p.fits) return;
+  size_t worst = 0;
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    if (p.stages[s].memory_bytes > p.stages[worst].memory_bytes) worst = s;
+  const planner::StagePrediction& sp = p.stages.at(worst);
+  const planner::Summary& sum = plan.summary;
+  SourceLoc at = worst < plan.stages.size() ? plan.stages[worst].loc : SourceLoc{};
+  if (at.line == 0) at = sum.loc.line ? sum.loc : plan.loc;
+  // Recomputation of the stage's layers as the plan gives them (a layer's own mode, else the summary's).
+  std::set<std::string> modes;
+  bool inside = false;
+  const planner::StagePlan& st = plan.stages.at(worst);
+  for (const graph::Node* n : planner::forward_layers(g)) {
+    if (n->layer == st.first_layer) inside = true;
+    if (inside) modes.insert(planner::recompute_of(plan, n->layer));
+    if (n->layer == st.last_layer) break;
+  }
+  if (modes.empty()) modes.insert(sum.recompute);
+  std::string recompute;
+  for (const auto& m : modes) recompute += (recompute.empty() ? "" : "/") + m;
+  char what[512];
+  std::snprintf(what, sizeof what,
+                "stage %zu needs %s per device (parameters %s, gradients %s, optimizer state %s, activations %s for "
+                "%d micro-batch%s in flight), more than the %s a device of %s has, with recompute %s and zero %d",
+                worst, human_bytes(sp.memory_bytes).c_str(), human_bytes(sp.states.weights).c_str(),
+                human_bytes(sp.states.grads).c_str(), human_bytes(sp.states.optimizer).c_str(),
+                human_bytes(sp.activation_bytes).c_str(), sp.in_flight, sp.in_flight == 1 ? "" : "es", human_bytes(p.memory_limit_bytes).c_str(),
+                devices.c_str(), recompute.c_str(), sum.zero);
+  std::vector<std::string> levers;
+  if (modes.count("none") || modes.count("selective"))
+    levers.push_back("recompute: full (each layer keeps only its input for backward)");
+  if (sum.zero < 3 && sum.data_parallel > 1)
+    levers.push_back("zero: 3 (parameters, gradients and optimizer state sharded over the " +
+                     std::to_string(sum.data_parallel) + " replicas)");
+  if (sum.zero < 3 && sum.data_parallel == 1)
+    levers.push_back("data_parallel > 1 with zero: 3 (the model states sharded over the replicas)");
+  if (sum.micro_batch > 1) levers.push_back("a smaller micro_batch (with more micro_batches)");
+  levers.push_back("more pipeline stages or a larger tensor_parallel");
+  std::string hint = "try ";
+  for (size_t i = 0; i < levers.size(); ++i)
+    hint += (i == 0 ? "" : i + 1 == levers.size() ? ", or " : ", ") + levers[i];
+  hint += "; `braid plan RUN` searches them all";
+  throw UserError(at, what, hint);
+}
+
+}  // namespace
 
 std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   const SourceLoc at{cfg.path, 0, 0};
@@ -87,8 +144,12 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
       r.busy_scale = cm.model->busy_scale();
       r.tail_scale = cm.model->tail_scale();
     } else {
-      r.cost_model = "not predicted: no cost model of " + dev.kind + " devices yet";
+      std::string description;
+      const auto gpu_model = gpu_cost_model(cfg, r.plan.summary.devices, &description);
+      r.prediction = planner::predict(r.plan, fwd, *gpu_model, ts);
+      r.cost_model = description;
     }
+    refuse_short_of_memory(r.plan, fwd, r.prediction, cfg.devices);
   }
   const planner::Summary& s = r.plan.summary;
   char buf[512];

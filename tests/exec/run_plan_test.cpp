@@ -51,7 +51,9 @@ TEST(RunPlan, APlanFileForCudaDevicesIsValidatedAgainstTheDeviceList) {
   ASSERT_TRUE(r.has_value());
   EXPECT_FALSE(r->automatic);
   EXPECT_EQ(r->plan.summary.devices, 4);
-  EXPECT_NE(r->cost_model.find("not predicted"), std::string::npos) << r->cost_model;
+  // Predicted on the analytic H200 model braid plans cuda devices with (its memory is checked: below).
+  EXPECT_NE(r->cost_model.find("h200"), std::string::npos) << r->cost_model;
+  EXPECT_GT(r->prediction.step_time_s, 0);
   io::RunConfig two = io::load_run_or_model(run, {"devices=cuda:0,0", "parallel.plan=" + plan});
   try {
     exec::run_plan(two);
@@ -86,4 +88,56 @@ TEST(RunPlan, GpuCostModelIsTheOneTrainPlansWith) {
   EXPECT_EQ(ts.master_bytes, 4);
   planner::apply_precision(ts, "bf16", false);  // cpu devices train in f32
   EXPECT_EQ(ts.compute, DType::f32);
+}
+
+// A plan file whose stage cannot fit even with the plan's strategies (full recomputation, ZeRO 3): refused before
+// anything runs, at the stage's entry of the plan file, with what a device would hold and the levers left.
+TEST(RunPlan, AStageThatDoesNotFitEvenWithItsStrategiesIsRefusedAtItsEntry) {
+  const auto dir = std::filesystem::temp_directory_path() / "braid_run_plan_test";
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "huge_plan.yaml").string();
+  {
+    std::ofstream f(plan);
+    f << "summary:\n  devices: 2\n  data_parallel: 2\n  tensor_parallel: 1\n  pipeline_stages: 1\n"
+      << "  micro_batch: 8\n  micro_batches: 2\n  schedule: 1f1b\n  recompute: full\n  zero: 3\n"
+      << "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: fc1, last_layer: loss}\n";
+  }
+  const std::string run = (dir / "huge_run.yaml").string();
+  {
+    std::ofstream f(run);
+    f << "model: " << BRAID_SOURCE_DIR << "/models/fashion_mlp.yaml\n"
+      << "data:\n  train: {format: synthetic, samples: 256}\n"
+      << "train: {batch: 32, steps: 2}\n"
+      << "optimizer: {type: adamw, lr: 1.0e-3}\n"
+      << "devices: cpu:2\n";
+  }
+  // fc1 with 784 x 2e9 weights: 1.6e12 parameters, terabytes of model states per replica even sharded over two.
+  for (const char* devices : {"devices=cpu:2", "devices=cuda:0,0"}) {
+    io::RunConfig cfg = io::load_run_or_model(run, {devices, "vars.hidden1=2000000000", "parallel.plan=" + plan});
+    try {
+      exec::run_plan(cfg);
+      ADD_FAILURE() << "a plan of terabytes per device accepted on " << devices;
+    } catch (const UserError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.diagnostics().at(0).loc.line, 12) << what;  // the stage's entry
+      EXPECT_NE(what.find("stage 0 needs"), std::string::npos) << what;
+      EXPECT_NE(what.find("with recompute full and zero 3"), std::string::npos) << what;
+      EXPECT_NE(e.diagnostics().at(0).hint.find("micro_batch"), std::string::npos) << e.diagnostics().at(0).hint;
+      EXPECT_NE(e.diagnostics().at(0).hint.find("pipeline stages"), std::string::npos) << e.diagnostics().at(0).hint;
+      EXPECT_EQ(e.diagnostics().at(0).hint.find("zero: 3"), std::string::npos) << e.diagnostics().at(0).hint;  // already pulled
+      EXPECT_EQ(e.diagnostics().at(0).hint.find("recompute: full"), std::string::npos) << e.diagnostics().at(0).hint;
+    }
+  }
+  // The same plan without the strategies names them.
+  io::RunConfig cfg = io::load_run_or_model(run, {"vars.hidden1=2000000000", "parallel.plan=" + plan});
+  std::ofstream(plan) << "summary:\n  devices: 2\n  data_parallel: 2\n  tensor_parallel: 1\n  pipeline_stages: 1\n"
+                      << "  micro_batch: 8\n  micro_batches: 2\n  schedule: 1f1b\n"
+                      << "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: fc1, last_layer: loss}\n";
+  try {
+    exec::run_plan(cfg);
+    ADD_FAILURE() << "accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.diagnostics().at(0).hint.find("zero: 3"), std::string::npos) << e.diagnostics().at(0).hint;
+    EXPECT_NE(e.diagnostics().at(0).hint.find("recompute: full"), std::string::npos) << e.diagnostics().at(0).hint;
+  }
 }
