@@ -11,12 +11,24 @@ namespace {
 
 class GradEmitter : public ops::GradBuilder {
  public:
-  GradEmitter(Graph& g, const Node& fwd) : g_(g), layer_(fwd.layer), name_(fwd.name), loc_(fwd.loc) {}
+  GradEmitter(Graph& g, const Node& fwd)
+      : g_(g), layer_(fwd.layer), name_(fwd.name), loc_(fwd.loc), batch_offset_per_rank_(fwd.batch_offset_per_rank),
+        shard_axis_(fwd.shard_axis) {}
   std::vector<ValueId> emit(const std::string& op, const ops::Attrs& attrs, const std::vector<ValueId>& inputs) override {
     const ops::OpDef& def = ops::Registry::get().at(op);
     ops::Attrs a = attrs;
     ops::complete_attrs(def, a);
-    return g_.add_node(def, a, inputs, static_cast<int>(inputs.size()), "d/" + name_ + "/" + op, layer_, loc_, true);
+    std::vector<ValueId> out =
+        g_.add_node(def, a, inputs, static_cast<int>(inputs.size()), "d/" + name_ + "/" + op, layer_, loc_, true);
+    // A backward node that draws its forward's random numbers again (rng_node: the dropout mask) draws them at
+    // its forward's place in a split too: the same global indices (batch offset of its tensor rank, shard axis),
+    // or a rank other than 0 would redraw another mask than its forward used.
+    if (!out.empty() && a.has("rng_node") && a.s("rng_node") == name_) {
+      auto& n = const_cast<Node&>(g_.node(g_.value(out[0]).producer));  // as the lowering sets them
+      n.batch_offset_per_rank = batch_offset_per_rank_;
+      n.shard_axis = shard_axis_;
+    }
+    return out;
   }
   const TensorDesc& desc(ValueId v) const override { return g_.value(v).desc; }
 
@@ -24,6 +36,8 @@ class GradEmitter : public ops::GradBuilder {
   Graph& g_;
   std::string layer_, name_;
   SourceLoc loc_;
+  int64_t batch_offset_per_rank_ = 0;
+  int shard_axis_ = -1;
 };
 
 }  // namespace
