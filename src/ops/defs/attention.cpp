@@ -205,10 +205,10 @@ void attention_grad_rule(GradCtx& c) {
   Attrs ga{{"heads", c.attrs.i("heads")}, {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")},
            {"rng_node", c.node_name}};
   ValueId dqkv = c.g.emit("attention_grad", ga, core)[0];
-  // in_proj: qkv = x W_in^T + b_in
-  if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
+  // in_proj: qkv = x W_in^T + b_in; the weight gradients first, as linear's (x dies before dx is born)
   if (needs(ix.w_in)) set(ix.w_in, c.g.emit("linear_dw", {}, {dqkv, c.inputs[0]})[0]);
   if (needs(ix.b_in)) set(ix.b_in, c.g.emit("linear_db", {}, {dqkv})[0]);
+  if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
 }
 
 std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const TensorDesc> in,

@@ -235,12 +235,12 @@ void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> 
   });
 }
 
-// <act>_grad(dy, x, y) -> dx
+// <act>_grad(dy, z) -> dx, z the input x (relu, gelu) or the output y (tanh, sigmoid): act_deriv reads only that.
 void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
     const T* x = in[1].data<T>();
-    const T* y = in[2].data<T>();
+    const T* y = in[1].data<T>();
     T* dx = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
       parallel_for(out[0].numel(), 1 << 14,
@@ -287,9 +287,13 @@ std::vector<SplitSignature> same_splits(const Attrs&, std::span<const TensorDesc
   return same_shape_splits(in, out);
 }
 
-template <const char* kGradOp>
+// <act>_grad(dy, z) reads only what the derivative needs (act_deriv): relu and gelu their input, tanh and
+// sigmoid their output, so that backward keeps one of the two alive, not both (a recomputed gelu's output dies
+// at the weight gradient that reads it instead of living on to gelu_grad).
+template <const char* kGradOp, bool kFromOutput>
 void act_grad_rule(GradCtx& c) {
-  if (c.dout[0].valid() && c.needs[0]) c.din[0] = c.g.emit(kGradOp, c.attrs, {c.dout[0], c.inputs[0], c.outputs[0]})[0];
+  if (c.dout[0].valid() && c.needs[0])
+    c.din[0] = c.g.emit(kGradOp, c.attrs, {c.dout[0], kFromOutput ? c.outputs[0] : c.inputs[0]})[0];
 }
 constexpr char kReluGrad[] = "relu_grad", kGeluGrad[] = "gelu_grad", kTanhGrad[] = "tanh_grad",
                kSigmoidGrad[] = "sigmoid_grad";
@@ -345,7 +349,7 @@ OpDef unary_def(const std::string& name, CpuKernel k, GradFn g, std::string doc)
 }
 
 OpDef grad_def(const std::string& name, CpuKernel k, std::vector<AttrSpec> attrs = {}) {
-  OpDef d = internal_op(name, "gradient of " + name.substr(0, name.size() - 5), 3);
+  OpDef d = internal_op(name, "gradient of " + name.substr(0, name.size() - 5), 2);
   d.attrs = std::move(attrs);
   d.infer = infer_second;
   d.splits = same_splits;
@@ -415,13 +419,13 @@ void register_elementwise(Registry& r) {
   }
   std::vector<AttrSpec> gelu_attrs{{"approximate", AttrKind::String, AttrValue(std::string("none")), false,
                                     {"none", "tanh"}, 0, false, false, "none: exact erf form; tanh: approximation"}};
-  r.add(unary_def("relu", relu_cpu, act_grad_rule<kReluGrad>, "max(x, 0)"));
-  OpDef gelu = unary_def("gelu", gelu_cpu, act_grad_rule<kGeluGrad>, "Gaussian error linear unit");
+  r.add(unary_def("relu", relu_cpu, act_grad_rule<kReluGrad, false>, "max(x, 0)"));
+  OpDef gelu = unary_def("gelu", gelu_cpu, act_grad_rule<kGeluGrad, false>, "Gaussian error linear unit");
   gelu.attrs = gelu_attrs;
   gelu.samples = gelu_samples;
   r.add(gelu);
-  r.add(unary_def("tanh", tanh_cpu, act_grad_rule<kTanhGrad>, "hyperbolic tangent"));
-  r.add(unary_def("sigmoid", sigmoid_cpu, act_grad_rule<kSigmoidGrad>, "logistic sigmoid"));
+  r.add(unary_def("tanh", tanh_cpu, act_grad_rule<kTanhGrad, true>, "hyperbolic tangent"));
+  r.add(unary_def("sigmoid", sigmoid_cpu, act_grad_rule<kSigmoidGrad, true>, "logistic sigmoid"));
   r.add(grad_def("relu_grad", relu_grad_cpu));
   r.add(grad_def("gelu_grad", gelu_grad_cpu, gelu_attrs));
   r.add(grad_def("tanh_grad", tanh_grad_cpu));

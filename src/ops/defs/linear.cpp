@@ -138,12 +138,14 @@ const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
 
 namespace {
 
+// The weight and bias gradients first, then the input's: x (read by dW only) dies before dx is born, so that
+// backward never holds x, dy and dx at once (a recomputed input lives only for its dW).
 void linear_grad(GradCtx& c) {
   ValueId dy = c.dout[0];
   if (!dy.valid()) return;
-  if (c.needs[0]) c.din[0] = c.g.emit("linear_dx", {}, {dy, c.inputs[1]})[0];
   if (c.needs[1]) c.din[1] = c.g.emit("linear_dw", {}, {dy, c.inputs[0]})[0];
   if (c.inputs.size() == 3 && c.needs[2]) c.din[2] = c.g.emit("linear_db", {}, {dy})[0];
+  if (c.needs[0]) c.din[0] = c.g.emit("linear_dx", {}, {dy, c.inputs[1]})[0];
 }
 
 // Split signatures of linear (x, W[, b]) -> y. `last` is y's feature axis.

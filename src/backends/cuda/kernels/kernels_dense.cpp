@@ -100,7 +100,7 @@ cu::Act act_of(const std::string& op, const Attrs& a) {
     cu::activation(c, out[0].dtype(), act_of(#NAME, a), in[0].raw(), out[0].raw(), out[0].numel());          \
   }                                                                                                          \
   void NAME##_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {                               \
-    cu::activation_grad(c, out[0].dtype(), act_of(#NAME, a), in[0].raw(), in[1].raw(), in[2].raw(), out[0].raw(), \
+    cu::activation_grad(c, out[0].dtype(), act_of(#NAME, a), in[0].raw(), in[1].raw(), in[1].raw(), out[0].raw(), \
                         out[0].numel());                                                                     \
   }
 BRAID_ACT(relu)
