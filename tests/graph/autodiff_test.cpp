@@ -46,7 +46,8 @@ TEST(Autodiff, InputsDoNotGetGradients) {
   EXPECT_EQ(g.nodes().size(), before);
 }
 
-// dropout with p = 0 passes its gradient through (no mul by its all-ones mask); with p > 0 the mask multiplies it.
+// dropout with p = 0 passes its gradient through (no backward node); with p > 0 dropout_grad draws the mask again
+// from the forward's random stream (rng_node).
 TEST(Autodiff, DropoutOffPassesTheGradientThrough) {
   for (double p : {0.0, 0.25}) {
     Graph g(2);
@@ -60,10 +61,13 @@ TEST(Autodiff, DropoutOffPassesTheGradientThrough) {
     g.outputs.emplace_back("loss", o);
     append_backward(g);
     verify(g);
-    int muls = 0;
+    int grads = 0;
     for (const auto& n : g.nodes())
-      if (n.backward && n.op->name == "mul" && n.name.find("drop") != std::string::npos) ++muls;
-    EXPECT_EQ(muls, p == 0 ? 0 : 1) << "p " << p;
+      if (n.backward && n.op->name == "dropout_grad") {
+        ++grads;
+        EXPECT_EQ(graph::rng_name(n), "drop");
+      }
+    EXPECT_EQ(grads, p == 0 ? 0 : 1) << "p " << p;
     ASSERT_TRUE(g.params()[0].grad.valid());
   }
 }

@@ -1,8 +1,10 @@
 // dropout: in training y = x * mask, mask = keep / (1 - p) with keep drawn with probability 1 - p
-// (PyTorch's inverted dropout, F.dropout); in eval, or when p = 0, y = x and mask = 1. The scaled mask is
-// saved as output 1 and backward is dy * mask (an emitted `mul`), so no gradient op of its own.
+// (PyTorch's inverted dropout, F.dropout); in eval, or when p = 0, y = x. Nothing is saved for backward:
+// dropout_grad(dy) draws the same mask again from the forward's random stream (its `rng_node` attribute names the
+// forward node, whose key the executors give it) and computes dx = dy * mask with the forward's arithmetic.
 // Invariant: keep is a pure function of (ctx.rng_key, global element index) via braid::uniform_at, so any
-// S(0) split reproduces the unsplit mask bit for bit (global index from KernelCtx::batch_offset).
+// S(0) split reproduces the unsplit mask bit for bit (global index from KernelCtx::batch_offset), and a backward
+// redraws its forward's mask (autodiff gives it the forward's batch offset and shard axis).
 // It does not reproduce PyTorch's random stream (no reference run can match a training-mode mask).
 #include "core/rng.h"
 #include "ops/cpu/kernel_util.h"
@@ -18,13 +20,13 @@ std::vector<TensorDesc> infer_dropout(const Attrs& a, std::span<const TensorDesc
                   "p is the probability of zeroing an element; p = 0 disables dropout");
   if (!is_float(in[0].dtype)) throw OpError("input must be floating point, got " + in[0].str());
   if (in[0].shape.rank() < 1) throw OpError("input " + in[0].str() + " has no batch axis");
-  // y, scaled mask; the mask of 16-bit values stays f32 (1 / (1 - p) is not a bf16 number: a rounded mask would
-  // scale the backward differently from the forward)
-  return {in[0], TensorDesc{in[0].shape, master_dtype(in[0].dtype)}};
+  return {in[0]};
 }
 
 // x: any shape, batch axis first. Element i of this tensor has global index ctx.batch_offset * per_sample + i; on a
 // shard of another axis (ctx.shard_axis > 0) its index in the unsplit tensor, from the shard's start on that axis.
+// dropout_grad runs the same loop on dy: dx = dy * mask, the mask drawn again (16-bit values run on f32 copies, as
+// the forward: the scale 1 / (1 - p) is applied in f32 and rounded once).
 void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   double p = a.f("p");
   bool active = ctx.training && p > 0;
@@ -49,14 +51,13 @@ void dropout_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> i
   };
   cpu::dispatch_float(in[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
-    T *y = out[0].data<T>(), *mask = out[1].data<T>();
+    T* y = out[0].data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - p));
     const uint64_t thr = keep_threshold(p);
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         T m = T(1);
         if (active) m = kept_at(key, global(i), thr) ? scale : T(0);  // uniform_at(...) >= p
-        mask[i] = m;
         y[i] = x[i] * m;
       }
     });
@@ -70,26 +71,17 @@ void dropout_grad_rule(GradCtx& c) {
     c.din[0] = c.dout[0];
     return;
   }
-  const DType t = c.g.desc(c.dout[0]).dtype, m = c.g.desc(c.outputs[1]).dtype;
-  if (t == m) {
-    c.din[0] = c.g.emit("mul", {}, {c.dout[0], c.outputs[1]})[0];
-    return;
-  }
-  // 16-bit values, f32 mask: dy * mask in f32, rounded once
-  ValueId dy = c.g.emit("cast", {{"dtype", std::string(dtype_name(m))}}, {c.dout[0]})[0];
-  ValueId dx = c.g.emit("mul", {}, {dy, c.outputs[1]})[0];
-  c.din[0] = c.g.emit("cast", {{"dtype", std::string(dtype_name(t))}}, {dx})[0];
+  c.din[0] = c.g.emit("dropout_grad", {{"p", c.attrs.f("p")}, {"rng_node", c.node_name}}, {c.dout[0]})[0];
 }
 
-// data: x S(0) -> y, mask S(0); split<a>: x S(a) -> y, mask S(a) (sequence parallelism). True only because the
+// data: x S(0) -> y S(0); split<a>: x S(a) -> y S(a) (sequence parallelism). True only because the
 // executor sets KernelCtx::batch_offset (the shard's first sample in the whole micro-batch) and, for a > 0,
 // KernelCtx::shard_* (its place on axis a) on each shard: the mask then depends on global indices only.
 std::vector<SplitSignature> dropout_splits(const Attrs&, std::span<const TensorDesc> in,
                                            std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
-  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::S(0), Sbp::S(0)}});
-  for (int a = 1; a < in[0].shape.rank(); ++a)
-    sigs.push_back({"split" + std::to_string(a), {Sbp::S(a)}, {Sbp::S(a), Sbp::S(a)}});
+  sigs.push_back({"data", {Sbp::S(0)}, {Sbp::S(0)}});
+  for (int a = 1; a < in[0].shape.rank(); ++a) sigs.push_back({"split" + std::to_string(a), {Sbp::S(a)}, {Sbp::S(a)}});
   return sigs;
 }
 
@@ -116,7 +108,6 @@ void register_dropout(Registry& r) {
   d.autocast = Autocast::Follow;
   d.doc = "zeroes elements with probability p in training and scales the rest by 1/(1-p); identity in eval";
   d.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "probability of zeroing, in [0, 1)"}};
-  d.public_outputs = 1;  // output 1: the scaled mask, saved for backward
   d.infer = infer_dropout;
   d.grad = dropout_grad_rule;
   d.splits = dropout_splits;
@@ -125,6 +116,17 @@ void register_dropout(Registry& r) {
   d.samples = dropout_samples;
   d.bad_samples = dropout_bad;
   r.add(d);
+
+  OpDef g = internal_op("dropout_grad", "gradient of dropout: dy times the forward's mask, drawn again", 1);
+  g.attrs = {{"p", AttrKind::Float, AttrValue(0.5), false, {}, 0, false, false, "the forward's p"},
+             {"rng_node", AttrKind::String, AttrValue(std::string()), false, {}, 0, false, false,
+              "the forward node, whose random stream the mask is drawn from"}};
+  g.autocast = Autocast::Follow;
+  g.infer = [](const Attrs&, std::span<const TensorDesc> in) { return std::vector<TensorDesc>{in[0]}; };
+  g.splits = dropout_splits;
+  g.cost = dropout_cost;
+  g.cpu = dropout_cpu;  // training is on in backward: the same draw as the forward's
+  r.add(g);
 }
 
 }  // namespace braid::ops

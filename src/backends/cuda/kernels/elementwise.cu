@@ -116,7 +116,7 @@ __global__ void dropout_kernel(const T* x, T* y, M* mask, int64_t n, double p, b
   BRAID_GRID_LOOP(i, n) {
     float m = 1.f;
     if (active) m = uniform_at(key, base + static_cast<uint64_t>(i)) >= p ? scale : 0.f;
-    mask[i] = from_f<M>(m);
+    if (mask) mask[i] = from_f<M>(m);  // null: not kept (dropout's forward and its gradient draw it again)
     y[i] = from_f<T>(__fmul_rn(to_f(x[i]), m));
   }
 }

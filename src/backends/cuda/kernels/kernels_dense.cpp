@@ -109,10 +109,12 @@ BRAID_ACT(tanh)
 BRAID_ACT(sigmoid)
 #undef BRAID_ACT
 
+// dropout(x) -> y and dropout_grad(dy) -> dx: the same draw of the mask (dropout_grad's key is its forward's), kept by
+// neither.
 void dropout_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   double p = a.f("p");
   int64_t n = in[0].numel(), per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
-  cu::dropout(c, in[0].dtype(), in[0].raw(), out[0].raw(), out[1].raw(), out[1].dtype(), n, p, c.training && p > 0, c.rng_key,
+  cu::dropout(c, in[0].dtype(), in[0].raw(), out[0].raw(), nullptr, in[0].dtype(), n, p, c.training && p > 0, c.rng_key,
               static_cast<uint64_t>(c.batch_offset * per_sample));
 }
 
@@ -359,6 +361,7 @@ std::vector<Entry> dense_entries() {
       {"tanh_grad", tanh_grad_cuda, nullptr},
       {"sigmoid_grad", sigmoid_grad_cuda, nullptr},
       {"dropout", dropout_cuda, nullptr},
+      {"dropout_grad", dropout_cuda, nullptr},
       {"layer_norm", layer_norm_cuda, nullptr},
       {"layer_norm_grad", layer_norm_grad_cuda, layer_norm_grad_ws},
       {"softmax", softmax_cuda, nullptr},
