@@ -32,10 +32,28 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, 
   for (ValueId k : keep)
     if (first[k.idx()] != -1 || values[k.idx()].kind == graph::ValueKind::Input) last[k.idx()] = end;
 
+  // In place (OpDef::in_place): output 0 of such a node takes input 0's bytes where input 0 is an activation of the
+  // shared region whose last use is that node. root[v]: the value whose place v takes (v itself when none); the
+  // root's lifetime grows to cover its chain.
+  auto shared = [&](size_t i) {
+    return values[i].kind == graph::ValueKind::Activation && (outside.empty() || !outside[i]) && !stash[i];
+  };
+  std::vector<size_t> root(values.size());
+  for (size_t i = 0; i < values.size(); ++i) root[i] = i;
+  for (const auto& n : g.nodes()) {
+    if (!n.op->in_place || n.inputs.empty() || n.outputs.empty()) continue;
+    const size_t in = n.inputs[0].idx(), out = n.outputs[0].idx();
+    if (!shared(in) || !shared(out) || last[in] != n.id.v || values[in].desc.bytes() != values[out].desc.bytes() ||
+        values[in].desc.dtype != values[out].desc.dtype)
+      continue;
+    root[out] = root[in];
+    last[root[out]] = std::max(last[root[out]], last[out]);
+  }
+
   std::vector<size_t> order;
   for (size_t i = 0; i < values.size(); ++i)
     if ((values[i].kind == graph::ValueKind::Activation || values[i].kind == graph::ValueKind::Input) &&
-        (outside.empty() || !outside[i]))
+        (outside.empty() || !outside[i]) && root[i] == i)
       order.push_back(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return values[a].desc.bytes() > values[b].desc.bytes(); });
@@ -66,6 +84,11 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, 
     size_t& region = slot ? plan.slot_bytes : plan.arena_bytes;
     region = std::max(region, off + size);
   }
+  for (size_t i = 0; i < values.size(); ++i)
+    if (root[i] != i) {
+      plan.offset[i] = plan.offset[root[i]];
+      plan.in_slot[i] = false;
+    }
   for (const auto& n : g.nodes()) {
     if (!n.op->workspace) continue;
     // 16-bit values are sized as f32: the CPU runs such nodes on f32 copies (Executor, 16-bit values).

@@ -256,6 +256,10 @@ struct OpDef {
   // Cheap to run again and large to keep (normalisations, activations): `recompute: selective` recomputes it in
   // backward from its kept input instead of keeping its output (exec/lower.h).
   bool cheap_recompute = false;
+  // Output 0 may take input 0's bytes (same shape and dtype): an elementwise kernel that reads element i of input 0
+  // before it writes element i of output 0 and no other. The memory plan lets them share where input 0 dies at the
+  // node (activation and dropout gradients: dx over dy).
+  bool in_place = false;
   Autocast autocast = Autocast::F32;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.

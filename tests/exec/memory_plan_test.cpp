@@ -43,3 +43,31 @@ TEST(MemoryPlan, OverlappingLifetimesNeverShareBytes) {
     }
   EXPECT_LT(plan.arena_bytes, plan.naive_bytes / 2);
 }
+
+// In place (OpDef::in_place): an activation gradient writes over its incoming gradient where that gradient dies
+// at the node, and never where it is still read later.
+TEST(MemoryPlan, AnInPlaceGradientTakesTheBytesOfAnIncomingGradientThatDiesThere) {
+  const auto& relu = ops::Registry::get().at("relu");
+  const auto& relu_grad = ops::Registry::get().at("relu_grad");
+  const auto& add = ops::Registry::get().at("add");
+  ASSERT_TRUE(relu_grad.in_place);
+  for (bool dy_read_later : {false, true}) {
+    Graph g(4);
+    ValueId x = g.add_input("x", TensorDesc{Shape{4, 256}});
+    ValueId z = g.add_node(relu, {}, {x}, 1, "z", "z", {}, false)[0];
+    ValueId dy = g.add_node(relu, {}, {z}, 1, "dy", "dy", {}, false)[0];
+    ValueId dx = g.add_node(relu_grad, {}, {dy, z}, 1, "dx", "dx", {}, false)[0];
+    ValueId out = dy_read_later ? g.add_node(add, {}, {dx, dy}, 2, "sum", "sum", {}, false)[0]
+                                : g.add_node(relu, {}, {dx}, 1, "after", "after", {}, false)[0];
+    g.outputs.emplace_back("out", out);
+    auto plan = exec::plan_memory(g, {out});
+    if (dy_read_later) {
+      EXPECT_NE(plan.offset[dx.idx()], plan.offset[dy.idx()]);
+    } else {
+      EXPECT_EQ(plan.offset[dx.idx()], plan.offset[dy.idx()]);
+      // dx lives on in dy's place: nothing born while dx lives may take those bytes.
+      EXPECT_NE(plan.offset[out.idx()], plan.offset[dx.idx()]);
+      EXPECT_NE(plan.offset[z.idx()], plan.offset[dx.idx()]);
+    }
+  }
+}

@@ -126,6 +126,7 @@ void register_dropout(Registry& r) {
   g.splits = dropout_splits;
   g.cost = dropout_cost;
   g.cpu = dropout_cpu;  // training is on in backward: the same draw as the forward's
+  g.in_place = true;    // dx over dy: element i read, then written
   r.add(g);
 }
 

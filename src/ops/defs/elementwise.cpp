@@ -219,8 +219,8 @@ BRAID_CPU_CLONES void act_fwd_loop(const T* __restrict x, T* __restrict y, int64
   for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
 }
 template <Act K, typename T>
-BRAID_CPU_CLONES void act_bwd_loop(const T* __restrict dy, const T* __restrict x, const T* __restrict y,
-                                   T* __restrict dx, int64_t b, int64_t e) {
+// dx may be dy (OpDef::in_place): no __restrict on them; element i is read before it is written.
+BRAID_CPU_CLONES void act_bwd_loop(const T* dy, const T* x, const T* y, T* dx, int64_t b, int64_t e) {
 #pragma omp simd
   for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
 }
@@ -354,6 +354,7 @@ OpDef grad_def(const std::string& name, CpuKernel k, std::vector<AttrSpec> attrs
   d.infer = infer_second;
   d.splits = same_splits;
   d.cpu = k;
+  d.in_place = true;  // dx over dy
   return d;
 }
 
