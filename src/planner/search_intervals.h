@@ -83,17 +83,24 @@ inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
 // Adds e to the front unless dominated; drops what e dominates. The front may grow to 2 cap before it is
 // trimmed (trim(): sorting at every insertion dominated the search time); callers trim to `cap` when done.
 // Sorted by t.
-inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
+// make_ch() gives e its choice record once e is known not to be dominated (most candidates are: allocating
+// their records first dominated the layer DP's time).
+template <class MakeChoice>
+inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped, MakeChoice make_ch) {
   // Sorted by t: only entries with t <= e.t can dominate e, only those with t >= e.t can be dominated by it.
   auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
   auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
   for (auto it = front.begin(); it != hi; ++it)
     if (dominates(*it, e)) return;
+  make_ch(e);
   auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
   front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
   auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
   front.insert(at, std::move(e));
   if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
+}
+inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
+  insert(front, std::move(e), cap, capped, [](Entry&) {});
 }
 
 // A state: the layouts of the live values, each keyed by its producer's position relative to the interval's
@@ -273,8 +280,9 @@ class Intervals {
           } else {
             x.a += o.act_bytes;
           }
-          x.ch = std::make_shared<const Choice>(Choice{l - start, static_cast<int>(k), e.ch});
-          insert(dst, std::move(x), cap_, &capped);
+          insert(dst, std::move(x), cap_, &capped, [&](Entry& y) {
+            y.ch = std::make_shared<const Choice>(Choice{l - start, static_cast<int>(k), e.ch});
+          });
         }
       }
     }
