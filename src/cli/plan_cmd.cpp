@@ -188,8 +188,7 @@ int plan(const PlanArgs& a, FILE* out) {
   ts.head_parallel_attention = !a.cluster.empty() && accelerator;  // modelled: clusters are planned, not run
   Plan pins;
   SearchOptions so;
-  // ZeRO: stages 0-3 run on cpu devices and are modelled for clusters; braid train does not shard on cuda devices yet.
-  so.max_zero = !accelerator ? 3 : !a.cluster.empty() ? 3 : 0;
+  so.max_zero = 3;  // ZeRO stages 0-3, on every backend
   if (cfg.parallel.plan != "auto" && !cfg.parallel.plan.empty()) {
     Diagnostics d;
     fs::path pp = fs::path(cfg.path).parent_path() / cfg.parallel.plan;

@@ -52,6 +52,9 @@ class Program {
   virtual Tensor value(ValueId v, int slot) = 0;
   // Parameter or buffer `name` of the program in device memory (optimizer-state sharding broadcasts it).
   virtual Tensor param(const std::string& name) = 0;
+  // Parameters were written in device memory by someone other than the program and its device's update (ZeRO's
+  // broadcast after the update): what the program derives from them (16-bit copies under autocast) is stale.
+  virtual void params_changed() {}
   // The first element of value v, on the host (the loss).
   virtual double scalar(ValueId v, int slot) = 0;
   // The communicators of the program's comm_* nodes.
@@ -93,6 +96,9 @@ struct ProgramSpec {
   // gradient is then reduced to its owner over the data group right after the node that makes it, in every
   // micro-batch's backward; the others hold none of it past that node. nullptr: every replica keeps every gradient.
   const std::map<std::string, int>* grad_owner = nullptr;
+  // ZeRO stage 1 and up: the replica that keeps each trainable parameter's optimizer state and updates it (the
+  // engine broadcasts it to the others after the update). nullptr: every replica updates every parameter.
+  const std::map<std::string, int>* state_owner = nullptr;
   // ZeRO stage 3: grad_owner's replica also holds the parameter; the others have none of its bytes in the store
   // (the program's comm_gather_param nodes broadcast it from its holder just before use).
   bool params_sharded = false;

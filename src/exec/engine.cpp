@@ -114,15 +114,6 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
   BRAID_ASSERT(static_cast<int>(where_.size()) >= n, "a plan of ", n, " devices placed on ", where_.size());
   where_.resize(static_cast<size_t>(n));
   scaling_ = backend_.loss_scaling(cfg_);
-  if (plan.summary.zero > 0 && !backend_.host_memory())
-    throw UserError(plan.summary.pinned.loc("zero", SourceLoc{cfg.path, 0, 0}),
-                    "zero: " + std::to_string(plan.summary.zero) + " is not implemented on " + backend_.name() +
-                        " devices yet",
-                    "remove zero from the plan to train on " + backend_.name() + ", or train on cpu devices");
-  if (plan.summary.sequence_parallel && !backend_.host_memory())
-    throw UserError(plan.summary.pinned.loc("sequence_parallel", SourceLoc{cfg.path, 0, 0}),
-                    "sequence_parallel is not implemented on " + backend_.name() + " devices yet",
-                    "remove sequence_parallel from the plan to train on " + backend_.name() + ", or train on cpu devices");
   build(world);
 }
 
@@ -184,6 +175,7 @@ void Engine::build(const PlanWorld* world) {
       spec.slots = stage_slots_[static_cast<size_t>(p.stage)];
       spec.micro_batches = micro_batches_;
       spec.micro = micro_;
+      spec.state_owner = c.owner;
       spec.grad_owner = plan_.summary.zero >= 2 ? c.owner : nullptr;
       spec.params_sharded = plan_.summary.zero >= 3 && c.owner;
       spec.bucket_bytes = p.dp > 1 && !spec.grad_owner ? options_.bucket_bytes : 0;
@@ -596,6 +588,7 @@ void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {
       Tensor t = c.program->param(name);
       c.data_comm->broadcast(t, owner);
     }
+    c.program->params_changed();
   }
   if (d.id == 0 && phases_) phases_->optimizer_s += seconds_since(t0);
 }

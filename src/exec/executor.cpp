@@ -62,22 +62,13 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(total, 4) + 3) / 4}, DType::f32});
   if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
   place_values(static_cast<char*>(arena_.raw()), shared, slot_bytes, options.slots, [&](const graph::Value& v) {
-    if (options.param_owner)
-      if (auto it = options.param_owner->find(v.name); it != options.param_owner->end() && it->second != options.replica)
-        return Tensor::view(nullptr, v.desc);  // held by another replica: only comm_gather_param reads it
+    if (held_elsewhere(v)) return Tensor::view(nullptr, v.desc);  // only comm_gather_param reads it, on its root
     ParamEntry* e = params.find(v.name);
     BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
     BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
                  v.desc.str(), " in the graph");
     return e->value;
   });
-  // ZeRO-3: each parameter gather's root, the replica holding the parameter.
-  gather_root_.assign(g.nodes().size(), -1);
-  for (const auto& n : g.nodes())
-    if (n.op->collective_kind == ops::CollectiveKind::ParamGather) {
-      BRAID_ASSERT(options.param_owner, "comm_gather_param without ZeRO-3's parameter owners (", n.name, ")");
-      gather_root_[n.id.idx()] = options.param_owner->at(n.attrs.s("param"));
-    }
   BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
   for (const auto& [v, t] : options.external) {
     const graph::Value& val = g.value(v);

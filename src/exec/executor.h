@@ -67,7 +67,6 @@ class Executor : public NodeLoop {
                    const std::vector<Tensor>& out);
   Tensor arena_, workspace_;
   std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
-  std::vector<int> gather_root_;       // per node: a comm_gather_param's root replica (ZeRO-3), else -1
   std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
   std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node (fuse_ 1): the fused kernel
   std::vector<size_t> fused_heads_;

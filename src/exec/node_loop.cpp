@@ -21,8 +21,23 @@ NodeLoop::NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, cons
     : g_(g),
       plan_(plan_memory(g, keep, options.stash.empty() ? std::vector<bool>(g.values().size(), false) : options.stash,
                         outside(g, options))),
-      outside_(outside(g, options)) {
+      outside_(outside(g, options)),
+      param_owner_(options.param_owner),
+      replica_(options.replica) {
   BRAID_ASSERT(options.slots >= 1, "an executor needs at least one slot");
+  // ZeRO-3: each parameter gather's root, the replica holding the parameter.
+  gather_root_.assign(g.nodes().size(), -1);
+  for (const auto& n : g.nodes())
+    if (n.op->collective_kind == ops::CollectiveKind::ParamGather) {
+      BRAID_ASSERT(param_owner_, "comm_gather_param without ZeRO-3's parameter owners (", n.name, ")");
+      gather_root_[n.id.idx()] = param_owner_->at(n.attrs.s("param"));
+    }
+}
+
+bool NodeLoop::held_elsewhere(const graph::Value& v) const {
+  if (!param_owner_) return false;
+  auto it = param_owner_->find(v.name);
+  return it != param_owner_->end() && it->second != replica_;
 }
 
 void NodeLoop::place_values(char* base, size_t shared, size_t slot_bytes, int slots,

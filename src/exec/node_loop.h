@@ -5,6 +5,7 @@
 // after each node, tracing). A backend's executor adds its memory, its kernels and its run loop.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ class NodeLoop {
   // The communicator of comm_* node n (its `group` attribute), checked against the node's `parts`.
   Communicator& group_of(const graph::Node& n) const;
   io::TraceLabel phase(io::TraceKind kind) const { return {kind, first_layer_, last_layer_, {}, trace_mb_}; }
+  // ZeRO-3 (ExecutorOptions::param_owner): parameter v is held by another replica of the data-parallel group (no
+  // bytes here; only its comm_gather_param nodes read it, on their root).
+  bool held_elsewhere(const graph::Value& v) const;
 
   const graph::Graph& g_;
   MemoryPlan plan_;
@@ -67,6 +71,9 @@ class NodeLoop {
   Communicator* data_comm_ = nullptr;
   int tensor_rank_ = 0;
   int tensor_size_ = 1;
+  const std::map<std::string, int>* param_owner_ = nullptr;
+  int replica_ = 0;
+  std::vector<int> gather_root_;  // per node: a comm_gather_param's root replica (ZeRO-3), else -1
 };
 
 }  // namespace braid::exec

@@ -105,7 +105,7 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     // masks, batch statistics and the loss curve are those of one device), however it splits them.
     planner::Plan pins;
     planner::SearchOptions so;
-    so.max_zero = dev.kind == "cpu" ? 3 : 0;  // the executor shards (ZeRO 1-3) on cpu devices only (today)
+    so.max_zero = 3;
     if (cfg.train.micro_batch) {
       pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
       pins.summary.pinned.set("micro_batches", at);

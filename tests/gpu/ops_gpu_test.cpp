@@ -50,6 +50,9 @@ class GpuEager : public GradBuilder {
     c.training = ctx.training;
     c.rng_key = ctx.rng_key;
     c.batch_offset = ctx.batch_offset;
+    c.shard_axis = ctx.shard_axis;
+    c.shard_start = ctx.shard_start;
+    c.shard_full = ctx.shard_full;
     c.workspace_bytes = cuda_workspace_bytes(op, attrs, descs, out_descs);
     if (c.workspace_bytes) c.workspace = dev_.arena.take(c.workspace_bytes, "workspace");
     if (autocast_ != DType::f32) {
@@ -276,4 +279,44 @@ TEST(FlashAttention, StagedPathMatchesCpuOnTheSameCases) {
   check_forward(DType::bf16, flash_cases());
   check_backward(DType::bf16, flash_cases());
   cuda::set_flash_attention(true);
+}
+
+// Sequence parallelism: dropout on a part of the sequence axis (cuda::Ctx::shard_*, set by the executor for a node
+// split on axis 1) draws the unsplit tensor's mask for that part, as the CPU kernel does: each half of [3, 8, 16]
+// (batch offset 2: the samples of a data-parallel rank) equals the same half of the CPU's unsplit run, forward and
+// dropout_grad.
+TEST(CudaOps, DropoutOnASequenceShardDrawsTheUnsplitMask) {
+  BRAID_REQUIRE_GPU();
+  Device dev;
+  Rng rng(5, 1);
+  const int64_t B = 3, T = 8, D = 16, parts = 2;
+  for (const std::string op : {"dropout", "dropout_grad"}) {
+    SCOPED_TRACE(op);
+    Tensor whole = Tensor::empty(TensorDesc{Shape{B, T, D}});
+    for (int64_t i = 0; i < whole.numel(); ++i) whole.data<float>()[i] = static_cast<float>(rng.uniform() + 0.5);
+    Eager e;
+    e.ctx.training = true;
+    e.ctx.rng_key = 99;
+    e.ctx.batch_offset = 2;
+    const Tensor cpu = e.val(e.emit(op, {{"p", 0.3}, {"rng_node", std::string("d")}}, {e.add(whole.clone())})[0]);
+    for (int64_t r = 0; r < parts; ++r) {
+      const int64_t len = T / parts;
+      Tensor part = Tensor::empty(TensorDesc{Shape{B, len, D}}), want = Tensor::empty(TensorDesc{Shape{B, len, D}});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < len; ++t)
+          for (int64_t k = 0; k < D; ++k) {
+            part.data<float>()[(b * len + t) * D + k] = whole.data<float>()[(b * T + r * len + t) * D + k];
+            want.data<float>()[(b * len + t) * D + k] = cpu.data<float>()[(b * T + r * len + t) * D + k];
+          }
+      GpuEager g(dev, DType::f32);
+      g.ctx.training = true;
+      g.ctx.rng_key = 99;
+      g.ctx.batch_offset = 2;
+      g.ctx.shard_axis = 1;
+      g.ctx.shard_start = r * len;
+      g.ctx.shard_full = T;
+      auto out = g.emit(op, {{"p", 0.3}, {"rng_node", std::string("d")}}, {g.add(dev.upload(part))});
+      expect_close(dev.download(g.val(out[0])), want, "part " + std::to_string(r), 0.0);
+    }
+  }
 }

@@ -1,5 +1,6 @@
 // The CUDA backend (cuda_engine.h, exec/backend.h).
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "exec/comm/inproc.h"
@@ -27,15 +28,37 @@ CudaExecutorOptions precision_options(const io::RunConfig& cfg) {
 class CudaProgram final : public Program {
  public:
   CudaProgram(const io::RunConfig& cfg, const ProgramSpec& spec, ParamStore& store, CudaExecutorOptions co)
-      : p_(*spec.prog) {
+      : p_(*spec.prog), replica_(spec.replica), grad_owner_(spec.grad_owner) {
     ExecutorOptions eo;
     eo.slots = spec.slots;
     if (spec.slots > 1) eo.stash = p_.stash;
     eo.fuse = spec.fuse;
+    if (spec.params_sharded) {  // ZeRO-3: the parameters another replica holds have no bytes here
+      eo.param_owner = spec.grad_owner;
+      eo.replica = spec.replica;
+    }
+    std::vector<ValueId> keep = p_.keep;
+    if (grad_owner_) {
+      // ZeRO-2: each gradient is reduced to its owner right after the node that makes it (shard_hook_), so the arena
+      // holds it for that node only.
+      for (const auto& pi : p_.g.params())
+        if (pi.grad.valid()) {
+          grads_at_node_[p_.g.value(pi.grad).producer.idx()].emplace_back(pi.grad, grad_owner_->at(pi.name));
+          std::erase(keep, pi.grad);
+        }
+      shard_hook_ = [this](size_t node) { reduce_to_owners(node); };
+    }
+    auto owned = [owner = spec.state_owner, replica = spec.replica](const std::string& name) {
+      if (!owner) return true;
+      auto it = owner->find(name);
+      return it == owner->end() || it->second == replica;
+    };
     try {
-      exec_ = std::make_unique<CudaExecutor>(p_.g, store, p_.keep, eo, co);
-      // Data-parallel stages: accumulators even for one micro-batch, one block to all-reduce.
-      opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg.optimizer, spec.micro_batches, p_.dp > 1);
+      exec_ = std::make_unique<CudaExecutor>(p_.g, store, keep, eo, co);
+      // Data-parallel stages: accumulators even for one micro-batch, one block to all-reduce (ZeRO-2 and 3: one per
+      // gradient this replica keeps).
+      opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg.optimizer, spec.micro_batches, p_.dp > 1, owned,
+                                             grad_owner_ != nullptr);
     } catch (const cuda::DeviceOutOfMemory& e) {
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       std::string(e.what()) + ": stage " + std::to_string(p_.stage) + " on cuda:" +
@@ -48,13 +71,15 @@ class CudaProgram final : public Program {
     std::vector<ValueId> fed = p_.recv_values;
     fed.insert(fed.end(), p_.send_grads.begin(), p_.send_grads.end());
     exec_->set_device_fed(fed);
-    // A gradient counts once in the global norm: replica 0's, tensor rank 0's unless it is a slice.
-    opt_->set_norm_params([this, replica = spec.replica, rank = spec.tensor_rank](const std::string& name) {
+    // A gradient counts once in the global norm: replica 0's (ZeRO: its owner's, which updates it), tensor rank 0's
+    // unless it is a slice.
+    opt_->set_norm_params([this, replica = spec.replica, rank = spec.tensor_rank, zero = spec.state_owner != nullptr](
+                              const std::string& name) {
       const ParamShard& sh = shard_of(p_, name);
-      return replica == 0 && !sh.buffer && shard_counts(sh, rank);
+      return (zero || replica == 0) && !sh.buffer && shard_counts(sh, rank);  // ZeRO: the table holds the owned only
     });
     if (p_.loss.valid()) loss_ = Tensor::empty(p_.g.value(p_.loss).desc);
-    if (p_.dp > 1) {
+    if (p_.dp > 1 && !grad_owner_) {
       buckets_.push_back(opt_->flat_gradients());  // every gradient of the stage: one all-reduce
       for (const auto& pi : p_.g.params())
         if (pi.grad.valid()) bucket_of_.push_back(0);
@@ -64,15 +89,28 @@ class CudaProgram final : public Program {
   Tensor input(const std::string& name, int slot) override { return exec_->input(name, slot); }
   Tensor value(ValueId v, int slot) override { return exec_->device_value(v, slot); }
   Tensor param(const std::string& name) override { return exec_->device_param(name); }
+  void params_changed() override { exec_->params_changed(); }
   double scalar(ValueId v, int slot) override {
     BRAID_ASSERT(v == p_.loss, "the CUDA backend fetches the loss only");
     exec_->fetch(v, loss_, slot);
     return exec::scalar(loss_);
   }
-  void set_groups(Communicator* tensor, Communicator* data) override { exec_->set_groups(tensor, data); }
+  void set_groups(Communicator* tensor, Communicator* data) override {
+    exec_->set_groups(tensor, data);
+    data_ = data;
+  }
   void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
+    if (grad_owner_) {  // ZeRO-2 and 3: every micro-batch's gradients reduced to their owners as they are made
+      BRAID_ASSERT(data_, "gradient shards without a data-parallel group");
+      hook_slot_ = slot;
+      hook_mb_ = k;
+      exec_->set_after_node(&shard_hook_);
+      exec_->run_backward(slot, ids.seed, ids.stream, ids.batch_offset);
+      exec_->set_after_node(nullptr);
+      return;
+    }
     exec_->run_backward(slot, ids.seed, ids.stream, ids.batch_offset);
     opt_->accumulate(k, loss_scale_, slot);
     if (k == M - 1 && !opt_->accumulates() && loss_scale_ != 1) opt_->scale_grads(1.0 / loss_scale_);
@@ -104,7 +142,26 @@ class CudaProgram final : public Program {
   CudaOptimizer& opt() { return *opt_; }
 
  private:
+  // ZeRO-2: the gradients node `node` made, averaged over the data group into their owners (the executor
+  // synchronised its stream before the hook), each owner adding its share to its accumulator; the other replicas'
+  // copies were scratch, their bytes free after the node.
+  void reduce_to_owners(size_t node) {
+    auto it = grads_at_node_.find(node);
+    if (it == grads_at_node_.end()) return;
+    for (const auto& [grad, owner] : it->second) {
+      Tensor v = exec_->device_value(grad, hook_slot_);
+      data_->reduce(v, owner, ReduceOp::Avg);
+      if (owner == replica_) opt_->accumulate_one(grad, v, hook_mb_, loss_scale_);
+    }
+  }
+
   const StageProgram& p_;
+  int replica_ = 0;
+  const std::map<std::string, int>* grad_owner_ = nullptr;
+  std::map<size_t, std::vector<std::pair<ValueId, int>>> grads_at_node_;  // ZeRO-2: node -> (gradient, owner)
+  std::function<void(size_t)> shard_hook_;
+  int hook_slot_ = 0, hook_mb_ = 0;
+  Communicator* data_ = nullptr;
   std::unique_ptr<CudaExecutor> exec_;
   std::unique_ptr<CudaOptimizer> opt_;
   Tensor loss_;  // host copy (loss stage)
@@ -144,6 +201,8 @@ class CudaDevice final : public Device {
   }
   void update(double lr) override {
     for (CudaProgram* p : progs_) p->opt().step(lr);
+    // ZeRO's broadcast of the updated parameters runs on the communicator's stream next: the update must be done.
+    for (CudaProgram* p : progs_) p->exec().stream().synchronize();
   }
 
   void download(bool with_optimizer) override {

@@ -78,7 +78,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   const size_t shared = align256(plan_.arena_bytes), slot_bytes = align256(plan_.slot_bytes);
   size_t param_bytes = 0;
   for (const auto& v : g.values())
-    if (v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) {
+    if ((v.kind == graph::ValueKind::Param || v.kind == graph::ValueKind::Buffer) && !held_elsewhere(v)) {
       param_bytes += align256(v.desc.bytes());
       if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
         param_bytes += align256(static_cast<size_t>(v.desc.numel()) * 2);
@@ -93,6 +93,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   if (autocast_bytes_) autocast_ = arena_->take(autocast_bytes_, "autocast");
   // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
   place_values(base, shared, slot_bytes, options.slots, [&](const graph::Value& v) {
+    if (held_elsewhere(v)) return Tensor::view(nullptr, v.desc);  // ZeRO-3: only comm_gather_param reads it, on its root
     ParamEntry* e = params.find(v.name);
     BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
     BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
@@ -359,9 +360,15 @@ void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor
       if (comm->rank() == 0) cuda::copy(c, y.raw(), x.raw(), x.bytes());
       else stream_->memset(y.raw(), 0, y.bytes());
       break;
-    case K::ParamGather:
-      BRAID_ASSERT(false, "ZeRO-3 (", op, ") is not implemented on cuda devices; the engine refuses such plans");
+    case K::ParamGather: {  // ZeRO-3: the parameter from the replica holding it, into this node's arena value
+      const int root = gather_root_[n.id.idx()];
+      if (comm->rank() == root) {
+        cuda::copy(c, y.raw(), x.raw(), x.bytes());
+        stream_->synchronize();
+      }
+      comm->broadcast(y, root);
       break;
+    }
     case K::None:
       BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }
@@ -403,6 +410,14 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
     } else {
       ctx.rng_key = hash_key(run_key, node_keys_[i]);
       ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
+      if (n.shard_axis > 0) {  // a part of a sequence-parallel region: its place in the unsplit tensor
+        const int64_t len = ins[i][0].shape()[n.shard_axis];
+        ctx.shard_axis = n.shard_axis;
+        ctx.shard_start = tensor_rank_ * len;
+        ctx.shard_full = len * tensor_size_;
+      } else {
+        ctx.shard_axis = -1;
+      }
       (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
       if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
         const Tensor& seed = outs[i][0];

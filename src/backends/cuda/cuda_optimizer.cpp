@@ -11,18 +11,22 @@ namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
-CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches, bool accumulators)
+CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches, bool accumulators,
+                             const std::function<bool(const std::string&)>& owned, bool owned_grads_only)
     : ex_(ex), spec_(spec), micro_batches_(std::max(micro_batches, 1)), accumulate_(accumulators || micro_batches > 1) {
   if (spec.type != "adamw" && spec.type != "sgd")
     throw UserError(SourceLoc{}, "optimizer '" + spec.type + "' has no device implementation", "use adamw or sgd");
+  BRAID_ASSERT(!owned_grads_only || accumulate_, "gradients reduced to their owner need accumulators");
   const graph::Graph& g = ex.graph();
   const bool adamw = spec.type == "adamw", momentum = !adamw && spec.momentum != 0;
-  const int state = (adamw ? 2 : momentum ? 1 : 0) + (accumulate_ ? 1 : 0);
+  auto mine = [&](const std::string& name) { return !owned || owned(name); };
+  auto has_acc = [&](const std::string& name) { return accumulate_ && (!owned_grads_only || mine(name)); };
   size_t bytes = 4096;
   for (const auto& p : g.params())
     if (p.grad.valid()) {
+      const int state = (mine(p.name) ? (adamw ? 2 : momentum ? 1 : 0) : 0) + (has_acc(p.name) ? 1 : 0);
       bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4) * static_cast<size_t>(state);
-      ++count_;
+      if (mine(p.name)) ++count_;
     }
   bytes += 2 * (align256(cuda::multi_tensor_table_bytes(count_)) + 256);
   arena_ = std::make_unique<cuda::DeviceArena>(ex.stream().device(), bytes);
@@ -34,7 +38,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
   if (accumulate_) {
     size_t acc_bytes = 0;
     for (const auto& p : g.params())
-      if (p.grad.valid()) acc_bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4);
+      if (p.grad.valid() && has_acc(p.name)) acc_bytes += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4);
     acc_next = static_cast<char*>(arena_->take(std::max<size_t>(acc_bytes, 4), "gradient accumulators"));
     ex.stream().memset(acc_next, 0, std::max<size_t>(acc_bytes, 4));
     flat_ = Tensor::view(acc_next, TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(acc_bytes, 4) / 4)}, DType::f32});
@@ -42,6 +46,13 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
   std::vector<cuda::ParamSlot> slots;
   for (const auto& p : g.params()) {
     if (!p.grad.valid()) continue;
+    if (!mine(p.name)) {  // ZeRO: another replica updates it; ZeRO-1 still all-reduces its gradient here
+      if (has_acc(p.name)) {
+        accum_.emplace_back(p.grad, reinterpret_cast<float*>(acc_next));
+        acc_next += align256(static_cast<size_t>(g.value(p.grad).desc.numel()) * 4);
+      }
+      continue;
+    }
     const Tensor& w = ex.device_param(p.name);
     const Tensor& grad = ex.device_value(p.grad);
     BRAID_ASSERT(w.dtype() == DType::f32 && grad.dtype() == DType::f32, "device optimizer: ", p.name,
@@ -75,7 +86,7 @@ CudaOptimizer::CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, in
     slots.push_back(s);
     states_.push_back(State{p.name, s.m, s.v, s.n});
   }
-  cuda::upload_slots(ex.stream().ctx(), slots.data(), count_, table_);  // synchronises
+  if (count_ > 0) cuda::upload_slots(ex.stream().ctx(), slots.data(), count_, table_);  // synchronises
   slots_ = slots;
   // Room for set_norm_params' table (at most every slot).
   norm_table_ = arena_->take(std::max<size_t>(cuda::multi_tensor_table_bytes(count_), 1), "norm table");
@@ -99,12 +110,20 @@ void CudaOptimizer::accumulate(int mb, double loss_scale, int slot) {
   }
 }
 
+void CudaOptimizer::accumulate_one(ValueId grad, const Tensor& g, int mb, double loss_scale) {
+  auto it = std::find_if(accum_.begin(), accum_.end(), [&](const auto& a) { return a.first == grad; });
+  BRAID_ASSERT(it != accum_.end(), "gradient ", grad.v, " has no accumulator on this replica");
+  const double k = loss_scale == 1 ? 1.0 / micro_batches_ : 1.0 / (micro_batches_ * loss_scale);
+  cuda::axpy(ex_.stream().ctx(), DType::f32, g.raw(), it->second, g.numel(), k, mb == 0);
+}
+
 void CudaOptimizer::step(double lr) {
   cuda::Ctx c = ex_.stream().ctx();
-  if (spec_.type == "adamw")
+  // A replica that owns no parameter of this stage (ZeRO) updates nothing but counts the step.
+  if (count_ > 0 && spec_.type == "adamw")
     cuda::adamw(c, table_, count_, max_n_, lr, spec_.betas[0], spec_.betas[1], spec_.eps, spec_.weight_decay,
                 step_ + 1);
-  else
+  else if (count_ > 0)
     cuda::sgd(c, table_, count_, max_n_, lr, spec_.momentum, spec_.dampening, spec_.weight_decay, spec_.nesterov,
               step_ == 0);
   ++step_;
@@ -114,6 +133,7 @@ double CudaOptimizer::grad_norm() { return std::sqrt(grad_sum_squares()); }
 
 double CudaOptimizer::grad_sum_squares() {
   if (norm_count_ == 0) return 0;
+  if (count_ == 0) return 0;
   if (norm_count_ < 0) cuda::grad_sum_squares(ex_.stream().ctx(), table_, count_, max_n_, norm_);
   else cuda::grad_sum_squares(ex_.stream().ctx(), norm_table_, norm_count_, max_n_, norm_);
   double sum = 0;
@@ -129,7 +149,9 @@ void CudaOptimizer::set_norm_params(const std::function<bool(const std::string&)
   if (!subset.empty()) cuda::upload_slots(ex_.stream().ctx(), subset.data(), norm_count_, norm_table_);
 }
 
-void CudaOptimizer::scale_grads(double k) { cuda::grad_scale(ex_.stream().ctx(), table_, count_, max_n_, k); }
+void CudaOptimizer::scale_grads(double k) {
+  if (count_ > 0) cuda::grad_scale(ex_.stream().ctx(), table_, count_, max_n_, k);
+}
 
 namespace {
 // The host optimizer's state tensor `key` of parameter `name` (f32, n elements), or an internal error.

@@ -22,13 +22,21 @@ class CudaOptimizer {
   // Every parameter of ex's graph that has a gradient. micro_batches > 1 (or `accumulators`): accumulate() sums each
   // micro-batch's gradients into fp32 accumulators, one contiguous block (flat_gradients); else the update reads
   // the graph's gradient values in place.
-  CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches = 1, bool accumulators = false);
+  // Optimizer-state sharding (ZeRO): `owned` (empty: all) names the parameters this replica keeps state for and
+  // updates; the others get no state and no update (their values arrive by broadcast, or, under ZeRO-3, are not
+  // here). `owned_grads_only` (ZeRO-2 and 3): only the owned parameters have accumulators, which accumulate_one
+  // fills with the gradient reduced to this replica; else every gradient has one (ZeRO-1 all-reduces them all).
+  CudaOptimizer(CudaExecutor& ex, const io::OptimizerSpec& spec, int micro_batches = 1, bool accumulators = false,
+                const std::function<bool(const std::string&)>& owned = {}, bool owned_grads_only = false);
   ~CudaOptimizer();
   // After micro-batch mb's run (slot 0): dst = g / (M loss_scale) (mb 0) or dst += g / (M loss_scale): the run's
   // gradients were of the loss times loss_scale (CudaExecutor::set_loss_scale). A no-op without accumulators (then
   // the caller divides by the loss scale with scale_grads).
   // `slot`: the executor slot the micro-batch ran in (plans keep several micro-batches in flight).
   void accumulate(int mb, double loss_scale = 1, int slot = 0);
+  // ZeRO-2: `g`, micro-batch mb's gradient `grad` of an owned parameter already reduced over the data group, into
+  // its accumulator (as accumulate() does for all).
+  void accumulate_one(ValueId grad, const Tensor& g, int mb, double loss_scale = 1);
   int micro_batches() const { return micro_batches_; }
   bool accumulates() const { return accumulate_; }
   // With accumulators: all of them as one f32 tensor (the gaps between them zero), for one all-reduce; else

@@ -112,10 +112,17 @@ __global__ void act_grad_kernel(Act k, const T* dy, const T* x, const T* y, T* d
 
 template <typename T, typename M>
 __global__ void dropout_kernel(const T* x, T* y, M* mask, int64_t n, double p, bool active, uint64_t key,
-                               uint64_t base, float scale) {
+                               ShardIndex ix, float scale) {
   BRAID_GRID_LOOP(i, n) {
     float m = 1.f;
-    if (active) m = uniform_at(key, base + static_cast<uint64_t>(i)) >= p ? scale : 0.f;
+    if (active) {
+      uint64_t at = ix.base + static_cast<uint64_t>(i);
+      if (ix.len > 0) {
+        const int64_t k = i % ix.inner, t = (i / ix.inner) % ix.len, row = i / (ix.inner * ix.len);
+        at = static_cast<uint64_t>(((ix.row0 + row) * ix.full + ix.start + t) * ix.inner + k);
+      }
+      m = uniform_at(key, at) >= p ? scale : 0.f;
+    }
     if (mask) mask[i] = from_f<M>(m);  // null: not kept (dropout's forward and its gradient draw it again)
     y[i] = from_f<T>(__fmul_rn(to_f(x[i]), m));
   }
@@ -194,7 +201,7 @@ void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x
 }
 
 void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, DType mask_t, int64_t n, double p,
-             bool active, uint64_t key, uint64_t base) {
+             bool active, uint64_t key, const ShardIndex& base) {
   if (n == 0) return;
   if (mask_t != t && mask_t != DType::f32)
     throw InternalError("dropout of " + std::string(dtype_name(t)) + " values with a " +

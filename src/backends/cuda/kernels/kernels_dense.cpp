@@ -113,9 +113,23 @@ BRAID_ACT(sigmoid)
 // neither.
 void dropout_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   double p = a.f("p");
-  int64_t n = in[0].numel(), per_sample = in[0].shape()[0] > 0 ? n / in[0].shape()[0] : 0;
+  const Shape& s = in[0].shape();
+  const int64_t n = in[0].numel(), per_sample = s[0] > 0 ? n / s[0] : 0;
+  cu::ShardIndex ix;  // the element's index in the unsplit tensor, as dropout_cpu's global()
+  const int ax = c.shard_axis > 0 && c.shard_axis < s.rank() ? c.shard_axis : 0;
+  if (ax == 0) {
+    ix.base = static_cast<uint64_t>(c.batch_offset * per_sample);
+  } else {
+    int64_t rows_per_sample = 1;
+    for (int d = ax + 1; d < s.rank(); ++d) ix.inner *= s[d];
+    for (int d = 1; d < ax; ++d) rows_per_sample *= s[d];
+    ix.len = s[ax];
+    ix.full = c.shard_full;
+    ix.start = c.shard_start;
+    ix.row0 = c.batch_offset * rows_per_sample;
+  }
   cu::dropout(c, in[0].dtype(), in[0].raw(), out[0].raw(), nullptr, in[0].dtype(), n, p, c.training && p > 0, c.rng_key,
-              static_cast<uint64_t>(c.batch_offset * per_sample));
+              ix);
 }
 
 // ---- norm --------------------------------------------------------------------------------------------------

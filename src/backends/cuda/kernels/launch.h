@@ -24,6 +24,10 @@ struct Ctx {
   bool training = true;
   uint64_t rng_key = 0;       // random stream of this node in this step (dropout masks)
   int64_t batch_offset = 0;   // first sample of this run within the unsplit micro-batch (see KernelCtx)
+  // A shard of another axis (sequence parallelism): this part starts at shard_start of shard_full along
+  // shard_axis (-1: not split so), as ops::KernelCtx.
+  int shard_axis = -1;
+  int64_t shard_start = 0, shard_full = 0;
   void* workspace = nullptr;  // device scratch for kernels (cuda_workspace_bytes asks for its size)
   size_t workspace_bytes = 0;
   void* stream = nullptr;     // cudaStream_t
@@ -95,10 +99,16 @@ void reduce_like(const Ctx& c, DType t, const void* g, const ReduceIndex& r, voi
 void fill(const Ctx& c, DType t, void* y, int64_t n, double value);
 void activation(const Ctx& c, DType t, Act a, const void* x, void* y, int64_t n);
 void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x, const void* y, void* dx, int64_t n);
-// mask = keep ? 1/(1-p) : 0 with keep = uniform_at(key, base + i) >= p (core/rng.h, bit for bit); y = x mask.
+// Element i's index in the unsplit tensor (ops/defs/dropout.cpp's global()): base + i when len == 0; on a shard of
+// axis a > 0, i = (row * len + t) * inner + k maps to ((row0 + row) * full + start + t) * inner + k.
+struct ShardIndex {
+  uint64_t base = 0;
+  int64_t inner = 1, len = 0, full = 0, start = 0, row0 = 0;
+};
+// mask = keep ? 1/(1-p) : 0 with keep = uniform_at(key, index(i)) >= p (core/rng.h, bit for bit); y = x mask.
 // mask_t: t, or f32 for 16-bit values (the scale unrounded, as the backward's dy * mask uses it).
 void dropout(const Ctx& c, DType t, const void* x, void* y, void* mask, DType mask_t, int64_t n, double p,
-             bool active, uint64_t key, uint64_t base);
+             bool active, uint64_t key, const ShardIndex& index);
 // dst[i] += src[i] * scale (gradient accumulation over micro-batches); first: dst = src * scale.
 void axpy(const Ctx& c, DType t, const void* src, void* dst, int64_t n, double scale, bool first);
 // Casts between f32 and bf16 or f16 (round to nearest even), for autocast and master weights.
