@@ -105,7 +105,9 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     // masks, batch statistics and the loss curve are those of one device), however it splits them.
     planner::Plan pins;
     planner::SearchOptions so;
-    so.max_zero = 3;
+    // ZeRO on cuda devices is written and compiled but its gpu tests have not run yet: plan: auto does not choose it
+    // there until they have (a plan file may pin it; docs/gpu.md).
+    so.max_zero = dev.kind == "cpu" ? 3 : 0;
     if (cfg.train.micro_batch) {
       pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
       pins.summary.pinned.set("micro_batches", at);
