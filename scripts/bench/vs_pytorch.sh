@@ -8,6 +8,9 @@
 # 2passive, braid, ...), so that a shared machine's load falls on every system alike: each figure is the
 # median over rounds of that process's median samples/s, and the ratio is the median over rounds of
 # braid / (that round's best PyTorch setting), with its min-max over rounds.
+# Before each model's round, the machine's SGEMM ceiling (scripts/bench/sgemm_ceiling.cpp: oneDNN's dnnl_sgemm on
+# square matrices of 1024-2048 at braid's thread count) is measured, and braid's achieved training FLOP/s
+# (`braid bench`'s achieved_gflops) is stated as a fraction of that round's ceiling (median, min-max over rounds).
 # Writes scripts/bench/out/vs_pytorch.csv (one row per model and system) and prints a table with the ratios.
 #
 # usage: scripts/bench/vs_pytorch.sh [--steps N] [--warmup W] [--window K] [--rounds R] [--models "mlp lenet gpt"]
@@ -34,10 +37,17 @@ OUT=$ROOT/scripts/bench/out
 RAW=$OUT/raw
 mkdir -p "$RAW"
 [ $MEASURE = 1 ] && rm -f "$RAW"/*
+CEILING=$OUT/sgemm_ceiling
+if [ $MEASURE = 1 ]; then
+  g++ -O2 -fopenmp "$ROOT/scripts/bench/sgemm_ceiling.cpp" -o "$CEILING" -ldnnl ||
+    { echo "vs_pytorch.sh: cannot build scripts/bench/sgemm_ceiling.cpp (needs g++ and libdnnl-dev)" >&2; exit 2; }
+fi
 
 for m in $MODELS; do
   [ $MEASURE = 1 ] || break
   for r in $(seq 1 "$ROUNDS"); do
+    echo "== $m round $r: SGEMM ceiling"
+    OMP_NUM_THREADS=${CEILING_THREADS:-$(nproc)} "$CEILING" 5 | tee "$RAW/ceiling_${m}_r$r.json"
     echo "== $m round $r: braid"
     env ${BRAID_ENV:-} /usr/bin/time -f %M -o "$RAW/braid_${m}_r$r.rss" \
       "$BRAID" bench "$ROOT/configs/bench/$m.yaml" --steps "$STEPS" --warmup "$WARMUP" --window "$WINDOW" \
@@ -124,5 +134,16 @@ for m, b, t in table:
     print(f"{m:6}  {t['system']:15} {b['sps_ratio_vs_torch_best']:22.2f}x "
           f"{b['sps_ratio_min']:5.2f}-{b['sps_ratio_max']:<5.2f} {b['rss_ratio_vs_torch_best']:20.2f}x")
 print("(samples/s ratio: per round, braid / that round's best PyTorch setting; median and min-max over rounds)")
+print()
+print(f"{'model':6}  {'SGEMM ceiling GFLOP/s':>22} {'braid GFLOP/s':>14} {'braid / ceiling':>16} {'min-max':>12}")
+for m, b, t in table:
+    ceil = [json.load(open(f"{raw}/ceiling_{m}_r{k}.json"))["ceiling_gflops"] for k in range(1, b["rounds"] + 1)
+            if glob.glob(f"{raw}/ceiling_{m}_r{k}.json")]
+    got = [(j["rows"][0] if "rows" in j else j)["achieved_gflops"] for j, _ in rounds(f"braid_{m}")]
+    if not ceil or len(ceil) != len(got):
+        continue
+    frac = [g / c for g, c in zip(got, ceil)]
+    print(f"{m:6}  {med(ceil):22.1f} {med(got):14.1f} {100 * med(frac):15.1f}% {100 * min(frac):5.1f}-{100 * max(frac):<5.1f}%")
+print("(braid's training FLOPs per step x samples/s against the same round's two-thread dnnl_sgemm ceiling)")
 print(f"\nCSV: {out}")
 EOF
