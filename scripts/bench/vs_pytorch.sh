@@ -37,7 +37,7 @@ OUT=$ROOT/scripts/bench/out
 RAW=$OUT/raw
 mkdir -p "$RAW"
 [ $MEASURE = 1 ] && rm -f "$RAW"/*
-CEILING=$OUT/sgemm_ceiling
+CEILING=$(mktemp -d)/sgemm_ceiling
 if [ $MEASURE = 1 ]; then
   g++ -O2 -fopenmp "$ROOT/scripts/bench/sgemm_ceiling.cpp" -o "$CEILING" -ldnnl ||
     { echo "vs_pytorch.sh: cannot build scripts/bench/sgemm_ceiling.cpp (needs g++ and libdnnl-dev)" >&2; exit 2; }
