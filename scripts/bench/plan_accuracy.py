@@ -33,12 +33,16 @@ MODELS = {
                                            "train.batch=16", "vars.dropout=0.0"]),
     "mlp": ("configs/bench/mlp.yaml", ["vars.hidden1=512", "vars.hidden2=512", "train.batch=128"]),
 }
-# Plan shapes (dp, tp, pp, micro-batches, schedule), written as a plan file's summary: every field is a pin,
-# `braid plan` completes the stages and layer splits. None: the planner's choice (parallel.plan=auto).
+# Plan shapes (dp, tp, pp, micro-batches, schedule[, memory strategies]), written as a plan file's summary: every
+# field is a pin, `braid plan` completes the stages and layer splits. None: the planner's choice (parallel.plan=auto).
+# The memory strategies (issue 21) are summary fields too: ZeRO stages and recomputation modes.
 PLANS = {
-    2: {"chosen": None, "dp": (2, 1, 1, 1, "1f1b"), "tp": (1, 2, 1, 1, "1f1b"), "pp": (1, 1, 2, 4, "1f1b")},
+    2: {"chosen": None, "dp": (2, 1, 1, 1, "1f1b"), "tp": (1, 2, 1, 1, "1f1b"), "pp": (1, 1, 2, 4, "1f1b"),
+        "dp_zero1": (2, 1, 1, 1, "1f1b", "zero: 1"), "dp_zero3": (2, 1, 1, 1, "1f1b", "zero: 3"),
+        "pp_full": (1, 1, 2, 4, "1f1b", "recompute: full")},
     4: {"chosen": None, "dp": (4, 1, 1, 1, "1f1b"), "tp": (1, 4, 1, 1, "1f1b"), "pp": (1, 1, 4, 8, "1f1b"),
-        "dp2xpp2": (2, 1, 2, 4, "1f1b"), "dp2xtp2": (2, 2, 1, 1, "1f1b"), "tp2xpp2": (1, 2, 2, 4, "gpipe")},
+        "dp2xpp2": (2, 1, 2, 4, "1f1b"), "dp2xtp2": (2, 2, 1, 1, "1f1b"), "tp2xpp2": (1, 2, 2, 4, "gpipe"),
+        "dp_zero2": (4, 1, 1, 1, "1f1b", "zero: 2"), "dp2xpp2_zero1_selective": (2, 1, 2, 4, "1f1b", "zero: 1, recompute: selective")},
 }
 
 
@@ -96,11 +100,12 @@ def measure(braid, root, work, n, steps, warmup, repeat="1"):
                 run([braid, "plan", run_file] + base + ["--out", plan])
             else:
                 pin_file = os.path.join(work, f"{model}_cpu{n}_{name}_pins.yaml")
-                dp, tp, pp, m, sched = pins
+                dp, tp, pp, m, sched = pins[:5]
+                extra = f", {pins[5]}" if len(pins) > 5 else ""
                 mb = batch_of(sets) // dp // m
                 with open(pin_file, "w") as f:
                     f.write(f"summary: {{devices: {n}, data_parallel: {dp}, tensor_parallel: {tp}, pipeline_stages: {pp}, "
-                            f"virtual_stages: 1, micro_batch: {mb}, micro_batches: {m}, schedule: {sched}}}\n"
+                            f"virtual_stages: 1, micro_batch: {mb}, micro_batches: {m}, schedule: {sched}{extra}}}\n"
                             "stages: []\nlayers: []\n")
                 run([braid, "plan", run_file] + base + ["--set", f"parallel.plan={pin_file}", "--out", plan])
             with open(plan) as f:
