@@ -368,16 +368,19 @@ int time_layers(const TimeArgs& a, FILE* out) {
   std::fprintf(out, "%-*s  %-*s  %11s  %11s  %10s  %6s\n", static_cast<int>(wl), "layer", static_cast<int>(wo), "op",
                "forward ms", "backward ms", "total ms", "share");
   double fwd = 0, bwd = 0;
-  std::string fused_note;
+  std::string fused_note, backward_note;
   for (const auto& l : r.layers) {
     if (!l.fused_into.empty() && fused_note.empty())
       fused_note = "* forward fused into the layer before it (" + l.fused_into +
                    " here): that layer's GEMM applies the activation as its epilogue, and the time is counted there\n";
+    if (!l.backward_fused_into.empty() && backward_note.empty())
+      backward_note = "  backward fused into the layer after it (" + l.backward_fused_into +
+                      " here): its input-gradient GEMM applies the activation's derivative as its epilogue\n";
     double f = 1e3 * l.forward_s / n, b = 1e3 * l.backward_s / n;
     fwd += f;
     bwd += b;
     std::fprintf(out, "%-*s  %-*s  %11.3f  %11.3f  %10.3f  %6s\n", static_cast<int>(wl), l.layer.c_str(),
-                 static_cast<int>(wo), (l.op + (l.fused_into.empty() ? "" : "*")).c_str(), f, b, f + b,
+                 static_cast<int>(wo), (l.op + (l.fused_into.empty() && l.backward_fused_into.empty() ? "" : "*")).c_str(), f, b, f + b,
                  pct(f + b).c_str());
   }
   auto line = [&](const char* name, double ms) {
@@ -393,6 +396,7 @@ int time_layers(const TimeArgs& a, FILE* out) {
   line("other", std::max(0.0, step_ms - fwd - bwd - data - acc - opt));
   line("step", step_ms);
   if (!fused_note.empty()) std::fputs(fused_note.c_str(), out);
+  if (!backward_note.empty()) std::fputs((fused_note.empty() ? "*" + backward_note.substr(1) : backward_note).c_str(), out);
   if (!r.device.empty())
     std::fprintf(out, "on %s: every node waited for (launch and wait in its time); upload, accumulation and "
                  "optimizer are in \"other\"\n", r.device.c_str());

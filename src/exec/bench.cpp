@@ -31,7 +31,7 @@ std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>
   std::map<std::string, size_t> index;
   auto row = [&](const graph::Node& n) -> LayerTime& {
     auto [it, fresh] = index.emplace(n.layer, rows.size());
-    if (fresh) rows.push_back(LayerTime{n.layer, n.backward ? "" : n.op->name, {}, 0, 0});
+    if (fresh) rows.push_back(LayerTime{n.layer, n.backward ? "" : n.op->name, {}, {}, 0, 0});
     return rows[it->second];
   };
   for (const auto& n : g.nodes())
@@ -42,7 +42,7 @@ std::vector<LayerTime> by_layer(const graph::Graph& g, const std::vector<double>
   }
   for (size_t h : fused_heads) {
     const graph::Node& tail = g.nodes()[h + 1];
-    if (tail.layer != g.nodes()[h].layer) row(tail).fused_into = g.nodes()[h].layer;
+    if (tail.layer != g.nodes()[h].layer) (tail.backward ? row(tail).backward_fused_into : row(tail).fused_into) = g.nodes()[h].layer;
   }
   return rows;
 }

@@ -23,6 +23,8 @@ struct BenchOptions {
 struct LayerTime {
   std::string layer, op;  // op: the layer's (first) forward node's op
   std::string fused_into;  // the layer whose fused kernel ran this layer's forward (its time is counted there)
+  std::string backward_fused_into;  // the layer whose fused kernel ran this layer's backward (an activation's
+                                    // gradient in the next layer's dx GEMM)
   double forward_s = 0, backward_s = 0;
 };
 

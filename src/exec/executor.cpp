@@ -106,13 +106,22 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       if (fuse_[i] != 0 || !linked || a.backward != b.backward || !f32 || widen_[i] || widen_[i + 1]) continue;
       // The second node's outputs are written while the first node's threads still read its inputs and write
       // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
-      // node in the bytes of a value whose last reader is the first node (an eval graph's linear input).
+      // node in the bytes of a value whose last reader is the first node (an eval graph's linear input). The one
+      // exception: an in-place tail (OpDef::in_place) whose output is exactly the head's output it reads, which
+      // the fused epilogue rewrites block by block after the head wrote it.
       auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views_[0][x.idx()], views_[0][y.idx()]); };
+      auto same = [&](ValueId x, ValueId y) {
+        const Tensor &p = views_[0][x.idx()], &q = views_[0][y.idx()];
+        return p.raw() == q.raw() && p.bytes() == q.bytes();
+      };
       bool shares = false;
       for (ValueId out : b.outputs) {
         for (ValueId v : a.inputs) shares = shares || overlaps(out, v);
-        for (ValueId v : a.outputs) shares = shares || overlaps(out, v);
+        for (ValueId v : a.outputs)
+          shares = shares || (overlaps(out, v) && !(b.op->in_place && out == b.outputs[0] && v == b.inputs[0] && same(out, v)));
       }
+      for (size_t k = 1; k < b.inputs.size(); ++k)  // the tail's other inputs are read by the head's threads' epilogues
+        for (ValueId v : a.outputs) shares = shares || overlaps(b.inputs[k], v);
       if (shares) continue;
       fuse_[i] = 1;
       fuse_[i + 1] = 2;
@@ -227,7 +236,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     const graph::Node& n = nodes[i];
     if (fuse_[i] == 1 && i + 1 < to) {
       const graph::Node& next = nodes[i + 1];
-      fusions_[i]->run(n.attrs, *next.op, next.attrs, ins[i], outs[i][0], outs[i + 1][0]);
+      fusions_[i]->run(n.attrs, *next.op, next.attrs, ins[i], ins[i + 1], outs[i][0], outs[i + 1][0]);
     } else if (fuse_[i] == 2 && i > from) {
       // ran with the node before it
     } else if (n.op->collective) {

@@ -24,17 +24,24 @@ void linear_activation(const Attrs& linear_attrs, const std::string& act_op, con
 // The same bits as the two kernels: dW is the same GEMM, db sums rows in order into double accumulators.
 void linear_dw_db(std::span<const Tensor> dw_in, const Tensor& dw, const Tensor& db);
 
+// linear_dx(dy, W) -> dh, then an activation's gradient <act>_grad(dh, z) -> dz, float32: the activation's
+// derivative runs as the dx GEMM's epilogue on each block of dh while it is in cache (dz may be dh's bytes: the
+// memory plan's in-place gradient). dh is written too where it is not dz.
+void linear_dx_activation_grad(const std::string& act_grad_op, const Attrs& act_attrs, std::span<const Tensor> dx_in,
+                               const Tensor& dh, const Tensor& z, const Tensor& dz);
+
 // The CPU backend's fusions, looked up by the ops of two adjacent nodes (head, then tail): the executor asks, and
 // never compares op names. `link` is how the tail must be wired to the head for the pair to fuse; `run` computes
-// both nodes' first outputs from the head's inputs (float32 only), with exactly the unfused bits.
+// both nodes' first outputs from the head's inputs and the tail's (float32 only), with exactly the unfused bits.
 enum class FusionLink {
-  TailReadsHeadOutput,  // the tail's first input is the head's first output (linear + its activation)
+  TailReadsHeadOutput,  // the tail's first input is the head's first output (linear + its activation, linear_dx +
+                        // the activation's gradient)
   SameFirstInput,       // the tail's only input is the head's first input (linear_dw + linear_db of one dy)
 };
 struct CpuFusion {
   FusionLink link;
   void (*run)(const Attrs& head_attrs, const OpDef& tail, const Attrs& tail_attrs, std::span<const Tensor> head_in,
-              const Tensor& head_out, const Tensor& tail_out);
+              std::span<const Tensor> tail_in, const Tensor& head_out, const Tensor& tail_out);
 };
 const CpuFusion* cpu_fusion(const OpDef& head, const OpDef& tail);  // nullptr: the pair does not fuse
 

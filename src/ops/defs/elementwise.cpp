@@ -257,6 +257,14 @@ bool is_activation(const std::string& op) { return op == "relu" || op == "gelu" 
 void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n) {
   with_act(act_of(op, a), [&]<Act K>() { act_fwd_loop<K>(x, y, 0, n); });
 }
+
+bool is_activation_grad(const std::string& op) {
+  return op.size() > 5 && op.compare(op.size() - 5, 5, "_grad") == 0 && is_activation(op.substr(0, op.size() - 5));
+}
+
+void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n) {
+  with_act(act_of(op.substr(0, op.size() - 5), a), [&]<Act K>() { act_bwd_loop<K>(dy, z, z, dx, 0, n); });
+}
 }  // namespace cpu
 
 namespace {

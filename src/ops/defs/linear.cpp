@@ -124,15 +124,52 @@ void cpu::linear_dw_db(std::span<const Tensor> in, const Tensor& dw, const Tenso
             dw.data<float>(), fin, cpu::GemmEpilogue{epilogue, &ctx});
 }
 
+void cpu::linear_dx_activation_grad(const std::string& act_grad_op, const Attrs& act_attrs,
+                                    std::span<const Tensor> in, const Tensor& dh, const Tensor& z, const Tensor& dz) {
+  BRAID_ASSERT(dh.dtype() == DType::f32 && z.dtype() == DType::f32 && dz.dtype() == DType::f32,
+               "linear_dx_activation_grad is float32 only");
+  const int64_t fout = in[1].shape()[0], fin = in[1].shape()[1], m = in[0].numel() / fout;
+  struct Ctx {
+    const std::string* op;
+    const Attrs* attrs;
+    const float* dh;
+    const float* z;
+    float* dz;
+    int64_t ld;
+  } ctx{&act_grad_op, &act_attrs, dh.data<float>(), z.data<float>(), dz.data<float>(), fin};
+  auto epilogue = [](void* p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    auto* c = static_cast<Ctx*>(p);
+    if (c0 == 0 && c1 == c->ld) {  // whole rows: one contiguous run
+      const int64_t at = r0 * c->ld;
+      cpu::activation_grad(*c->op, *c->attrs, c->dh + at, c->z + at, c->dz + at, (r1 - r0) * c->ld);
+      return;
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t at = r * c->ld + c0;
+      cpu::activation_grad(*c->op, *c->attrs, c->dh + at, c->z + at, c->dz + at, c1 - c0);
+    }
+  };
+  cpu::gemm(false, false, m, fin, fout, 1.0f, in[0].data<float>(), fout, in[1].data<float>(), fin, 0.0f,
+            dh.data<float>(), fin, cpu::GemmEpilogue{epilogue, &ctx});
+}
+
 const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
   static const CpuFusion lin_act{FusionLink::TailReadsHeadOutput,
                                  [](const Attrs& ha, const OpDef& t, const Attrs& ta, std::span<const Tensor> in,
-                                    const Tensor& z, const Tensor& y) { linear_activation(ha, t.name, ta, in, z, y); }};
+                                    std::span<const Tensor>, const Tensor& z, const Tensor& y) {
+                                   linear_activation(ha, t.name, ta, in, z, y);
+                                 }};
   static const CpuFusion dw_db{FusionLink::SameFirstInput,
                                [](const Attrs&, const OpDef&, const Attrs&, std::span<const Tensor> in,
-                                  const Tensor& dw, const Tensor& db) { linear_dw_db(in, dw, db); }};
+                                  std::span<const Tensor>, const Tensor& dw, const Tensor& db) { linear_dw_db(in, dw, db); }};
+  static const CpuFusion dx_act{FusionLink::TailReadsHeadOutput,
+                                [](const Attrs&, const OpDef& t, const Attrs& ta, std::span<const Tensor> in,
+                                   std::span<const Tensor> tail_in, const Tensor& dh, const Tensor& dz) {
+                                  linear_dx_activation_grad(t.name, ta, in, dh, tail_in[1], dz);
+                                }};
   if (head.name == "linear" && is_activation(tail.name)) return &lin_act;
   if (head.name == "linear_dw" && tail.name == "linear_db") return &dw_db;
+  if (head.name == "linear_dx" && is_activation_grad(tail.name)) return &dx_act;
   return nullptr;
 }
 
