@@ -242,16 +242,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     } else if (n.op->collective) {
       run_collective(n, ins[i], outs[i]);
     } else {
-      ctx.rng_key = hash_key(run_key, node_keys_[i]);
-      ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
-      if (n.shard_axis > 0) {
-        const int64_t len = ins[i][0].shape()[n.shard_axis];
-        ctx.shard_axis = n.shard_axis;
-        ctx.shard_start = tensor_rank_ * len;
-        ctx.shard_full = len * tensor_size_;
-      } else {
-        ctx.shard_axis = -1;
-      }
+      place_node(ctx, i, run_key, batch_offset, ins[i]);
       if (widen_[i])
         run_widened(n, ctx, ins[i], outs[i]);
       else

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "exec/comm/comm.h"
 #include "exec/memory_plan.h"
 #include "graph/ir.h"
@@ -51,6 +52,21 @@ class NodeLoop {
   // The communicator of comm_* node n (its `group` attribute), checked against the node's `parts`.
   Communicator& group_of(const graph::Node& n) const;
   io::TraceLabel phase(io::TraceKind kind) const { return {kind, first_layer_, last_layer_, {}, trace_mb_}; }
+  // Node i's place in the unsplit run, in a kernel context (ops::KernelCtx, cuda::Ctx): its random key in this run
+  // (run_key = hash_key(seed, rng_stream)), its first sample (Node::batch_offset_per_rank of this tensor rank) and,
+  // on a shard of another axis (sequence parallelism), where its part starts in the whole.
+  template <typename Ctx>
+  void place_node(Ctx& ctx, size_t i, uint64_t run_key, int64_t batch_offset, const std::vector<Tensor>& in) const {
+    const graph::Node& n = g_.nodes()[i];
+    ctx.rng_key = hash_key(run_key, node_keys_[i]);
+    ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
+    ctx.shard_axis = n.shard_axis > 0 ? n.shard_axis : -1;
+    if (n.shard_axis > 0) {
+      const int64_t len = in[0].shape()[n.shard_axis];
+      ctx.shard_start = tensor_rank_ * len;
+      ctx.shard_full = len * tensor_size_;
+    }
+  }
   // ZeRO-3 (ExecutorOptions::param_owner): parameter v is held by another replica of the data-parallel group (no
   // bytes here; only its comm_gather_param nodes read it, on their root).
   bool held_elsewhere(const graph::Value& v) const;

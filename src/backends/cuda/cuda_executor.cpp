@@ -408,16 +408,7 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
     } else if (n.op->collective) {
       run_collective(n, ins[i], outs[i]);
     } else {
-      ctx.rng_key = hash_key(run_key, node_keys_[i]);
-      ctx.batch_offset = batch_offset + tensor_rank_ * n.batch_offset_per_rank;
-      if (n.shard_axis > 0) {  // a part of a sequence-parallel region: its place in the unsplit tensor
-        const int64_t len = ins[i][0].shape()[n.shard_axis];
-        ctx.shard_axis = n.shard_axis;
-        ctx.shard_start = tensor_rank_ * len;
-        ctx.shard_full = len * tensor_size_;
-      } else {
-        ctx.shard_axis = -1;
-      }
+      place_node(ctx, i, run_key, batch_offset, ins[i]);
       (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
       if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
         const Tensor& seed = outs[i][0];
