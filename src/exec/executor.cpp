@@ -161,47 +161,10 @@ void Executor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_
   run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
 }
 
-void Executor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  Communicator* comm = &group_of(n);
-  const std::string& op = n.op->name;  // for messages and traces
-  const int parts = static_cast<int>(n.attrs.i("parts"));
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
-                                              static_cast<double>(in[0].bytes())});
-  const Tensor& x = in[0];
-  Tensor y = out[0];
-  using K = ops::CollectiveKind;
-  switch (n.op->collective_kind) {
-    case K::Slice:
-      copy_chunk(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
-      break;
-    case K::AllGather:
-      comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
-      break;
-    case K::AllReduce:
-      if (y.raw() != x.raw()) y.copy_from(x);
-      comm->all_reduce(y, ReduceOp::Sum);
-      break;
-    case K::ReduceScatter:
-      comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
-      break;
-    case K::Copy:
-      y.copy_from(x);
-      break;
-    case K::ToPartial:
-      if (comm->rank() == 0)
-        y.copy_from(x);
-      else
-        std::memset(y.raw(), 0, y.bytes());
-      break;
-    case K::ParamGather: {
-      const int root = gather_root_[n.id.idx()];  // resolved when the executor was built
-      if (comm->rank() == root) y.copy_from(x);
-      comm->broadcast(y, root);
-      break;
-    }
-    case K::None:
-      BRAID_ASSERT(false, "communication op ", op, " names no collective");
-  }
+void Executor::copy_value(const Tensor& dst, const Tensor& src) { Tensor(dst).copy_from(src); }
+void Executor::zero_value(const Tensor& dst) { std::memset(dst.raw(), 0, dst.bytes()); }
+void Executor::copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) {
+  copy_chunk(x, y, axis, index, parts);
 }
 
 void Executor::run_widened(const graph::Node& n, const ops::KernelCtx& ctx, const std::vector<Tensor>& in,

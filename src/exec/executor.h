@@ -61,7 +61,9 @@ class Executor : public NodeLoop {
  private:
   void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
                  size_t to);
-  void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  void copy_value(const Tensor& dst, const Tensor& src) override;
+  void zero_value(const Tensor& dst) override;
+  void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) override;
   // A node of 16-bit values on f32 copies (see widen_).
   void run_widened(const graph::Node& n, const ops::KernelCtx& ctx, const std::vector<Tensor>& in,
                    const std::vector<Tensor>& out);

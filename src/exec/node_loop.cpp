@@ -101,4 +101,51 @@ Communicator& NodeLoop::group_of(const graph::Node& n) const {
   return *comm;
 }
 
+void NodeLoop::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  Communicator* comm = &group_of(n);
+  const std::string& op = n.op->name;  // for messages and traces
+  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
+                                              static_cast<double>(in[0].bytes())});
+  const Tensor& x = in[0];
+  Tensor y = out[0];
+  ready_for_comm();  // everything before this node is done
+  using K = ops::CollectiveKind;
+  switch (n.op->collective_kind) {
+    case K::Slice:
+      copy_part(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), static_cast<int>(n.attrs.i("parts")));
+      break;
+    case K::AllGather:
+      comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
+      break;
+    case K::AllReduce:
+      if (y.raw() != x.raw()) {
+        copy_value(y, x);
+        ready_for_comm();
+      }
+      comm->all_reduce(y, ReduceOp::Sum);
+      break;
+    case K::ReduceScatter:
+      comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
+      break;
+    case K::Copy:
+      copy_value(y, x);
+      break;
+    case K::ToPartial:
+      if (comm->rank() == 0) copy_value(y, x);
+      else zero_value(y);
+      break;
+    case K::ParamGather: {  // ZeRO-3: the parameter from the replica holding it, into this node's value
+      const int root = gather_root_[n.id.idx()];
+      if (comm->rank() == root) {
+        copy_value(y, x);
+        ready_for_comm();
+      }
+      comm->broadcast(y, root);
+      break;
+    }
+    case K::None:
+      BRAID_ASSERT(false, "communication op ", op, " names no collective");
+  }
+}
+
 }  // namespace braid::exec

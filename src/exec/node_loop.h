@@ -41,6 +41,7 @@ class NodeLoop {
 
  protected:
   NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, const ExecutorOptions& options);
+  virtual ~NodeLoop() = default;
   // views_[s][v] for `slots` slots: activations at the plan's offsets from `base` (the shared region first, then
   // `slot_bytes` per slot for the values the plan keeps per slot), parameters and buffers from `param` (once per
   // value, the same tensor in every slot).
@@ -51,6 +52,15 @@ class NodeLoop {
   void index_nodes();
   // The communicator of comm_* node n (its `group` attribute), checked against the node's `parts`.
   Communicator& group_of(const graph::Node& n) const;
+  // A comm_* node (OpDef::collective_kind) on in -> out, traced; the memory work through the backend's primitives
+  // below (a communicator reads and writes device memory once ready_for_comm has returned).
+  void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  virtual void copy_value(const Tensor& dst, const Tensor& src) = 0;  // same bytes
+  virtual void zero_value(const Tensor& dst) = 0;
+  // Chunk `index` of `parts` of x along `axis` into y (copy_chunk, executor.h).
+  virtual void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) = 0;
+  // Every kernel enqueued so far has finished (an accelerator's stream), so a communicator may touch the memory.
+  virtual void ready_for_comm() {}
   io::TraceLabel phase(io::TraceKind kind) const { return {kind, first_layer_, last_layer_, {}, trace_mb_}; }
   // Node i's place in the unsplit run, in a kernel context (ops::KernelCtx, cuda::Ctx): its random key in this run
   // (run_key = hash_key(seed, rng_stream)), its first sample (Node::batch_offset_per_rank of this tensor rank) and,

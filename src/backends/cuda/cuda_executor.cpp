@@ -326,52 +326,12 @@ void CudaExecutor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, in
   finish_run(slot);
 }
 
-void CudaExecutor::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  Communicator* comm = &group_of(n);
-  const std::string& op = n.op->name;  // for messages and traces
-  const int parts = static_cast<int>(n.attrs.i("parts"));
-  io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
-                                              static_cast<double>(in[0].bytes())});
-  cuda::Ctx c = stream_->ctx();
-  const Tensor& x = in[0];
-  Tensor y = out[0];
-  // The communicator runs on its own stream: everything before this node must be done.
-  stream_->synchronize();
-  using K = ops::CollectiveKind;
-  switch (n.op->collective_kind) {
-    case K::Slice:
-      device_copy_chunk(c, x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), parts);
-      break;
-    case K::AllGather:
-      comm->all_gather(x, y, static_cast<int>(n.attrs.i("axis")));
-      break;
-    case K::AllReduce:
-      if (y.raw() != x.raw()) cuda::copy(c, y.raw(), x.raw(), x.bytes());
-      stream_->synchronize();
-      comm->all_reduce(y, ReduceOp::Sum);
-      break;
-    case K::ReduceScatter:
-      comm->reduce_scatter(x, y, static_cast<int>(n.attrs.i("axis")), ReduceOp::Sum);
-      break;
-    case K::Copy:
-      cuda::copy(c, y.raw(), x.raw(), x.bytes());
-      break;
-    case K::ToPartial:
-      if (comm->rank() == 0) cuda::copy(c, y.raw(), x.raw(), x.bytes());
-      else stream_->memset(y.raw(), 0, y.bytes());
-      break;
-    case K::ParamGather: {  // ZeRO-3: the parameter from the replica holding it, into this node's arena value
-      const int root = gather_root_[n.id.idx()];
-      if (comm->rank() == root) {
-        cuda::copy(c, y.raw(), x.raw(), x.bytes());
-        stream_->synchronize();
-      }
-      comm->broadcast(y, root);
-      break;
-    }
-    case K::None:
-      BRAID_ASSERT(false, "communication op ", op, " names no collective");
-  }
+// The communicator runs on its own stream: a collective waits for everything enqueued before it.
+void CudaExecutor::ready_for_comm() { stream_->synchronize(); }
+void CudaExecutor::copy_value(const Tensor& dst, const Tensor& src) { cuda::copy(stream_->ctx(), dst.raw(), src.raw(), src.bytes()); }
+void CudaExecutor::zero_value(const Tensor& dst) { stream_->memset(dst.raw(), 0, dst.bytes()); }
+void CudaExecutor::copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) {
+  device_copy_chunk(stream_->ctx(), x, y, axis, index, parts);
 }
 
 void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
