@@ -114,6 +114,7 @@ class Searcher {
       auto s0 = std::chrono::steady_clock::now();
       double t = solve(c, threshold(), &one, &limited);
       solve_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      for (const auto& [key, iv] : intervals_) capped_ |= iv->capped;
       // Large graphs (more than kExactUnits units): only where nothing of the shape fitted (their layer DPs take
       // seconds each; docs/planner.md, "Search time"). Small ones: wherever some stage option did not fit (exact).
       if (units_ > kExactUnits && one.found) limited = false;
@@ -130,9 +131,13 @@ class Searcher {
       r.searched_step_time_s = top_.front().searched_step_time_s;
     }
     r.stats.capped = capped_;
-    if (std::getenv("BRAID_SEARCH_STATS"))
+    if (std::getenv("BRAID_SEARCH_STATS")) {
+      for (const auto& [key, iv] : intervals_)
+        std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %d of %d distinct fronts computed\n", std::get<0>(key),
+                     static_cast<long long>(std::get<1>(key)), std::get<2>(key) ? 1 : 0, iv->built(), iv->distinct());
       std::fprintf(stderr, "search: %d configs, %d searched, %zu intervals (%.2f s building them), %.2f s solving\n",
                    r.stats.configs, r.stats.configs_searched, intervals_.size(), interval_s_, solve_s_);
+    }
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.found) {
       if (configs.empty()) {
@@ -376,19 +381,13 @@ class Searcher {
     return out;
   }
 
-  const Intervals& intervals(int tp, int64_t b, bool rc) {
+  Intervals& intervals(int tp, int64_t b, bool rc) {
     auto key = std::make_tuple(tp, b, rc);
     auto it = intervals_.find(key);
     if (it != intervals_.end()) return *it->second;
     const LayerCosts& lc = costs(tp, b);
     auto al = allowed(lc);
-    auto t0 = std::chrono::steady_clock::now();
     auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, unit_modes(rc), o_.front_cap);
-    interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (std::getenv("BRAID_SEARCH_STATS"))
-      std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %.2f s, %d distinct\n", tp, static_cast<long long>(b), rc ? 1 : 0,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), iv->distinct());
-    capped_ |= iv->capped;
     return *intervals_.emplace(key, std::move(iv)).first->second;
   }
 
@@ -405,7 +404,7 @@ class Searcher {
   // it beats `best`.
   double solve(const Config& c, double best, SearchResult* r, bool* memory_limited) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    const Intervals& iv = intervals(c.tp, c.b, c.rc);
+    Intervals& iv = intervals(c.tp, c.b, c.rc);
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
@@ -441,6 +440,9 @@ class Searcher {
         for (int j = i + 1; j <= U - (S - k - 1); ++j) {
           if (k == S - 1 && j != U) continue;
           if (pinned_stages_ && j < U && !pinned_bounds.count(j)) continue;
+          // No entry of [i, j) is faster than its layers' cheapest options: where those alone make the step no
+          // better than `best`, the loop below would stop at its first entry; the front is not computed.
+          if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * iv.least_t(i, j) >= best) continue;
           double p2p_f = k + 1 < S && cut[static_cast<size_t>(j)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(j)], cross(k, k + 1)) : 0;
           double p2p_b = k > 0 && cut[static_cast<size_t>(i)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(i)], cross(k, k - 1)) : 0;
           double in_bytes = k > 0 ? cut[static_cast<size_t>(i)] : 0;
@@ -448,7 +450,10 @@ class Searcher {
           // The stage's options that fit, reduced to the Pareto front of (T, tail): all the cut DP reads of
           // an entry once its memory is checked.
           cands.clear();
-          for (const Entry& e : iv.closed(i, j)) {
+          auto f0 = std::chrono::steady_clock::now();
+          const std::vector<Entry>& front = iv.closed(i, j);
+          interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+          for (const Entry& e : front) {
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
             double mem = e.buffers + model_states(e.p, ts_, c.zero, c.dp).total() + inflight * (e.a + in_bytes) + e.buf;
@@ -516,13 +521,14 @@ class Searcher {
       j = x.prev_i;
     }
     std::reverse(stages.begin(), stages.end());
-    r->plan = build_plan(c, lc, stages);
+    r->plan = build_plan(c, lc, iv, stages);
     r->found = true;
     r->searched_step_time_s = t;
     return t;
   }
 
-  Plan build_plan(const Config& c, const LayerCosts& lc, const std::vector<std::pair<int, const Entry*>>& stages) {
+  Plan build_plan(const Config& c, const LayerCosts& lc, const Intervals& iv,
+                  const std::vector<std::pair<int, const Entry*>>& stages) {
     Plan p;
     Summary& s = p.summary;
     s.devices = c.dp * c.tp * c.p;
@@ -548,8 +554,10 @@ class Searcher {
       st.last_layer = fwd_[static_cast<size_t>(b) - 1]->layer;
       st.virtual_index = static_cast<int>(k) / c.p;
       p.stages.push_back(st);
-      for (const Choice* ch = stages[k].second->ch.get(); ch; ch = ch->prev.get())
-        (ch->option < 0 ? unit_mode : option)[a + ch->layer] = ch->option;
+      for (int q = stages[k].second->ch; q >= 0; q = iv.choice(q).prev) {
+        const Choice& ch = iv.choice(q);
+        (ch.option < 0 ? unit_mode : option)[a + ch.layer] = ch.option;
+      }
     }
     // Each layer of a unit recomputed (unless the summary's pinned mode covers it).
     std::string mode;

@@ -38,11 +38,12 @@ inline std::vector<int> unit_bounds(const std::vector<const graph::Node*>& fwd, 
 }
 
 // ---- Pareto fronts ------------------------------------------------------------------------------------------
+// The choices behind an entry, a chain of records in an arena (Intervals::choice()): plain indices, so that entries
+// are copied and moved as plain data (reference counts and an allocation per record dominated the layer DP).
 struct Choice {
   int layer, option;  // layer: relative to the first layer of the stage interval it was chosen in
-  std::shared_ptr<const Choice> prev;
+  int prev;           // the previous record, -1: none
 };
-using ChoicePtr = std::shared_ptr<const Choice>;
 
 struct Entry {
   double t = 0;        // forward + backward of one micro-batch (compute, tensor-group collectives)
@@ -54,12 +55,34 @@ struct Entry {
   // Under full recomputation of the unit being built: its activations so far (held while its backward
   // recomputes them: a temporary at the unit's end); 0 otherwise and between units.
   double ua = 0;
-  ChoicePtr ch;
+  int ch = -1;  // its last choice record, -1: none
 };
 
+// Without branches (each comparison's outcome is hard to predict): the same truth value as the && chain.
 inline bool dominates(const Entry& x, const Entry& y) {
-  return x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf && x.buffers <= y.buffers &&
-         x.ua <= y.ua;
+  return (x.t <= y.t) & (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) &
+         (x.ua <= y.ua);
+}
+// dominates(x, y) where x.t <= y.t is known.
+inline bool dominates_rest(const Entry& x, const Entry& y) {
+  return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua);
+}
+
+// Sorts [first, last) stably by key(x) ascending: the order std::stable_sort gives (a stable sort's result is
+// unique), by insertion over keys computed once, without the temporary buffer std::stable_sort allocates.
+template <class Key>
+inline void stable_sort_by(std::vector<Entry>::iterator first, std::vector<Entry>::iterator last, Key key) {
+  const size_t n = static_cast<size_t>(last - first);
+  thread_local std::vector<std::pair<double, Entry>> tmp;
+  tmp.clear();
+  for (auto it = first; it != last; ++it) tmp.emplace_back(key(*it), *it);
+  for (size_t i = 1; i < n; ++i) {
+    std::pair<double, Entry> x = tmp[i];
+    size_t j = i;
+    for (; j > 0 && x.first < tmp[j - 1].first; --j) tmp[j] = tmp[j - 1];
+    tmp[j] = x;
+  }
+  for (size_t i = 0; i < n; ++i) first[static_cast<std::ptrdiff_t>(i)] = tmp[i].second;
 }
 
 // Recomputation modes of a unit, as Choice::option values (negative: not a layer option). Inside a unit the mode
@@ -74,9 +97,10 @@ inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
   if (static_cast<int>(front.size()) <= cap) return;
   auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
   auto rest = front.begin() + cap / 2;
-  std::stable_sort(rest, front.end(), [&](const Entry& a, const Entry& b) { return mem(a) < mem(b); });
+  stable_sort_by(rest, front.end(), mem);
   front.resize(static_cast<size_t>(cap));
-  std::stable_sort(rest, front.end(), [](const Entry& a, const Entry& b) { return a.t < b.t; });
+  rest = front.begin() + cap / 2;
+  stable_sort_by(rest, front.end(), [](const Entry& x) { return x.t; });
   *capped = true;
 }
 
@@ -91,10 +115,10 @@ inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped, Ma
   auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
   auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
   for (auto it = front.begin(); it != hi; ++it)
-    if (dominates(*it, e)) return;
+    if (dominates_rest(*it, e)) return;
   make_ch(e);
   auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
-  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates(e, f); }), front.end());
+  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates_rest(e, f); }), front.end());
   auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
   front.insert(at, std::move(e));
   if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
@@ -126,23 +150,23 @@ class Intervals {
     for (int k = 0; k < u; ++k)
       in_bytes_.push_back(lc.group_input_bytes(bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k) + 1]));
     std::vector<int> sig = unit_signatures(u);
+    // The trie of the intervals' signatures; a node's fronts are computed when first read (closed()), from its
+    // parent's open front, by the interval [i, j) that first reached it in the order i, then j (as if every node
+    // were computed here in that order: the same fronts).
     nodes_.emplace_back();
     nodes_[0].open[State{}].push_back(Entry{});
+    nodes_[0].built = true;
     node_of_.assign(static_cast<size_t>(u), std::vector<int>(static_cast<size_t>(u) + 1, -1));
     for (int i = 0; i < u; ++i) {
       int node = 0;
-      const int start = bounds[static_cast<size_t>(i)];
       for (int j = i + 1; j <= u; ++j) {
         int su = sig[static_cast<size_t>(j) - 1];
         auto it = nodes_[static_cast<size_t>(node)].child.find(su);
         if (it == nodes_[static_cast<size_t>(node)].child.end()) {
-          Front f = nodes_[static_cast<size_t>(node)].open;
-          f = begin_unit(f, j - 1, start);
-          for (int l = bounds[static_cast<size_t>(j) - 1]; l < bounds[static_cast<size_t>(j)]; ++l) f = step(f, l, start);
-          f = finish_unit(f);
           Node n;
-          n.closed = close(f, start);
-          n.open = std::move(f);
+          n.parent = node;
+          n.start = bounds[static_cast<size_t>(i)];
+          n.unit = j - 1;
           nodes_.push_back(std::move(n));
           int id = static_cast<int>(nodes_.size()) - 1;
           nodes_[static_cast<size_t>(node)].child.emplace(su, id);
@@ -153,11 +177,31 @@ class Intervals {
         node_of_[static_cast<size_t>(i)][static_cast<size_t>(j)] = node;
       }
     }
+    // least_t_[i][j]: the sum of the cheapest forward + backward of each layer of [i, j), added in the layers'
+    // order as step() adds an entry's: no entry of closed(i, j) has a smaller t (its terms are these plus
+    // reshards and recomputation, never negative; rounding is monotone).
+    std::vector<double> least(static_cast<size_t>(lc.layers()), kInfeasible);
+    for (int l = 0; l < lc.layers(); ++l)
+      for (const LayerOption& o : lc.options(l)) least[static_cast<size_t>(l)] = std::min(least[static_cast<size_t>(l)], o.forward_s + o.backward_s);
+    least_t_.assign(static_cast<size_t>(u), std::vector<double>(static_cast<size_t>(u) + 1, 0));
+    for (int i = 0; i < u; ++i) {
+      double t = 0;
+      for (int j = i + 1; j <= u; ++j) {
+        for (int l = bounds[static_cast<size_t>(j) - 1]; l < bounds[static_cast<size_t>(j)]; ++l) t += least[static_cast<size_t>(l)];
+        least_t_[static_cast<size_t>(i)][static_cast<size_t>(j)] = t;
+      }
+    }
   }
-  const std::vector<Entry>& closed(int i, int j) const {
-    return nodes_[static_cast<size_t>(node_of_[static_cast<size_t>(i)][static_cast<size_t>(j)])].closed;
+  double least_t(int i, int j) const { return least_t_[static_cast<size_t>(i)][static_cast<size_t>(j)]; }
+  // The front of units [i, j), computed on first use (with its prefixes).
+  const std::vector<Entry>& closed(int i, int j) {
+    int id = node_of_[static_cast<size_t>(i)][static_cast<size_t>(j)];
+    build(id);
+    return nodes_[static_cast<size_t>(id)].closed;
   }
+  const Choice& choice(int i) const { return choices_[static_cast<size_t>(i)]; }
   int distinct() const { return static_cast<int>(nodes_.size()) - 1; }
+  int built() const { return built_; }
   bool capped = false;
 
  private:
@@ -165,7 +209,58 @@ class Intervals {
     Front open;
     std::vector<Entry> closed;
     std::map<int, int> child;  // unit signature -> node
+    int parent = -1, start = 0, unit = 0;  // computed from parent's open front and unit `unit`, interval start `start`
+    bool built = false;
   };
+
+  void build(int id) {
+    if (nodes_[static_cast<size_t>(id)].built) return;
+    std::vector<int> chain;  // unbuilt ancestors, id first
+    for (int q = id; !nodes_[static_cast<size_t>(q)].built; q = nodes_[static_cast<size_t>(q)].parent) chain.push_back(q);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      Node& n = nodes_[static_cast<size_t>(*it)];
+      const int start = n.start, k = n.unit;
+      const int mark = static_cast<int>(choices_.size());
+      Front f = begin_unit(nodes_[static_cast<size_t>(n.parent)].open, k, start);
+      for (int l = bounds_[static_cast<size_t>(k)]; l < bounds_[static_cast<size_t>(k) + 1]; ++l) f = step(f, l, start);
+      f = finish_unit(f);
+      n.closed = close(f, start);
+      n.open = std::move(f);
+      compact(mark, n);
+      n.built = true;
+      ++built_;
+    }
+  }
+
+  // Drops the records made since `mark` that no entry of n reaches (those of dominated or trimmed entries),
+  // renumbering the others in their order.
+  void compact(int mark, Node& n) {
+    const size_t m = static_cast<size_t>(mark), size = choices_.size();
+    std::vector<int> id(size - m, -1);
+    auto reach = [&](int c) {
+      if (c >= mark) id[static_cast<size_t>(c) - m] = 0;
+    };
+    for (auto& [state, entries] : n.open)
+      for (const Entry& e : entries) reach(e.ch);
+    for (const Entry& e : n.closed) reach(e.ch);
+    for (size_t q = size; q-- > m;)
+      if (id[q - m] == 0) reach(choices_[q].prev);
+    size_t w = m;
+    for (size_t q = m; q < size; ++q) {
+      if (id[q - m] < 0) continue;
+      Choice c = choices_[q];
+      if (c.prev >= mark) c.prev = id[static_cast<size_t>(c.prev) - m];
+      id[q - m] = static_cast<int>(w);
+      choices_[w++] = c;
+    }
+    choices_.resize(w);
+    auto renumber = [&](Entry& e) {
+      if (e.ch >= mark) e.ch = id[static_cast<size_t>(e.ch) - m];
+    };
+    for (auto& [state, entries] : n.open)
+      for (Entry& e : entries) renumber(e);
+    for (Entry& e : n.closed) renumber(e);
+  }
 
   // The relative key of value v in an interval starting at layer `start` (-1: made before it, so B).
   int key_of(ValueId v, int start) const {
@@ -281,7 +376,8 @@ class Intervals {
             x.a += o.act_bytes;
           }
           insert(dst, std::move(x), cap_, &capped, [&](Entry& y) {
-            y.ch = std::make_shared<const Choice>(Choice{l - start, static_cast<int>(k), e.ch});
+            choices_.push_back(Choice{l - start, static_cast<int>(k), e.ch});
+            y.ch = static_cast<int>(choices_.size()) - 1;
           });
         }
       }
@@ -317,8 +413,11 @@ class Intervals {
         for (const Entry& e : entries) {
           Entry x = e;
           if (m == kRecomputeFull) x.a += in_bytes_[static_cast<size_t>(k)];
-          if (m != 0) x.ch = std::make_shared<const Choice>(Choice{first, m, e.ch});
-          insert(dst, std::move(x), cap_, &capped);
+          insert(dst, std::move(x), cap_, &capped, [&](Entry& y) {
+            if (m == 0) return;
+            choices_.push_back(Choice{first, m, e.ch});
+            y.ch = static_cast<int>(choices_.size()) - 1;
+          });
         }
       }
     }
@@ -370,12 +469,16 @@ class Intervals {
   const LayerCosts& lc_;
   const std::vector<int>& bounds_;
   const std::vector<int>& last_use_;
-  const std::map<int, std::vector<int>>& allowed_;
+  const std::map<int, std::vector<int>> allowed_;  // a copy: the fronts are computed after the constructor
   const std::vector<std::vector<int>>& modes_;
   std::vector<double> in_bytes_;
   int cap_;
   std::vector<Node> nodes_;
   std::vector<std::vector<int>> node_of_;
+  int built_ = 0;
+  std::vector<Choice> choices_;
+
+  std::vector<std::vector<double>> least_t_;
 };
 
 }  // namespace braid::planner::search_detail
