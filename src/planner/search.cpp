@@ -400,6 +400,25 @@ class Searcher {
     return bytes;
   }
 
+  struct EntryCosts {
+    bool known = false;
+    double states = 0, accumulate = 0, turn = 0, update = 0, weight_read = 0;
+    ZeroCommParts comm;
+  };
+  EntryCosts entry_costs_of(const Entry& e, const Config& c, const Group& dp_group, int S) const {
+    EntryCosts ec;
+    ec.known = true;
+    ec.states = model_states(e.p, ts_, c.zero, c.dp).total();
+    ec.accumulate = m_.grad_accumulate_time(e.p);
+    ec.turn = S > 1 ? m_.switch_time(e.p) : 0;
+    ec.comm = zero_comm_parts(m_, dp_group, e.p, ts_.bucket_bytes, c.zero);
+    const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
+    ec.update = m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
+                (ts_.clip ? m_.clip_time(e.p) : 0);
+    ec.weight_read = m_.weight_read_time(e.p, ts_.optimizer_states);
+    return ec;
+  }
+
   // The best plan of one configuration; returns its step time (infinity: none fits) and records it in r when
   // it beats `best`.
   double solve(const Config& c, double best, SearchResult* r, bool* memory_limited) {
@@ -422,7 +441,7 @@ class Searcher {
                                                       std::vector<std::vector<CutItem>>(static_cast<size_t>(U) + 1));
     dp[0][0].push_back(CutItem{0, 0, 0, -1, -1, nullptr});
     auto dominated = [](const CutItem& x, const CutItem& y) {
-      return x.max_t <= y.max_t && x.sum_t <= y.sum_t && x.max_e <= y.max_e;
+      return (x.max_t <= y.max_t) & (x.sum_t <= y.sum_t) & (x.max_e <= y.max_e);
     };
     auto objective = [&](const CutItem& x) {
       return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v) + m_.step_overhead();
@@ -433,6 +452,10 @@ class Searcher {
       const Entry* e;
     };
     std::vector<Cand> cands;
+    // Per interval front (node) and entry, what the loop below needs of it that depends on its parameter bytes
+    // alone: computed once per configuration instead of once per (stage, first unit, last unit).
+    std::vector<std::vector<EntryCosts>> entry_costs(static_cast<size_t>(iv.nodes()));
+    std::vector<std::pair<double, CutItem>> keyed;
     for (int k = 0; k < S; ++k) {
       int inflight = in_flight(c.schedule, k, c.p, c.v, c.m);
       for (int i = k; i < U; ++i) {
@@ -453,30 +476,36 @@ class Searcher {
           auto f0 = std::chrono::steady_clock::now();
           const std::vector<Entry>& front = iv.closed(i, j);
           interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
-          for (const Entry& e : front) {
+          std::vector<EntryCosts>& costs_of = entry_costs[static_cast<size_t>(iv.node(i, j))];
+          if (costs_of.empty()) costs_of.resize(front.size());
+          for (size_t q = 0; q < front.size(); ++q) {
+            const Entry& e = front[q];
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
-            double mem = e.buffers + model_states(e.p, ts_, c.zero, c.dp).total() + inflight * (e.a + in_bytes) + e.buf;
+            EntryCosts& ec = costs_of[q];
+            if (!ec.known) ec = entry_costs_of(e, c, dp_group, S);
+            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + e.buf;
             if (mem > limit) {
               *memory_limited = true;
               continue;
             }
             // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
-            const double accumulate = m_.grad_accumulate_time(e.p);
-            const double turn = S > 1 ? m_.switch_time(e.p) : 0;
+            const double accumulate = ec.accumulate;
+            const double turn = ec.turn;
             double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + turn + p2p_f + p2p_b;
             double tb = e.tb + hand_off / 2 + accumulate + turn / 2 + p2p_b, total = 0, exposed = 0;
             // As predict(): ZeRO 2 / 3's exposed collectives of each micro-batch join its backward.
-            const double zc = zero_micro_batch_comm(m_, dp_group, e.p, t - tb, tb, c.zero);
+            const double zc = zero_micro_batch_comm(ec.comm, t - tb, tb);
             t += zc;
             tb += zc;
-            zero_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, c.zero, &total, &exposed);
-            const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
-            double tail = exposed + (m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
-                                     (ts_.clip ? m_.clip_time(e.p) : 0)) +
-                          m_.weight_read_time(e.p, ts_.optimizer_states);
+            zero_sync(ec.comm, tb, &total, &exposed);
+            double tail = exposed + ec.update + ec.weight_read;
             bool dom = false;
-            for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
+            for (const auto& y : cands)
+              if (y.t <= t && y.tail <= tail) {
+                dom = true;
+                break;
+              }
             if (dom) continue;
             cands.erase(std::remove_if(cands.begin(), cands.end(), [&](const Cand& y) { return t <= y.t && tail <= y.tail; }),
                         cands.end());
@@ -489,13 +518,21 @@ class Searcher {
                         static_cast<int>(q), cd.e};
               if (objective(x) >= best) continue;
               bool dom = false;
-              for (const auto& y : cell) dom |= dominated(y, x);
+              for (const auto& y : cell)
+                if (dominated(y, x)) {
+                  dom = true;
+                  break;
+                }
               if (dom) continue;
               cell.erase(std::remove_if(cell.begin(), cell.end(), [&](const CutItem& y) { return dominated(x, y); }), cell.end());
               cell.push_back(x);
               if (static_cast<int>(cell.size()) > o_.front_cap) {
-                std::stable_sort(cell.begin(), cell.end(), [&](const CutItem& a, const CutItem& b) { return objective(a) < objective(b); });
+                // std::stable_sort by objective, each item's computed once.
+                keyed.clear();
+                for (const CutItem& y : cell) keyed.emplace_back(objective(y), y);
+                std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
                 cell.resize(static_cast<size_t>(o_.front_cap));
+                for (size_t q2 = 0; q2 < cell.size(); ++q2) cell[q2] = keyed[q2].second;
                 capped_ = true;
               }
             }

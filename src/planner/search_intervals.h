@@ -2,6 +2,10 @@
 // repeated block), Pareto fronts of (time, memory) choices, and the stage intervals with their shared fronts.
 #pragma once
 #include <algorithm>
+#include <cstddef>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <map>
 #include <set>
 #include <string>
@@ -63,26 +67,21 @@ inline bool dominates(const Entry& x, const Entry& y) {
   return (x.t <= y.t) & (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) &
          (x.ua <= y.ua);
 }
-// dominates(x, y) where x.t <= y.t is known.
+// dominates(x, y) where x.t <= y.t is known (the layer DP's inner loop): the same truth value. tb first, alone: in
+// the fronts sorted by t it rules out about 97% of the pairs the insertion tries (GPT-3 175B on 1,024 A100s), a
+// well-predicted branch; the rest with SSE2, two fields per comparison (<= and >= false on NaN alike).
 inline bool dominates_rest(const Entry& x, const Entry& y) {
+  if (!(x.tb >= y.tb)) return false;
+#if defined(__SSE2__)
+  static_assert(offsetof(Entry, a) == offsetof(Entry, p) + sizeof(double) &&
+                offsetof(Entry, buffers) == offsetof(Entry, buf) + sizeof(double));
+  const __m128d pa = _mm_cmple_pd(_mm_loadu_pd(&x.p), _mm_loadu_pd(&y.p));
+  const __m128d bb = _mm_cmple_pd(_mm_loadu_pd(&x.buf), _mm_loadu_pd(&y.buf));
+  const __m128d tu = _mm_cmple_pd(_mm_set_pd(x.ua, y.tb), _mm_set_pd(y.ua, x.tb));  // y.tb <= x.tb, x.ua <= y.ua
+  return _mm_movemask_pd(_mm_and_pd(_mm_and_pd(pa, bb), tu)) == 3;
+#else
   return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua);
-}
-
-// Sorts [first, last) stably by key(x) ascending: the order std::stable_sort gives (a stable sort's result is
-// unique), by insertion over keys computed once, without the temporary buffer std::stable_sort allocates.
-template <class Key>
-inline void stable_sort_by(std::vector<Entry>::iterator first, std::vector<Entry>::iterator last, Key key) {
-  const size_t n = static_cast<size_t>(last - first);
-  thread_local std::vector<std::pair<double, Entry>> tmp;
-  tmp.clear();
-  for (auto it = first; it != last; ++it) tmp.emplace_back(key(*it), *it);
-  for (size_t i = 1; i < n; ++i) {
-    std::pair<double, Entry> x = tmp[i];
-    size_t j = i;
-    for (; j > 0 && x.first < tmp[j - 1].first; --j) tmp[j] = tmp[j - 1];
-    tmp[j] = x;
-  }
-  for (size_t i = 0; i < n; ++i) first[static_cast<std::ptrdiff_t>(i)] = tmp[i].second;
+#endif
 }
 
 // Recomputation modes of a unit, as Choice::option values (negative: not a layer option). Inside a unit the mode
@@ -93,14 +92,32 @@ constexpr int kRecomputeFull = -2;
 // Keeps at most `cap` of a front sorted by t: the cap / 2 with the least t, and of the others those with the
 // least memory (4 p + a + buf + buffers: a pipeline stage holds several micro-batches' activations), so that a
 // capped front still holds the plans that fit. Stays sorted by t.
+// The result of std::stable_sort by memory, resize, std::stable_sort by t of the rest, computed as a selection: the
+// kept rest is the cap - cap / 2 least by (memory, position), ordered by (t, memory, position), both total orders.
 inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
   if (static_cast<int>(front.size()) <= cap) return;
   auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
-  auto rest = front.begin() + cap / 2;
-  stable_sort_by(rest, front.end(), mem);
+  struct Key {
+    double mem, t;
+    size_t at;
+  };
+  const size_t keep = static_cast<size_t>(cap / 2), want = static_cast<size_t>(cap) - keep;
+  thread_local std::vector<Key> keys;
+  thread_local std::vector<Entry> kept;
+  keys.clear();
+  for (size_t q = keep; q < front.size(); ++q) keys.push_back(Key{mem(front[q]), front[q].t, q});
+  std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(want), keys.end(), [](const Key& x, const Key& y) {
+    return x.mem < y.mem || (!(y.mem < x.mem) && x.at < y.at);
+  });
+  std::sort(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(want), [](const Key& x, const Key& y) {
+    if (x.t < y.t || y.t < x.t) return x.t < y.t;
+    if (x.mem < y.mem || y.mem < x.mem) return x.mem < y.mem;
+    return x.at < y.at;
+  });
+  kept.clear();
+  for (size_t q = 0; q < want; ++q) kept.push_back(front[keys[q].at]);
   front.resize(static_cast<size_t>(cap));
-  rest = front.begin() + cap / 2;
-  stable_sort_by(rest, front.end(), [](const Entry& x) { return x.t; });
+  std::copy(kept.begin(), kept.end(), front.begin() + static_cast<std::ptrdiff_t>(keep));
   *capped = true;
 }
 
@@ -201,6 +218,9 @@ class Intervals {
   }
   const Choice& choice(int i) const { return choices_[static_cast<size_t>(i)]; }
   int distinct() const { return static_cast<int>(nodes_.size()) - 1; }
+  // The front of [i, j)'s node (identical intervals share one), 0 .. nodes() - 1.
+  int node(int i, int j) const { return node_of_[static_cast<size_t>(i)][static_cast<size_t>(j)]; }
+  int nodes() const { return static_cast<int>(nodes_.size()); }
   int built() const { return built_; }
   bool capped = false;
 
