@@ -6,6 +6,9 @@
 #   GPT-3 175B seq 2048, same cluster (fits)                             target < 20 s
 #   GPT-3 175B seq 16384, same cluster (nothing fits, says why)          target < 10 s
 #   24-layer GPT (d 1024) on 64 A100s (dgx-a100-80gb:8, batch 512)      target < 1 s
+#   GPT-3 175B seq 2048 bf16, 1,024 A100s (issue 22)                     target < 5 s
+#   1T GPT (models/bench/gpt_1t.yaml) seq 2048 bf16, 3,072 A100s
+#     (dgx-a100-80gb:384, batch 3072; issue 22)                          target < 10 s
 # Prints median and min-max over ROUNDS runs of each and exits 1 if a median misses its target.
 # usage: scripts/bench/search_time.sh [--rounds R]      BRAID=path/to/braid overrides build/braid
 set -euo pipefail
@@ -16,17 +19,19 @@ ROUNDS=3
 [ -x "$BRAID" ] || { echo "search_time.sh: $BRAID not found; build it first or set BRAID" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() {  # run() NAME MODEL BATCH
+run() {  # run() NAME MODEL BATCH [PRECISION]
   cat > "$tmp/$1.yaml" <<YAML
 model: $2
 data: {train: {format: synthetic, samples: 4096}}
-train: {batch: $3, steps: 1}
+train: {batch: $3, steps: 1${4:+, precision: $4}}
 optimizer: {type: adamw, lr: 1.0e-4}
 devices: cpu
 YAML
 }
 run gpt3 "$ROOT/models/bench/gpt3_175b.yaml" 1536
 run gpt24 "$ROOT/models/tiny_gpt.yaml" 512
+run gpt3bf "$ROOT/models/bench/gpt3_175b.yaml" 1536 bf16
+run gpt1t "$ROOT/models/bench/gpt_1t.yaml" 3072 bf16
 fail=0
 printf '%-44s %10s %16s %8s\n' case median_s min-max_s target
 while IFS='|' read -r name file cluster target sets; do
@@ -47,5 +52,7 @@ GPT-3 175B seq 512, 1024 A100|gpt3|dgx-a100-80gb:128|10|--set vars.seq=512
 GPT-3 175B seq 2048, 1024 A100|gpt3|dgx-a100-80gb:128|20|
 GPT-3 175B seq 16384 (nothing fits), 1024 A100|gpt3|dgx-a100-80gb:128|10|--set vars.seq=16384
 24-layer GPT d 1024, 64 A100|gpt24|dgx-a100-80gb:8|1|--set vars.n_layer=24 --set vars.d=1024 --set vars.heads=16
+GPT-3 175B seq 2048 bf16, 1024 A100|gpt3bf|dgx-a100-80gb:128|5|
+1T GPT seq 2048 bf16, 3072 A100|gpt1t|dgx-a100-80gb:384|10|
 CASES
 exit $fail

@@ -63,39 +63,64 @@ void dp_sync(const CostModel& m, const Group& g, double param_bytes, double back
   *exposed = std::max(*total - backward_s, last);
 }
 
-void zero_sync(const CostModel& m, const Group& g, double param_bytes, double backward_s, double bucket_bytes, int zero,
-               double* total, double* exposed) {
-  if (zero <= 0) return dp_sync(m, g, param_bytes, backward_s, bucket_bytes, total, exposed);
-  *total = *exposed = 0;
-  if (g.size <= 1 || param_bytes <= 0) return;
-  if (zero == 1) {
-    // As Engine runs stage 1: the gradients all-reduced whole (dp_sync), each parameter broadcast from the replica
-    // that updated it after the optimizer (an all-gather's volume), exposed.
-    dp_sync(m, g, param_bytes, backward_s, bucket_bytes, total, exposed);
-    const double gather = m.collective_time(Collective::AllGather, param_bytes, g);
-    *total += gather;
-    *exposed += gather;
-    return;
-  }
+ZeroCommParts zero_comm_parts(const CostModel& m, const Group& g, double param_bytes, double bucket_bytes, int zero) {
+  ZeroCommParts z;
+  z.zero = zero;
+  if (g.size <= 1 || param_bytes <= 0) return z;
+  z.none = false;
   double buckets = std::ceil(param_bytes / bucket_bytes);
   double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
+  if (zero <= 1) {
+    // dp_sync's all-reduce; stage 1 as Engine runs it: then each parameter broadcast from the replica that updated
+    // it after the optimizer (an all-gather's volume), exposed.
+    z.last = m.grad_sync_time(last_bytes, g);
+    z.overlapped = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) + z.last;
+    z.total = z.overlapped;
+    if (zero == 1) {
+      z.gather = m.collective_time(Collective::AllGather, param_bytes, g);
+      z.total += z.gather;
+    }
+    return z;
+  }
   // A reduce-scatter is half a (ring) all-reduce: half the gradient sync's figure (calibrated: the cold one).
-  double last = m.grad_sync_time(last_bytes, g) / 2;
-  double scatter = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) / 2 + last;
-  double gather = m.collective_time(Collective::AllGather, param_bytes, g);
-  *total = scatter + gather;
-  *exposed = std::max(scatter - backward_s, last) + gather;
+  z.last = m.grad_sync_time(last_bytes, g) / 2;
+  z.overlapped = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) / 2 + z.last;
+  z.gather = m.collective_time(Collective::AllGather, param_bytes, g);
+  z.total = z.overlapped + z.gather;
+  z.mb_scatter = m.collective_time(Collective::ReduceScatter, param_bytes, g);
+  if (zero >= 3) z.mb_gather = z.gather;
+  return z;
+}
+
+void zero_sync(const ZeroCommParts& z, double backward_s, double* total, double* exposed) {
+  *total = *exposed = 0;
+  if (z.none) return;
+  *total = z.total;
+  *exposed = std::max(z.overlapped - backward_s, z.last);
+  if (z.zero >= 1) *exposed += z.gather;
+}
+
+double zero_micro_batch_comm(const ZeroCommParts& z, double forward_s, double backward_s) {
+  if (z.zero < 2 || z.none) return 0;
+  double t = std::max(0.0, z.mb_scatter - backward_s);
+  if (z.zero >= 3) t += std::max(0.0, z.mb_gather - forward_s) + std::max(0.0, z.mb_gather - backward_s);
+  return t;
+}
+
+void zero_sync(const CostModel& m, const Group& g, double param_bytes, double backward_s, double bucket_bytes, int zero,
+               double* total, double* exposed) {
+  zero_sync(zero_comm_parts(m, g, param_bytes, bucket_bytes, zero), backward_s, total, exposed);
 }
 
 double zero_micro_batch_comm(const CostModel& m, const Group& g, double param_bytes, double forward_s, double backward_s,
                              int zero) {
   if (zero < 2 || g.size <= 1 || param_bytes <= 0) return 0;
-  double t = std::max(0.0, m.collective_time(Collective::ReduceScatter, param_bytes, g) - backward_s);
-  if (zero >= 3) {
-    const double gather = m.collective_time(Collective::AllGather, param_bytes, g);
-    t += std::max(0.0, gather - forward_s) + std::max(0.0, gather - backward_s);
-  }
-  return t;
+  ZeroCommParts z;
+  z.zero = zero;
+  z.none = false;
+  z.mb_scatter = m.collective_time(Collective::ReduceScatter, param_bytes, g);
+  if (zero >= 3) z.mb_gather = m.collective_time(Collective::AllGather, param_bytes, g);
+  return zero_micro_batch_comm(z, forward_s, backward_s);
 }
 
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {

@@ -117,6 +117,21 @@ void zero_sync(const CostModel& m, const Group& dp_group, double param_bytes, do
 // stages 0 and 1.
 double zero_micro_batch_comm(const CostModel& m, const Group& dp_group, double param_bytes, double forward_s,
                              double backward_s, int zero);
+// zero_sync and zero_micro_batch_comm in two parts: what depends only on the parameter bytes (the collectives'
+// times: the search computes them once per front entry) and the overlap with the compute. The functions above are
+// these two composed: the same figures.
+struct ZeroCommParts {
+  int zero = 0;
+  bool none = true;          // no replicas or no parameters: nothing to sync
+  double overlapped = 0;     // the all-reduce (stages 0-1) or reduce-scatter (2-3) behind the backward
+  double last = 0;           // its last bucket, exposed whatever the backward
+  double gather = 0;         // stages >= 1: the parameters' all-gather after the optimizer
+  double total = 0;          // zero_sync's total
+  double mb_scatter = 0, mb_gather = 0;  // stages 2-3: one micro-batch's reduce-scatter and (3) all-gather
+};
+ZeroCommParts zero_comm_parts(const CostModel& m, const Group& dp_group, double param_bytes, double bucket_bytes, int zero);
+void zero_sync(const ZeroCommParts& z, double backward_s, double* total, double* exposed);
+double zero_micro_batch_comm(const ZeroCommParts& z, double forward_s, double backward_s);
 // (m v - 1) max T + (1/v) sum T + max tail.
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
 

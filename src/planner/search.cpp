@@ -114,6 +114,7 @@ class Searcher {
       auto s0 = std::chrono::steady_clock::now();
       double t = solve(c, threshold(), &one, &limited);
       solve_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      for (const auto& [key, iv] : intervals_) capped_ |= iv->capped;
       // Large graphs (more than kExactUnits units): only where nothing of the shape fitted (their layer DPs take
       // seconds each; docs/planner.md, "Search time"). Small ones: wherever some stage option did not fit (exact).
       if (units_ > kExactUnits && one.found) limited = false;
@@ -130,9 +131,13 @@ class Searcher {
       r.searched_step_time_s = top_.front().searched_step_time_s;
     }
     r.stats.capped = capped_;
-    if (std::getenv("BRAID_SEARCH_STATS"))
+    if (std::getenv("BRAID_SEARCH_STATS")) {
+      for (const auto& [key, iv] : intervals_)
+        std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %d of %d distinct fronts computed\n", std::get<0>(key),
+                     static_cast<long long>(std::get<1>(key)), std::get<2>(key) ? 1 : 0, iv->built(), iv->distinct());
       std::fprintf(stderr, "search: %d configs, %d searched, %zu intervals (%.2f s building them), %.2f s solving\n",
                    r.stats.configs, r.stats.configs_searched, intervals_.size(), interval_s_, solve_s_);
+    }
     r.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.found) {
       if (configs.empty()) {
@@ -376,19 +381,13 @@ class Searcher {
     return out;
   }
 
-  const Intervals& intervals(int tp, int64_t b, bool rc) {
+  Intervals& intervals(int tp, int64_t b, bool rc) {
     auto key = std::make_tuple(tp, b, rc);
     auto it = intervals_.find(key);
     if (it != intervals_.end()) return *it->second;
     const LayerCosts& lc = costs(tp, b);
     auto al = allowed(lc);
-    auto t0 = std::chrono::steady_clock::now();
     auto iv = std::make_unique<Intervals>(lc, bounds_, last_use_, al, unit_modes(rc), o_.front_cap);
-    interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (std::getenv("BRAID_SEARCH_STATS"))
-      std::fprintf(stderr, "  intervals tp %d b %lld rc %d: %.2f s, %d distinct\n", tp, static_cast<long long>(b), rc ? 1 : 0,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), iv->distinct());
-    capped_ |= iv->capped;
     return *intervals_.emplace(key, std::move(iv)).first->second;
   }
 
@@ -401,11 +400,30 @@ class Searcher {
     return bytes;
   }
 
+  struct EntryCosts {
+    bool known = false;
+    double states = 0, accumulate = 0, turn = 0, update = 0, weight_read = 0;
+    ZeroCommParts comm;
+  };
+  EntryCosts entry_costs_of(const Entry& e, const Config& c, const Group& dp_group, int S) const {
+    EntryCosts ec;
+    ec.known = true;
+    ec.states = model_states(e.p, ts_, c.zero, c.dp).total();
+    ec.accumulate = m_.grad_accumulate_time(e.p);
+    ec.turn = S > 1 ? m_.switch_time(e.p) : 0;
+    ec.comm = zero_comm_parts(m_, dp_group, e.p, ts_.bucket_bytes, c.zero);
+    const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
+    ec.update = m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
+                (ts_.clip ? m_.clip_time(e.p) : 0);
+    ec.weight_read = m_.weight_read_time(e.p, ts_.optimizer_states);
+    return ec;
+  }
+
   // The best plan of one configuration; returns its step time (infinity: none fits) and records it in r when
   // it beats `best`.
   double solve(const Config& c, double best, SearchResult* r, bool* memory_limited) {
     const LayerCosts& lc = costs(c.tp, c.b);
-    const Intervals& iv = intervals(c.tp, c.b, c.rc);
+    Intervals& iv = intervals(c.tp, c.b, c.rc);
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
@@ -423,7 +441,7 @@ class Searcher {
                                                       std::vector<std::vector<CutItem>>(static_cast<size_t>(U) + 1));
     dp[0][0].push_back(CutItem{0, 0, 0, -1, -1, nullptr});
     auto dominated = [](const CutItem& x, const CutItem& y) {
-      return x.max_t <= y.max_t && x.sum_t <= y.sum_t && x.max_e <= y.max_e;
+      return (x.max_t <= y.max_t) & (x.sum_t <= y.sum_t) & (x.max_e <= y.max_e);
     };
     auto objective = [&](const CutItem& x) {
       return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v) + m_.step_overhead();
@@ -434,6 +452,10 @@ class Searcher {
       const Entry* e;
     };
     std::vector<Cand> cands;
+    // Per interval front (node) and entry, what the loop below needs of it that depends on its parameter bytes
+    // alone: computed once per configuration instead of once per (stage, first unit, last unit).
+    std::vector<std::vector<EntryCosts>> entry_costs(static_cast<size_t>(iv.nodes()));
+    std::vector<std::pair<double, CutItem>> keyed;
     for (int k = 0; k < S; ++k) {
       int inflight = in_flight(c.schedule, k, c.p, c.v, c.m);
       for (int i = k; i < U; ++i) {
@@ -441,6 +463,9 @@ class Searcher {
         for (int j = i + 1; j <= U - (S - k - 1); ++j) {
           if (k == S - 1 && j != U) continue;
           if (pinned_stages_ && j < U && !pinned_bounds.count(j)) continue;
+          // No entry of [i, j) is faster than its layers' cheapest options: where those alone make the step no
+          // better than `best`, the loop below would stop at its first entry; the front is not computed.
+          if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * iv.least_t(i, j) >= best) continue;
           double p2p_f = k + 1 < S && cut[static_cast<size_t>(j)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(j)], cross(k, k + 1)) : 0;
           double p2p_b = k > 0 && cut[static_cast<size_t>(i)] > 0 ? m_.p2p_time(cut[static_cast<size_t>(i)], cross(k, k - 1)) : 0;
           double in_bytes = k > 0 ? cut[static_cast<size_t>(i)] : 0;
@@ -448,30 +473,39 @@ class Searcher {
           // The stage's options that fit, reduced to the Pareto front of (T, tail): all the cut DP reads of
           // an entry once its memory is checked.
           cands.clear();
-          for (const Entry& e : iv.closed(i, j)) {
+          auto f0 = std::chrono::steady_clock::now();
+          const std::vector<Entry>& front = iv.closed(i, j);
+          interval_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+          std::vector<EntryCosts>& costs_of = entry_costs[static_cast<size_t>(iv.node(i, j))];
+          if (costs_of.empty()) costs_of.resize(front.size());
+          for (size_t q = 0; q < front.size(); ++q) {
+            const Entry& e = front[q];
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
-            double mem = e.buffers + model_states(e.p, ts_, c.zero, c.dp).total() + inflight * (e.a + in_bytes) + e.buf;
+            EntryCosts& ec = costs_of[q];
+            if (!ec.known) ec = entry_costs_of(e, c, dp_group, S);
+            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + e.buf;
             if (mem > limit) {
               *memory_limited = true;
               continue;
             }
             // As predict(): hand-offs half forward, half backward; gradient accumulation with the backward.
-            const double accumulate = m_.grad_accumulate_time(e.p);
-            const double turn = S > 1 ? m_.switch_time(e.p) : 0;
+            const double accumulate = ec.accumulate;
+            const double turn = ec.turn;
             double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + turn + p2p_f + p2p_b;
             double tb = e.tb + hand_off / 2 + accumulate + turn / 2 + p2p_b, total = 0, exposed = 0;
             // As predict(): ZeRO 2 / 3's exposed collectives of each micro-batch join its backward.
-            const double zc = zero_micro_batch_comm(m_, dp_group, e.p, t - tb, tb, c.zero);
+            const double zc = zero_micro_batch_comm(ec.comm, t - tb, tb);
             t += zc;
             tb += zc;
-            zero_sync(m_, dp_group, e.p, tb, ts_.bucket_bytes, c.zero, &total, &exposed);
-            const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
-            double tail = exposed + (m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
-                                     (ts_.clip ? m_.clip_time(e.p) : 0)) +
-                          m_.weight_read_time(e.p, ts_.optimizer_states);
+            zero_sync(ec.comm, tb, &total, &exposed);
+            double tail = exposed + ec.update + ec.weight_read;
             bool dom = false;
-            for (const auto& y : cands) dom |= y.t <= t && y.tail <= tail;
+            for (const auto& y : cands)
+              if (y.t <= t && y.tail <= tail) {
+                dom = true;
+                break;
+              }
             if (dom) continue;
             cands.erase(std::remove_if(cands.begin(), cands.end(), [&](const Cand& y) { return t <= y.t && tail <= y.tail; }),
                         cands.end());
@@ -484,13 +518,21 @@ class Searcher {
                         static_cast<int>(q), cd.e};
               if (objective(x) >= best) continue;
               bool dom = false;
-              for (const auto& y : cell) dom |= dominated(y, x);
+              for (const auto& y : cell)
+                if (dominated(y, x)) {
+                  dom = true;
+                  break;
+                }
               if (dom) continue;
               cell.erase(std::remove_if(cell.begin(), cell.end(), [&](const CutItem& y) { return dominated(x, y); }), cell.end());
               cell.push_back(x);
               if (static_cast<int>(cell.size()) > o_.front_cap) {
-                std::stable_sort(cell.begin(), cell.end(), [&](const CutItem& a, const CutItem& b) { return objective(a) < objective(b); });
+                // std::stable_sort by objective, each item's computed once.
+                keyed.clear();
+                for (const CutItem& y : cell) keyed.emplace_back(objective(y), y);
+                std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
                 cell.resize(static_cast<size_t>(o_.front_cap));
+                for (size_t q2 = 0; q2 < cell.size(); ++q2) cell[q2] = keyed[q2].second;
                 capped_ = true;
               }
             }
@@ -516,13 +558,14 @@ class Searcher {
       j = x.prev_i;
     }
     std::reverse(stages.begin(), stages.end());
-    r->plan = build_plan(c, lc, stages);
+    r->plan = build_plan(c, lc, iv, stages);
     r->found = true;
     r->searched_step_time_s = t;
     return t;
   }
 
-  Plan build_plan(const Config& c, const LayerCosts& lc, const std::vector<std::pair<int, const Entry*>>& stages) {
+  Plan build_plan(const Config& c, const LayerCosts& lc, const Intervals& iv,
+                  const std::vector<std::pair<int, const Entry*>>& stages) {
     Plan p;
     Summary& s = p.summary;
     s.devices = c.dp * c.tp * c.p;
@@ -548,8 +591,10 @@ class Searcher {
       st.last_layer = fwd_[static_cast<size_t>(b) - 1]->layer;
       st.virtual_index = static_cast<int>(k) / c.p;
       p.stages.push_back(st);
-      for (const Choice* ch = stages[k].second->ch.get(); ch; ch = ch->prev.get())
-        (ch->option < 0 ? unit_mode : option)[a + ch->layer] = ch->option;
+      for (int q = stages[k].second->ch; q >= 0; q = iv.choice(q).prev) {
+        const Choice& ch = iv.choice(q);
+        (ch.option < 0 ? unit_mode : option)[a + ch.layer] = ch.option;
+      }
     }
     // Each layer of a unit recomputed (unless the summary's pinned mode covers it).
     std::string mode;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <random>
 #include <map>
 #include <set>
 
@@ -543,4 +545,78 @@ TEST(Search, FitsOnlyWithZero3GetsIt) {
   }
   auto m = fake_cost_model(cpu_cluster(4, params / 4 * 3.5), FakeFigures{1e9, 1e9, 1e9, 1e-6});
   EXPECT_FALSE(search(g, *m, TrainSettings{8, 2}, so).found);
+}
+
+// ---- the layer DP's front operations against their plain formulations (search_intervals.h) -------------------
+namespace {
+// Entries with few distinct values, so that ties in t, memory and every field are common.
+std::vector<search_detail::Entry> random_front(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<int> v(0, 3);
+  std::vector<search_detail::Entry> f;
+  for (int q = 0; q < n; ++q) {
+    search_detail::Entry e;
+    e.t = v(rng), e.tb = v(rng), e.p = v(rng), e.a = v(rng), e.buf = v(rng), e.buffers = v(rng), e.ua = v(rng);
+    e.ch = q;
+    f.push_back(e);
+  }
+  std::stable_sort(f.begin(), f.end(), [](const auto& a, const auto& b) { return a.t < b.t; });
+  return f;
+}
+}  // namespace
+
+TEST(Search, TrimKeepsWhatStableSortingKept) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 500; ++round) {
+    const int cap = 2 + round % 40;
+    auto front = random_front(rng, cap + 1 + round % 50);
+    auto want = front;
+    auto mem = [](const search_detail::Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
+    auto rest = want.begin() + cap / 2;
+    std::stable_sort(rest, want.end(), [&](const auto& a, const auto& b) { return mem(a) < mem(b); });
+    want.resize(static_cast<size_t>(cap));
+    std::stable_sort(want.begin() + cap / 2, want.end(), [](const auto& a, const auto& b) { return a.t < b.t; });
+    bool capped = false;
+    search_detail::trim(front, cap, &capped);
+    EXPECT_TRUE(capped);
+    ASSERT_EQ(front.size(), want.size());
+    for (size_t q = 0; q < want.size(); ++q) EXPECT_EQ(front[q].ch, want[q].ch) << "round " << round << " at " << q;
+  }
+}
+
+TEST(Search, DominanceEqualsTheFieldByFieldComparison) {
+  std::mt19937 rng(11);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int round = 0; round < 20000; ++round) {
+    auto two = random_front(rng, 2);
+    if (round % 97 == 0) two[0].a = nan;
+    if (round % 89 == 0) two[1].ua = nan;
+    const auto& x = two[0];
+    const auto& y = two[1];
+    const bool plain = x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf &&
+                       x.buffers <= y.buffers && x.ua <= y.ua;
+    EXPECT_EQ(search_detail::dominates(x, y), plain);
+    EXPECT_EQ(x.t <= y.t && search_detail::dominates_rest(x, y), plain);
+  }
+}
+
+// zero_sync and zero_micro_batch_comm equal their parts composed (the search computes the parts once per entry).
+TEST(Search, ZeroCommPartsComposeToTheSameFigures) {
+  auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb:4", {}));
+  for (int dp : {1, 2, 8, 32}) {
+    std::vector<int> devices;
+    for (int q = 0; q < dp; ++q) devices.push_back(q);
+    Group g = group_of(m->cluster(), devices);
+    for (double bytes : {0.0, 1.0, 3e6, 25e6 * 4 + 1, 7.3e9})
+      for (int zero = 0; zero <= 3; ++zero)
+        for (double bw : {0.0, 1e-4, 0.37, 50.0}) {
+          SCOPED_TRACE(std::to_string(dp) + " " + std::to_string(bytes) + " " + std::to_string(zero) + " " + std::to_string(bw));
+          ZeroCommParts z = zero_comm_parts(*m, g, bytes, 25e6, zero);
+          double t1 = -1, e1 = -1, t2 = -2, e2 = -2;
+          zero_sync(*m, g, bytes, bw, 25e6, zero, &t1, &e1);
+          zero_sync(z, bw, &t2, &e2);
+          EXPECT_EQ(t1, t2);
+          EXPECT_EQ(e1, e2);
+          EXPECT_EQ(zero_micro_batch_comm(*m, g, bytes, 0.5 * bw, bw, zero), zero_micro_batch_comm(z, 0.5 * bw, bw));
+        }
+  }
 }
