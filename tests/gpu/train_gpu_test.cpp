@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "exec/bench.h"
 #include "backends/cuda/cuda_engine.h"
@@ -62,6 +63,18 @@ exec::TrainResult train_on(const TrainCase& c, const std::string& devices, std::
   exec::TrainResult r = exec::train(cfg, o);
   std::fclose(null);
   return r;
+}
+
+// A plan file of one stage over plan devices 0 and 1 (`groups`: its data / tensor parallel degrees, the mesh
+// following them), two micro-batches of `micro` samples, with `extra` summary fields; the --set that selects it.
+std::string two_device_plan(const TrainCase& c, const std::string& groups, int micro, const std::string& extra) {
+  const std::string path = (c.dir / ("plan" + std::to_string(std::hash<std::string>{}(groups + extra)) + ".yaml")).string();
+  const bool dp = groups.find("data_parallel: 2") != std::string::npos;
+  std::ofstream(path) << "summary: {devices: 2, " << groups << ", pipeline_stages: 1, micro_batch: " << micro
+                      << ", micro_batches: 2, schedule: 1f1b" << extra << "}\n"
+                      << "stages:\n  - {devices: [0, 1], mesh: [" << (dp ? "2, 1" : "1, 2")
+                      << "], first_layer: tok, last_layer: loss}\n";
+  return "parallel.plan=" + path;
 }
 
 }  // namespace
@@ -338,13 +351,7 @@ TEST(TrainGpu, ZeroOneTwoThreeMatchTheUnshardedRun) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
   TrainCase c = write_run("zero");
-  auto plan = [&](const std::string& extra) {
-    const std::string path = (c.dir / ("plan" + std::to_string(extra.size()) + ".yaml")).string();
-    std::ofstream(path) << "summary: {devices: 2, data_parallel: 2, tensor_parallel: 1, pipeline_stages: 1, "
-                           "micro_batch: 2, micro_batches: 2, schedule: 1f1b" << extra << "}\n"
-                        << "stages:\n  - {devices: [0, 1], mesh: [2, 1], first_layer: tok, last_layer: loss}\n";
-    return "parallel.plan=" + path;
-  };
+  auto plan = [&](const std::string& extra) { return two_device_plan(c, "data_parallel: 2, tensor_parallel: 1", 2, extra); };
   // The larger of the two devices' optimizer bytes after the first step (the metrics file's first record).
   auto optimizer_bytes = [&](const std::string& metrics) {
     std::ifstream f(metrics);
@@ -389,13 +396,7 @@ TEST(TrainGpu, SequenceParallelMatchesTheTensorParallelRun) {
   BRAID_REQUIRE_GPU();
   exec::install_cuda_engine();
   TrainCase c = write_run("sp");
-  auto plan = [&](const std::string& extra) {
-    const std::string path = (c.dir / ("plan" + std::to_string(extra.size()) + ".yaml")).string();
-    std::ofstream(path) << "summary: {devices: 2, data_parallel: 1, tensor_parallel: 2, pipeline_stages: 1, "
-                           "micro_batch: 4, micro_batches: 2, schedule: 1f1b" << extra << "}\n"
-                        << "stages:\n  - {devices: [0, 1], mesh: [1, 2], first_layer: tok, last_layer: loss}\n";
-    return "parallel.plan=" + path;
-  };
+  auto plan = [&](const std::string& extra) { return two_device_plan(c, "data_parallel: 1, tensor_parallel: 2", 4, extra); };
   const exec::TrainResult tp = train_on(c, "cuda:0,0", {plan("")}, {}, "tp"),
                           sp = train_on(c, "cuda:0,0", {plan(", sequence_parallel: true")}, {}, "sp");
   ASSERT_EQ(sp.losses.size(), tp.losses.size());
