@@ -28,7 +28,7 @@ CudaExecutorOptions precision_options(const io::RunConfig& cfg) {
 class CudaProgram final : public Program {
  public:
   CudaProgram(const io::RunConfig& cfg, const ProgramSpec& spec, ParamStore& store, CudaExecutorOptions co)
-      : p_(*spec.prog), replica_(spec.replica), grad_owner_(spec.grad_owner) {
+      : p_(*spec.prog), replica_(spec.replica), grad_owner_(spec.grad_owner), sharded_(spec.state_owner != nullptr) {
     ExecutorOptions eo;
     eo.slots = spec.slots;
     if (spec.slots > 1) eo.stash = p_.stash;
@@ -140,6 +140,7 @@ class CudaProgram final : public Program {
 
   CudaExecutor& exec() { return *exec_; }
   CudaOptimizer& opt() { return *opt_; }
+  bool sharded() const { return sharded_; }  // ZeRO: the engine broadcasts its parameters after the update
 
  private:
   // ZeRO-2: the gradients node `node` made, averaged over the data group into their owners (the executor
@@ -158,6 +159,7 @@ class CudaProgram final : public Program {
   const StageProgram& p_;
   int replica_ = 0;
   const std::map<std::string, int>* grad_owner_ = nullptr;
+  bool sharded_ = false;
   std::map<size_t, std::vector<std::pair<ValueId, int>>> grads_at_node_;  // ZeRO-2: node -> (gradient, owner)
   std::function<void(size_t)> shard_hook_;
   int hook_slot_ = 0, hook_mb_ = 0;
@@ -202,7 +204,8 @@ class CudaDevice final : public Device {
   void update(double lr) override {
     for (CudaProgram* p : progs_) p->opt().step(lr);
     // ZeRO's broadcast of the updated parameters runs on the communicator's stream next: the update must be done.
-    for (CudaProgram* p : progs_) p->exec().stream().synchronize();
+    for (CudaProgram* p : progs_)
+      if (p->sharded()) p->exec().stream().synchronize();
   }
 
   void download(bool with_optimizer) override {
