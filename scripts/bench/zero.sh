@@ -4,7 +4,8 @@
 # device holds after the first step (parameters, gradients, optimizer state, arena: the metrics file's first
 # record, Engine::memory) and the step time of `braid bench`, rounds interleaved. Each device's share of the
 # whole is its bytes over zero 0's. Writes scripts/bench/out/zero/summary.txt.
-# usage: scripts/bench/zero.sh [--rounds R] [--steps N]      BRAID=path overrides build/braid
+# usage: scripts/bench/zero.sh [--rounds R] [--steps N] [--stages 0,1,2,3,3i]      BRAID=path overrides build/braid
+#        stage "3i": zero 3 with its gathers inline (BRAID_PREFETCH=0), against "3"'s prefetched ones
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BRAID=${BRAID:-build/braid}
@@ -23,20 +24,21 @@ OUT=scripts/bench/out/zero
 mkdir -p "$OUT"
 SETS=(--set vars.d=512 --set vars.n_layer=8 --set vars.heads=8 --set vars.dropout=0.1 --set train.batch=8
       --set train.micro_batch=2 --set devices=cpu:4)
+prefetch() { case "$1" in *i) echo 0 ;; *) echo 1 ;; esac; }
 for z in "${STAGES[@]}"; do
   cat > "$OUT/plan_$z.yaml" <<PLAN
 summary: {devices: 4, data_parallel: 4, tensor_parallel: 1, pipeline_stages: 1, micro_batch: 2, micro_batches: 1,
-          schedule: 1f1b, zero: $z}
+          schedule: 1f1b, zero: ${z%i}}
 stages:
   - {devices: [0, 1, 2, 3], mesh: [4, 1], first_layer: tok, last_layer: loss}
 PLAN
   rm -f "$OUT/metrics_$z.jsonl"
-  "$BRAID" train configs/tiny_gpt.yaml "${SETS[@]}" --set parallel.plan="$OUT/plan_$z.yaml" --set train.steps=1 \
+  BRAID_PREFETCH=$(prefetch "$z") "$BRAID" train configs/tiny_gpt.yaml "${SETS[@]}" --set parallel.plan="$OUT/plan_$z.yaml" --set train.steps=1 \
     --set log.metrics="$OUT/metrics_$z.jsonl" --set log.every_steps=1 > /dev/null
 done
 for r in $(seq 1 "$ROUNDS"); do
   for z in "${STAGES[@]}"; do
-    "$BRAID" bench configs/tiny_gpt.yaml "${SETS[@]}" --set parallel.plan="$OUT/plan_$z.yaml" --steps "$STEPS" \
+    BRAID_PREFETCH=$(prefetch "$z") "$BRAID" bench configs/tiny_gpt.yaml "${SETS[@]}" --set parallel.plan="$OUT/plan_$z.yaml" --steps "$STEPS" \
       --warmup 2 --window 1 --json "$OUT/zero${z}_r$r.json" > /dev/null
   done
 done

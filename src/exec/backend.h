@@ -28,6 +28,8 @@
 
 namespace braid::exec {
 
+class CommQueue;  // exec/node_loop.h
+
 // What distinguishes one run of a program from another: dropout masks and other draws are a function of these.
 struct RunIds {
   uint64_t seed = 0;
@@ -59,6 +61,10 @@ class Program {
   virtual double scalar(ValueId v, int slot) = 0;
   // The communicators of the program's comm_* nodes.
   virtual void set_groups(Communicator* tensor, Communicator* data) = 0;
+  // ZeRO-3's parameter gathers on the device's communication thread (`queue`), over `gather` (a data-group
+  // communicator of its own), each prefetched while the nodes before it run (NodeLoop::set_gather_prefetch). Only
+  // called where the backend overlaps communication (Backend::overlapped_comm); otherwise they run inline.
+  virtual void set_gather_prefetch(Communicator* /*gather*/, CommQueue* /*queue*/) {}
   virtual void forward(int slot, const RunIds& ids) = 0;
   // Backward of the step's k-th micro-batch (of M). On the last (k == M - 1), ready(i) is called for gradient i as
   // soon as it is final and in its bucket (the CPU: right after the node that produces it, so that a full bucket's
@@ -180,10 +186,11 @@ class Backend {
   virtual double peak_flops(const std::vector<int>& where) const = 0;
   // "NVIDIA H200, bf16 autocast": for the trainer's banner.
   virtual std::string describe(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
-  // Whether the data-parallel gradient all-reduce may run on a thread of its own while the device computes (a CPU).
+  // Whether collectives may run on a thread of their own while the device computes (a CPU): the data-parallel
+  // gradient all-reduce of each bucket as soon as backward has filled it, and ZeRO-3's prefetched parameter gathers.
   // Otherwise (NCCL: two communicators' kernels in flight at once on one GPU may wait on each other) the device's
-  // worker thread all-reduces its buckets at the schedule's AllReduceGrads.
-  virtual bool overlapped_gradient_sync() const = 0;
+  // worker thread all-reduces its buckets at the schedule's AllReduceGrads and gathers each parameter inline.
+  virtual bool overlapped_comm() const = 0;
   // Whether the run uses dynamic loss scaling (fp16 autocast).
   virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
 };
@@ -201,7 +208,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 // file). It resolves braid's own functions from the binary that loads it (ENABLE_EXPORTS) and exports
 // `extern "C" int braid_backend_init(int abi)`, which registers its backend and returns 0; kBackendAbi changes
 // whenever this interface does, and a module of another ABI is refused.
-constexpr int kBackendAbi = 2;
+constexpr int kBackendAbi = 3;
 std::string backend_module_path(const std::string& kind);
 // Whether kind's module file exists (for `braid --version`; nothing is loaded).
 bool backend_module_present(const std::string& kind);

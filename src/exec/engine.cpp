@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "core/parallel.h"
@@ -56,6 +59,18 @@ io::RunConfig cpu_config(const io::ModelSpec& m, const io::OptimizerSpec& opt, u
   cfg.optimizer = opt;
   cfg.train.seed = seed;
   return cfg;
+}
+
+// BRAID_PREFETCH=0 runs ZeRO-3's gathers inline, on the device thread (A/B runs); read once per process.
+bool prefetch_allowed_by_env() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("BRAID_PREFETCH");
+    if (env && std::string_view(env) != "0" && std::string_view(env) != "1")
+      std::fprintf(stderr, "braid: warning: BRAID_PREFETCH=%s is neither 0 (off) nor 1 (on, the default); prefetching\n",
+                   env);
+    return !(env && std::string_view(env) == "0");
+  }();
+  return allowed;
 }
 
 Backend& cpu_backend_ref() {
@@ -196,7 +211,7 @@ void Engine::build(const PlanWorld* world) {
     // The step's last backward hands each gradient here as soon as it is final: a full bucket goes to the comm
     // thread (the chunks no longer move: their addresses are stable from here on).
     for (auto& c : d->chunks) {
-      if (c.program->buckets().empty() || !backend_.overlapped_gradient_sync()) continue;
+      if (c.program->buckets().empty() || !backend_.overlapped_comm()) continue;
       c.ready = [this, dev = d.get(), ch = &c](size_t grad) {
         const size_t b = ch->program->bucket_of()[grad];
         if (--ch->pending[b] == 0) submit_bucket(*dev, *ch, b);
@@ -240,7 +255,7 @@ void Engine::build(const PlanWorld* world) {
     // instead of 0.7).
     const int at = pin ? place[i] : -1;
     threads_.emplace_back([this, d, at, places, per_device]() { worker(*d, at, places, per_device); });
-    if (std::any_of(d->chunks.begin(), d->chunks.end(), [](const Chunk& c) { return static_cast<bool>(c.ready); }))
+    if (std::any_of(d->chunks.begin(), d->chunks.end(), [&](const Chunk& c) { return c.ready || prefetches(c); }))
       d->comm_thread = std::thread([this, d, at, places]() { comm_worker(*d, at, places); });
   }
 }
@@ -265,48 +280,69 @@ Engine::~Engine() {
 void Engine::comm_worker(Dev& d, int place, int places) {
   d.device->enter_thread(place, places, 1);
   for (;;) {
-    CommJob job;
+    std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(d.comm_mu);
       d.comm_cv.wait(lock, [&]() { return d.comm_quit || !d.comm_queue.empty(); });
       if (d.comm_queue.empty()) return;
-      job = d.comm_queue.front();
+      job = std::move(d.comm_queue.front());
       d.comm_queue.pop_front();
     }
-    Chunk& c = *job.chunk;
-    try {
-      if (!d.comm_error) {
-        Tensor t = c.program->buckets()[job.bucket];  // the gradients live in it: reduced in place
-        io::TraceScope scope(d.comm_trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads",
-                                                          -1, -1, static_cast<double>(t.bytes())});
-        c.bucket_comm->all_reduce(t, ReduceOp::Avg);
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(d.comm_mu);
-      d.comm_error = std::current_exception();
-      c.bucket_comm->abort("the gradient all-reduce of device " + std::to_string(d.id) + " failed");
-    }
+    std::exception_ptr error;
     {
       std::lock_guard<std::mutex> lock(d.comm_mu);
-      --c.outstanding;
+      error = d.comm_error;
+    }
+    if (!error) try {  // after a failure the rest are skipped (their communicators are aborted)
+        job();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(d.comm_mu);
+        d.comm_error = std::current_exception();
+      }
+    {
+      std::lock_guard<std::mutex> lock(d.comm_mu);
+      ++d.comm_done;
     }
     d.comm_cv.notify_all();
   }
 }
 
-void Engine::submit_bucket(Dev& d, Chunk& c, size_t bucket) {
+uint64_t Engine::Dev::submit(std::function<void()> job) {
+  uint64_t ticket = 0;
   {
-    std::lock_guard<std::mutex> lock(d.comm_mu);
-    ++c.outstanding;
-    d.comm_queue.push_back(CommJob{&c, bucket});
+    std::lock_guard<std::mutex> lock(comm_mu);
+    comm_queue.push_back(std::move(job));
+    ticket = ++comm_submitted;
   }
-  d.comm_cv.notify_all();
+  comm_cv.notify_all();
+  return ticket;
 }
 
-void Engine::wait_buckets(Dev& d, Chunk& c) {
-  std::unique_lock<std::mutex> lock(d.comm_mu);
-  d.comm_cv.wait(lock, [&]() { return c.outstanding == 0; });
-  if (d.comm_error) std::rethrow_exception(d.comm_error);
+void Engine::Dev::wait(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(comm_mu);
+  comm_cv.wait(lock, [&]() { return comm_done >= ticket; });
+  if (comm_error) std::rethrow_exception(comm_error);
+}
+
+bool Engine::prefetches(const Chunk& c) const {
+  if (!options_.prefetch || !backend_.overlapped_comm() || c.prog->dp < 2 || !prefetch_allowed_by_env()) return false;
+  const auto& nodes = c.prog->g.nodes();
+  return std::any_of(nodes.begin(), nodes.end(),
+                     [](const graph::Node& n) { return n.op->collective_kind == ops::CollectiveKind::ParamGather; });
+}
+
+void Engine::submit_bucket(Dev& d, Chunk& c, size_t bucket) {
+  c.last_bucket = d.submit([&d, &c, bucket]() {
+    Tensor t = c.program->buckets()[bucket];  // the gradients live in it: reduced in place
+    io::TraceScope scope(d.comm_trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "all_reduce grads", -1, -1,
+                                                      static_cast<double>(t.bytes())});
+    try {
+      c.bucket_comm->all_reduce(t, ReduceOp::Avg);
+    } catch (...) {
+      c.bucket_comm->abort("the gradient all-reduce of device " + std::to_string(d.id) + " failed");
+      throw;
+    }
+  });
 }
 
 int Engine::device_at(int stage, int replica, int tensor_rank) const {
@@ -393,8 +429,10 @@ void Engine::worker(Dev& d, int place, int places, int threads) {
         const std::vector<int> ranks = data_group(p, c.tensor_rank);
         c.data_comm = d.world->split(ranks);
         if (c.ready) c.bucket_comm = d.world->split(ranks);  // the comm thread's own
+        if (prefetches(c)) c.gather_comm = d.world->split(ranks);
       }
       c.program->set_groups(c.tensor_comm.get(), c.data_comm.get());
+      if (c.gather_comm) c.program->set_gather_prefetch(c.gather_comm.get(), &d);
     }
   } catch (...) {
     d.error = std::current_exception();
@@ -430,6 +468,7 @@ void Engine::run_step(Dev& d, const Job& job) {
   PhaseTimes* phases = d.id == 0 ? phases_ : nullptr;  // `braid time`: plan device 0's
   for (auto& c : d.chunks) {
     c.backwards = 0;
+    c.last_bucket = 0;
     c.slots.reset(c.prog->stage, c.program->slots(), M);
     const auto& of = c.program->bucket_of();
     std::fill(c.pending.begin(), c.pending.end(), 0);
@@ -546,7 +585,7 @@ void Engine::run_step(Dev& d, const Job& job) {
           break;
         }
         io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Collective, {}, {}, "wait all_reduce grads"});
-        wait_buckets(d, c);  // started during the last backward; usually done by now
+        if (c.last_bucket) d.wait(c.last_bucket);  // started during the last backward; usually done by now
         break;
       }
       case InstrKind::OptimizerStep:

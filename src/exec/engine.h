@@ -6,7 +6,8 @@
 // free of deadlock before anything runs), for each stage it holds: Forward / Backward run the stage program on one
 // micro-batch slot, sends and receives move boundary values between stage groups over the world communicator,
 // the data-parallel gradient buckets are all-reduced (averaged) by the device's communication thread as soon as
-// backward has filled them, and after the list every device clips (with the global norm, summed over the world)
+// backward has filled them (it also runs ZeRO-3's parameter gathers, each prefetched while the nodes before it
+// run), and after the list every device clips (with the global norm, summed over the world)
 // and updates its own shards. fp16 runs scale the loss dynamically (exec/loss_scale.h), here for every backend.
 // Invariants: a device holds only its stage programs' parameters, on its own shards, with their optimizer state;
 // gather()/scatter() convert to and from whole tensors (checkpoints, evaluation), so a checkpoint written under
@@ -28,6 +29,7 @@
 #include "exec/backend.h"
 #include "exec/loss_scale.h"
 #include "exec/lower.h"
+#include "exec/node_loop.h"
 #include "exec/optimizer.h"
 #include "exec/schedule.h"
 #include "io/dataset.h"
@@ -41,6 +43,9 @@ struct EngineOptions {
   bool sync_batch_norm = false;            // batch norm statistics over the data-parallel group (LowerOptions)
   size_t bucket_bytes = size_t{25} << 20;  // data-parallel gradient buckets (PyTorch DDP's default)
   bool fuse = true;                        // kernel fusions (calibration turns them off)
+  // ZeRO-3's gathers prefetched on the comm thread where the backend overlaps communication (Program::
+  // set_gather_prefetch); false, or BRAID_PREFETCH=0 in the environment, runs each inline (A/B runs).
+  bool prefetch = true;
   DType half = DType::f32;                 // 16-bit values between ops (LowerOptions::half)
 };
 
@@ -181,17 +186,19 @@ class Engine {
     SlotBook slots;                    // the program's slots by micro-batch, this step
     std::vector<Tensor> model_inputs;  // [slot][model input], model order: the program's inputs or scratch
     size_t num_model_inputs = 0;
+    std::unique_ptr<Communicator> gather_comm;  // the data group, for ZeRO-3's prefetched gathers (comm thread)
     std::vector<int> pending;          // per bucket: gradients still to come in this step
-    int outstanding = 0;               // buckets submitted and not yet reduced (guarded by the device's comm_mu)
+    uint64_t last_bucket = 0;          // the comm thread's ticket of the last bucket submitted this step, 0: none
     std::function<void(size_t)> ready;  // a gradient is final: its bucket's count goes down
     int backwards = 0;                 // backward runs of this chunk in the current step
     const std::map<std::string, int>* owner = nullptr;  // zero: 1 with dp > 1: its stage's owners_ entry
   };
-  struct CommJob {
-    Chunk* chunk = nullptr;
-    size_t bucket = 0;
-  };
-  struct Dev {
+  // A device: its chunks, shards, optimizer and threads. As the CommQueue of its programs, its communication
+  // thread (gradient buckets, ZeRO-3's gathers).
+  struct Dev final : CommQueue {
+    uint64_t submit(std::function<void()> job) override;
+    void wait(uint64_t ticket) override;
+    io::TraceLane* lane() const override { return comm_trace; }
     int id = 0;
     int position = 0;  // pipeline position (schedule device)
     int where = 0;     // the backend's device
@@ -206,11 +213,13 @@ class Engine {
     std::exception_ptr error;
     io::TraceLane* trace = nullptr;
     io::TraceLane* comm_trace = nullptr;
-    // The gradient all-reduce thread: buckets in submission order (the same on every replica).
+    // The communication thread: jobs in submission order (the same on every replica), comm_done of comm_submitted
+    // run so far (guarded by comm_mu).
     std::thread comm_thread;
     std::mutex comm_mu;
     std::condition_variable comm_cv;
-    std::deque<CommJob> comm_queue;
+    std::deque<std::function<void()>> comm_queue;
+    uint64_t comm_submitted = 0, comm_done = 0;
     bool comm_quit = false;
     std::exception_ptr comm_error;
     double busy_s = 0;  // Forward and Backward wall time
@@ -226,7 +235,8 @@ class Engine {
   void worker(Dev& d, int place, int places, int threads);
   void comm_worker(Dev& d, int place, int places);
   void submit_bucket(Dev& d, Chunk& c, size_t bucket);
-  void wait_buckets(Dev& d, Chunk& c);
+  // Whether chunk c's ZeRO-3 gathers run prefetched on the comm thread (Program::set_gather_prefetch).
+  bool prefetches(const Chunk& c) const;
   void run_step(Dev& d, const Job& job);
   void finish_step(Dev& d, const Job& job, double loss_sum);
   int state_owner(const StageProgram& p, const std::string& name) const;

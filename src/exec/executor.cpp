@@ -203,7 +203,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     } else if (fuse_[i] == 2 && i > from) {
       // ran with the node before it
     } else if (n.op->collective) {
-      run_collective(n, ins[i], outs[i]);
+      run_collective(i, slot);
     } else {
       place_node(ctx, i, run_key, batch_offset, ins[i]);
       if (widen_[i])
@@ -218,6 +218,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
       t0 = t1;
     }
   }
+  finish_gathers();
 }
 
 }  // namespace braid::exec

@@ -11,6 +11,18 @@ constexpr size_t kAlign = 64;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+std::vector<int> next_gathers(const graph::Graph& g) {
+  const auto& nodes = g.nodes();
+  std::vector<int> next(nodes.size(), -1);
+  int prev = -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].op->collective_kind != ops::CollectiveKind::ParamGather) continue;
+    if (prev >= 0 && nodes[static_cast<size_t>(prev)].backward == nodes[i].backward) next[static_cast<size_t>(prev)] = static_cast<int>(i);
+    prev = static_cast<int>(i);
+  }
+  return next;
+}
+
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep) {
   return plan_memory(g, keep, std::vector<bool>(g.values().size(), false));
 }
@@ -29,6 +41,13 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, 
     for (NodeId c : v.consumers) last[v.id.idx()] = std::max(last[v.id.idx()], c.v);
     if (v.kind == graph::ValueKind::Input) last[v.id.idx()] = std::max(last[v.id.idx()], 0);
   }
+  // A prefetched gather's output is written from the previous gather of its pass on (next_gathers).
+  const std::vector<int> next = next_gathers(g);
+  for (size_t i = 0; i < next.size(); ++i)
+    if (next[i] >= 0) {
+      const size_t out = g.nodes()[static_cast<size_t>(next[i])].outputs[0].idx();
+      first[out] = std::min(first[out], static_cast<int>(i));
+    }
   for (ValueId k : keep)
     if (first[k.idx()] != -1 || values[k.idx()].kind == graph::ValueKind::Input) last[k.idx()] = end;
 

@@ -29,4 +29,9 @@ MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep);
 MemoryPlan plan_memory(const graph::Graph& g, const std::vector<ValueId>& keep, const std::vector<bool>& stash,
                        const std::vector<bool>& outside = {});
 
+// ZeRO-3's parameter gathers, prefetched (NodeLoop): when comm_gather_param node i runs, the next one of the same
+// pass (forward or backward) starts on the device's communication thread. Per node: that next gather's index, or -1.
+// The memory plan starts each such gather's output life at node i, so the prefetch writes no live bytes.
+std::vector<int> next_gathers(const graph::Graph& g);
+
 }  // namespace braid::exec

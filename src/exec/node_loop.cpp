@@ -32,6 +32,8 @@ NodeLoop::NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, cons
       BRAID_ASSERT(param_owner_, "comm_gather_param without ZeRO-3's parameter owners (", n.name, ")");
       gather_root_[n.id.idx()] = param_owner_->at(n.attrs.s("param"));
     }
+  next_gather_ = next_gathers(g);
+  gather_ticket_.assign(g.nodes().size(), 0);
 }
 
 bool NodeLoop::held_elsewhere(const graph::Value& v) const {
@@ -101,7 +103,60 @@ Communicator& NodeLoop::group_of(const graph::Node& n) const {
   return *comm;
 }
 
-void NodeLoop::run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+void NodeLoop::gather_param(size_t i, int slot, Communicator& comm) {
+  const Tensor& x = node_in_[static_cast<size_t>(slot)][i][0];
+  Tensor y = node_out_[static_cast<size_t>(slot)][i][0];
+  const int root = gather_root_[i];
+  if (comm.rank() == root) {
+    copy_value(y, x);
+    ready_for_comm();
+  }
+  comm.broadcast(y, root);
+}
+
+void NodeLoop::start_gather(size_t i, int slot) {
+  if (gather_ticket_[i] != 0) return;
+  gather_ticket_[i] = queue_->submit([this, i, slot]() {
+    const Tensor& y = node_out_[static_cast<size_t>(slot)][i][0];
+    io::TraceScope scope(queue_->lane(), io::TraceLabel{io::TraceKind::Collective, {}, {}, "gather " +
+                                                         g_.nodes()[i].attrs.s("param"), trace_mb_, -1,
+                                                         static_cast<double>(y.bytes())});
+    try {
+      gather_param(i, slot, *gather_comm_);
+    } catch (...) {
+      gather_comm_->abort("a parameter gather failed");
+      throw;
+    }
+  });
+}
+
+void NodeLoop::finish_gathers() {
+  if (!queue_) return;
+  for (uint64_t& t : gather_ticket_)
+    if (t != 0) {
+      queue_->wait(t);
+      t = 0;
+    }
+}
+
+void NodeLoop::run_collective(size_t i, int slot) {
+  const graph::Node& n = g_.nodes()[i];
+  const std::vector<Tensor>& in = node_in_[static_cast<size_t>(slot)][i];
+  const std::vector<Tensor>& out = node_out_[static_cast<size_t>(slot)][i];
+  using K = ops::CollectiveKind;
+  if (n.op->collective_kind == K::ParamGather && queue_) {
+    // On the communication thread: this gather (unless its prefetch started it), then the next of the pass while
+    // the nodes before it run; the memory plan keeps the next one's bytes free from here on (next_gathers).
+    BRAID_ASSERT(gather_comm_ && gather_comm_->size() == static_cast<int>(n.attrs.i("parts")),
+                 "node ", n.name, " needs a gather group of ", n.attrs.i("parts"), " devices");
+    start_gather(i, slot);
+    if (next_gather_[i] >= 0) start_gather(static_cast<size_t>(next_gather_[i]), slot);
+    io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, "wait gather", trace_mb_});
+    ready_for_comm();
+    queue_->wait(gather_ticket_[i]);
+    gather_ticket_[i] = 0;
+    return;
+  }
   Communicator* comm = &group_of(n);
   const std::string& op = n.op->name;  // for messages and traces
   io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, op, trace_mb_, -1,
@@ -109,7 +164,6 @@ void NodeLoop::run_collective(const graph::Node& n, const std::vector<Tensor>& i
   const Tensor& x = in[0];
   Tensor y = out[0];
   ready_for_comm();  // everything before this node is done
-  using K = ops::CollectiveKind;
   switch (n.op->collective_kind) {
     case K::Slice:
       copy_part(x, y, static_cast<int>(n.attrs.i("axis")), comm->rank(), static_cast<int>(n.attrs.i("parts")));
@@ -134,15 +188,9 @@ void NodeLoop::run_collective(const graph::Node& n, const std::vector<Tensor>& i
       if (comm->rank() == 0) copy_value(y, x);
       else zero_value(y);
       break;
-    case K::ParamGather: {  // ZeRO-3: the parameter from the replica holding it, into this node's value
-      const int root = gather_root_[n.id.idx()];
-      if (comm->rank() == root) {
-        copy_value(y, x);
-        ready_for_comm();
-      }
-      comm->broadcast(y, root);
+    case K::ParamGather:  // ZeRO-3: the parameter from the replica holding it, into this node's value
+      gather_param(i, slot, *comm);
       break;
-    }
     case K::None:
       BRAID_ASSERT(false, "communication op ", op, " names no collective");
   }

@@ -19,11 +19,31 @@ namespace braid::exec {
 
 struct ExecutorOptions;
 
+// A device's communication thread (the engine's): jobs run one at a time, in submission order, beside the device's
+// compute. Every replica of a group submits the same collectives in the same order.
+class CommQueue {
+ public:
+  virtual ~CommQueue() = default;
+  // Queues `job`; its ticket.
+  virtual uint64_t submit(std::function<void()> job) = 0;
+  // Until job `ticket` has run; rethrows what any job threw.
+  virtual void wait(uint64_t ticket) = 0;
+  // The thread's trace lane (nullptr: off).
+  virtual io::TraceLane* lane() const = 0;
+};
+
 class NodeLoop {
  public:
   // The communicators of the graph's comm_* nodes: the stage's tensor group and data-parallel group.
   // tensor_rank (the rank in the tensor group) also places batch-split nodes (Node::batch_offset_per_rank).
   void set_groups(Communicator* tensor, Communicator* data);
+  // ZeRO-3's gathers overlapped with compute: every comm_gather_param runs on `queue`'s thread over `gather` (a
+  // data-group communicator of its own), and reaching one starts the next of the same pass (next_gathers,
+  // memory_plan.h) while the nodes between run. Null (the default): each runs inline, on the device thread.
+  void set_gather_prefetch(Communicator* gather, CommQueue* queue) {
+    gather_comm_ = gather;
+    queue_ = queue;
+  }
   // Per-node timing (`braid time`): while set, a run adds each node's wall time in seconds to node_seconds[i]
   // (one slot per graph node, in node order). nullptr (the default) turns it off.
   void set_node_timing(double* node_seconds) { node_seconds_ = node_seconds; }
@@ -54,7 +74,10 @@ class NodeLoop {
   Communicator& group_of(const graph::Node& n) const;
   // A comm_* node (OpDef::collective_kind) on in -> out, traced; the memory work through the backend's primitives
   // below (a communicator reads and writes device memory once ready_for_comm has returned).
-  void run_collective(const graph::Node& n, const std::vector<Tensor>& in, const std::vector<Tensor>& out);
+  // Node i of slot `slot`.
+  void run_collective(size_t i, int slot);
+  // Prefetched gathers started in a run and not yet reached (none, normally) are waited for (the end of a run).
+  void finish_gathers();
   virtual void copy_value(const Tensor& dst, const Tensor& src) = 0;  // same bytes
   virtual void zero_value(const Tensor& dst) = 0;
   // Chunk `index` of `parts` of x along `axis` into y (copy_chunk, executor.h).
@@ -100,6 +123,16 @@ class NodeLoop {
   const std::map<std::string, int>* param_owner_ = nullptr;
   int replica_ = 0;
   std::vector<int> gather_root_;  // per node: a comm_gather_param's root replica (ZeRO-3), else -1
+
+ private:
+  // Gather node i of slot `slot` from its root over `comm` (ZeRO-3).
+  void gather_param(size_t i, int slot, Communicator& comm);
+  // Queues gather node i of slot `slot` on the communication thread, once.
+  void start_gather(size_t i, int slot);
+  Communicator* gather_comm_ = nullptr;
+  CommQueue* queue_ = nullptr;
+  std::vector<int> next_gather_;        // per node (next_gathers)
+  std::vector<uint64_t> gather_ticket_;  // per node: its queued gather's ticket, 0 when none is pending
 };
 
 }  // namespace braid::exec

@@ -17,10 +17,12 @@
 #include <iterator>
 
 #include "exec/engine.h"
+#include "exec/memory_plan.h"
 #include "exec/runner.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
 #include "io/run_config.h"
+#include "io/trace.h"
 
 using namespace braid;
 using namespace braid::exec;
@@ -446,6 +448,96 @@ TEST(Zero, StageThreeGathersAreNodesBeforeEachUse) {
     if (pi.grad.valid())
       for (NodeId c : g.value(pi.value).consumers)
         EXPECT_EQ(g.node(c).op->collective_kind, ops::CollectiveKind::ParamGather) << pi.name;
+}
+
+// ZeRO-3's gathers overlap compute: when a gather node runs, the next one of its pass starts on the device's
+// communication thread. The memory plan keeps that next gather's output bytes free from the earlier gather on
+// (exec::next_gathers), so nothing the nodes in between read or write shares them.
+TEST(Zero, APrefetchedGatherKeepsItsBytesFreeFromThePreviousGatherOn) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  for (const char* mode : {"none", "full", "selective"}) {
+    SCOPED_TRACE(mode);
+    planner::Plan plan = data_parallel_plan(cfg, 2);
+    plan.summary.zero = 3;
+    plan.summary.recompute = mode;
+    const auto stages = lower_plan(cfg.model, plan, LowerOptions{false, DType::f32, true});
+    const graph::Graph& g = stages[0].g;
+    const MemoryPlan mp = plan_memory(g, {});
+    const std::vector<int> next = next_gathers(g);
+    // Lifetimes as the graph defines them: [producer, last consumer].
+    auto life = [&](const graph::Value& v) {
+      int first = v.kind == graph::ValueKind::Input ? -1 : v.producer.v, last = std::max(first, 0);
+      for (NodeId c : v.consumers) last = std::max(last, c.v);
+      return std::make_pair(first, last);
+    };
+    int pairs = 0;
+    for (size_t k = 0; k < next.size(); ++k) {
+      if (next[k] < 0) continue;
+      ++pairs;
+      const graph::Node& gk = g.nodes()[k];
+      const graph::Node& gn = g.nodes()[static_cast<size_t>(next[k])];
+      EXPECT_EQ(gk.op->collective_kind, ops::CollectiveKind::ParamGather);
+      EXPECT_EQ(gn.op->collective_kind, ops::CollectiveKind::ParamGather);
+      EXPECT_EQ(gk.backward, gn.backward) << "a prefetch stays in its pass";
+      for (size_t j = k + 1; j < static_cast<size_t>(next[k]); ++j)
+        EXPECT_NE(g.nodes()[j].op->collective_kind, ops::CollectiveKind::ParamGather) << "the next gather of the pass";
+      const graph::Value& out = g.value(gn.outputs[0]);
+      const int64_t at = mp.offset[out.id.idx()];
+      ASSERT_GE(at, 0);
+      for (const auto& v : g.values()) {
+        if (v.id == out.id || mp.offset[v.id.idx()] < 0 || mp.in_slot[v.id.idx()] != mp.in_slot[out.id.idx()]) continue;
+        const auto [first, last] = life(v);
+        if (last < static_cast<int>(k) || first > static_cast<int>(gn.id.v)) continue;  // dead while it is written
+        const int64_t vo = mp.offset[v.id.idx()];
+        const bool apart = vo + static_cast<int64_t>(v.desc.bytes()) <= at ||
+                           at + static_cast<int64_t>(out.desc.bytes()) <= vo;
+        EXPECT_TRUE(apart) << out.name << " (gathered from node " << k << " on) shares bytes with " << v.name
+                           << ", live over [" << first << ", " << last << "]";
+      }
+    }
+    EXPECT_GT(pairs, 10) << "forward and backward each prefetch all but their first gather";
+  }
+}
+
+// The gathers run on the communication thread (its trace lane), none inline on the device's, and the run is the
+// one with each gather inline (EngineOptions::prefetch off) bit for bit: a broadcast moves bytes, whichever thread.
+TEST(Zero, StageThreeGathersRunOnTheCommThreadAndChangeNoBit) {
+  const io::RunConfig cfg = run_of("tiny_gpt", "{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan plan = data_parallel_plan(cfg, 2);
+  plan.summary.zero = 3;
+  graph::BuildOptions bo;
+  bo.with_backward = true;
+  const graph::Graph g = graph::build_graph(cfg.model, 4, bo);
+  auto run = [&](bool prefetch, io::TraceRecorder* rec) {
+    EngineOptions options;
+    options.prefetch = prefetch;
+    Engine e(cfg, plan, *backend("cpu"), {}, options);
+    if (rec) e.set_trace(0, &rec->lane(0), &rec->lane(1));
+    auto data = open_train_data(cfg, dataset_inputs(cfg.model, g));
+    io::BatchSampler sampler(data->size(), cfg.train.batch, true, cfg.train.seed);
+    Result r;
+    r.losses = losses_of(e, *data, sampler, 0, 4);
+    r.weights.create(g, 1);
+    Optimizer whole(cfg.optimizer, r.weights);
+    e.gather(r.weights, &whole);
+    return r;
+  };
+  io::TraceRecorder rec({{0, "device 0"}, {1, "device 0 comm"}});
+  const Result overlapped = run(true, &rec), inline_ = run(false, nullptr);
+  expect_same(overlapped, inline_, "prefetched gathers against inline ones");
+  const auto stages = lower_plan(cfg.model, plan, LowerOptions{false, DType::f32, true});
+  int gathers = 0;
+  for (const auto& n : stages[0].g.nodes()) gathers += n.op->collective_kind == ops::CollectiveKind::ParamGather;
+  int on_comm = 0, waits = 0, inline_gathers = 0;
+  for (const auto& ev : rec.lane(1).events()) on_comm += ev.name.view().starts_with("gather ");
+  for (const auto& ev : rec.lane(0).events()) {
+    waits += ev.name.view().starts_with("wait gather");
+    inline_gathers += ev.name.view().starts_with("comm_gather_param");
+  }
+  const int runs = 4 * 2;  // 4 steps of 2 micro-batches, each a forward and a backward (both in `gathers`)
+  EXPECT_EQ(on_comm, runs * gathers);
+  EXPECT_EQ(waits, runs * gathers);
+  EXPECT_EQ(inline_gathers, 0);
 }
 
 TEST(Zero, CheckpointOfAShardedRunResumesOnOneDevice) {

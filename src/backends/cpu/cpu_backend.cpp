@@ -74,6 +74,7 @@ class CpuProgram final : public Program {
     exec_->set_groups(tensor, data);
     data_ = data;
   }
+  void set_gather_prefetch(Communicator* gather, CommQueue* queue) override { exec_->set_gather_prefetch(gather, queue); }
   void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
@@ -331,7 +332,7 @@ class CpuBackend final : public Backend {
   }
   bool pins_threads() const override { return true; }
   bool host_memory() const override { return true; }
-  bool overlapped_gradient_sync() const override { return true; }
+  bool overlapped_comm() const override { return true; }
   double peak_flops(const std::vector<int>&) const override { return 0; }
   std::string describe(const io::RunConfig& cfg, const std::vector<int>&) const override { return cfg.devices; }
 };

@@ -325,7 +325,7 @@ class CudaBackend final : public Backend {
 
   bool pins_threads() const override { return false; }
   bool host_memory() const override { return false; }
-  bool overlapped_gradient_sync() const override { return false; }
+  bool overlapped_comm() const override { return false; }
 
   double peak_flops(const std::vector<int>& where) const override {
     if (where.empty()) return 0;

@@ -366,7 +366,7 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
                fuse_gelu(ctx, i, ins[i], outs[i][0], outs[i + 1][0])) {
       fused_with_previous = true;
     } else if (n.op->collective) {
-      run_collective(n, ins[i], outs[i]);
+      run_collective(i, slot);
     } else {
       place_node(ctx, i, run_key, batch_offset, ins[i]);
       (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
@@ -394,6 +394,7 @@ void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rn
       t0 = t1;
     }
   }
+  finish_gathers();
 }
 
 }  // namespace braid::exec
