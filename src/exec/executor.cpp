@@ -199,7 +199,7 @@ void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_st
     const graph::Node& n = nodes[i];
     if (fuse_[i] == 1 && i + 1 < to) {
       const graph::Node& next = nodes[i + 1];
-      fusions_[i]->run(n.attrs, *next.op, next.attrs, ins[i], ins[i + 1], outs[i][0], outs[i + 1][0]);
+      fusions_[i]->run(ctx, n.attrs, *next.op, next.attrs, ins[i], ins[i + 1], outs[i][0], outs[i + 1][0]);
     } else if (fuse_[i] == 2 && i > from) {
       // ran with the node before it
     } else if (n.op->collective) {

@@ -10,6 +10,7 @@
 #include "exec/executor.h"
 #include "graph/build.h"
 #include "io/model_spec.h"
+#include "ops/cpu/onednn_spatial.h"
 #include "training_graph.h"
 
 using namespace braid;
@@ -38,7 +39,8 @@ Run run(const std::string& model_file, int64_t batch, bool fuse, int threads) {
   const graph::Graph& g = t.g;
   std::vector<ValueId> keep = t.keep;
   for (const auto& n : g.nodes())  // every forward activation's output too
-    if (!n.backward && (n.op->name == "relu" || n.op->name == "gelu")) keep.push_back(n.outputs[0]);
+    if (!n.backward && (n.op->name == "relu" || n.op->name == "gelu" || n.op->name == "conv2d"))
+      keep.push_back(n.outputs[0]);
   exec::ExecutorOptions eo;
   eo.fuse = fuse;
   exec::Executor ex(g, t.store, keep, eo);
@@ -82,6 +84,21 @@ TEST(Fusion, LinearGeluAndAttentionSameBitsAsUnfused) {
   // probabilities; 8 before. Fusing the others raced: db was written into the bytes of the dW GEMM's input while
   // other threads still read them); each block's proj dx with the gelu gradient after it
   expect_same_bits(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml", 4, 11);
+}
+
+// The benchmark LeNet: each conv2d + its relu (the relu per chunk of samples right after oneDNN's convolution wrote
+// it; after im2col's whole convolution), fc1 + relu, the dW+db pairs the memory plan allows and the logits' dx with
+// act3's gradient. Both convolution implementations; the convolutions' outputs are kept and compared too.
+TEST(Fusion, ConvReluSameBitsAsUnfused) {
+  const std::string lenet = std::string(BRAID_SOURCE_DIR) + "/models/bench/lenet.yaml";
+  {
+    ops::cpu::ScopedSpatialImpl im2col(ops::cpu::ConvImpl::Im2col, ops::cpu::PoolImpl::Loops);
+    expect_same_bits(lenet, 32, 6);
+  }
+  if (ops::cpu::onednn_built()) {
+    ops::cpu::ScopedSpatialImpl onednn(ops::cpu::ConvImpl::OneDnn, ops::cpu::PoolImpl::Loops);
+    expect_same_bits(lenet, 32, 6);
+  }
 }
 
 // An evaluation graph (no backward): a linear's input dies at the linear, so the memory plan may give the

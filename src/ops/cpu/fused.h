@@ -9,6 +9,7 @@
 namespace braid::ops {
 class Attrs;
 struct OpDef;
+struct KernelCtx;
 }
 
 namespace braid::ops::cpu {
@@ -30,6 +31,12 @@ void linear_dw_db(std::span<const Tensor> dw_in, const Tensor& dw, const Tensor&
 void linear_dx_activation_grad(const std::string& act_grad_op, const Attrs& act_attrs, std::span<const Tensor> dx_in,
                                const Tensor& dh, const Tensor& z, const Tensor& dz);
 
+// conv2d(x, W[, b]) -> z, then an activation of z -> y, float32: on oneDNN's convolution the activation runs on each
+// chunk of samples right after the chunk's convolution wrote it, on the same thread, while it is in that core's
+// cache; on im2col, after the convolution. z is still written (relu's and gelu's gradients read it).
+void conv2d_activation(const KernelCtx& ctx, const Attrs& conv_attrs, const std::string& act_op,
+                       const Attrs& act_attrs, std::span<const Tensor> in, const Tensor& z, const Tensor& y);
+
 // The CPU backend's fusions, looked up by the ops of two adjacent nodes (head, then tail): the executor asks, and
 // never compares op names. `link` is how the tail must be wired to the head for the pair to fuse; `run` computes
 // both nodes' first outputs from the head's inputs and the tail's (float32 only), with exactly the unfused bits.
@@ -40,7 +47,7 @@ enum class FusionLink {
 };
 struct CpuFusion {
   FusionLink link;
-  void (*run)(const Attrs& head_attrs, const OpDef& tail, const Attrs& tail_attrs, std::span<const Tensor> head_in,
+  void (*run)(const KernelCtx& ctx, const Attrs& head_attrs, const OpDef& tail, const Attrs& tail_attrs, std::span<const Tensor> head_in,
               std::span<const Tensor> tail_in, const Tensor& head_out, const Tensor& tail_out);
 };
 const CpuFusion* cpu_fusion(const OpDef& head, const OpDef& tail);  // nullptr: the pair does not fuse

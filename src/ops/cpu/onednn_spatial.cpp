@@ -483,13 +483,13 @@ void reorder_weights(const char* what, const SpatialShape& s, const PassPlan& pl
 }
 
 void onednn_conv_forward(const SpatialShape& s, const float* x, const float* w, const float* b, float* y, void* ws,
-                         size_t ws_bytes) {
+                         size_t ws_bytes, const std::function<void(int64_t, int64_t)>& after) {
   BRAID_ASSERT(s.bias == (b != nullptr), "onednn_conv_forward: bias ", s.bias, " but pointer ", b != nullptr);
   const PassPlan& plan = must_plan(Pass::ConvForward, s);
   char* base = region(ws, ws_bytes, plan, s);
   reorder_weights("conv2d", s, plan, w, base);
   const int64_t xs = s.C * s.H * s.W, ys = s.O * s.Ho * s.Wo;
-  for_chunks("conv2d", s, plan, base, [&](int64_t, int64_t b0, const ChunkPrims& p, char* r) {
+  for_chunks("conv2d", s, plan, base, [&](int64_t c, int64_t b0, const ChunkPrims& p, char* r) {
     const memory src = input(p.a, x + b0 * xs, r), wei = chunk_weights(plan, p, w, base),
                  dst = output(p.c, y + b0 * ys, r), sp = scratchpad(p, r);
     if (b) {
@@ -500,6 +500,7 @@ void onednn_conv_forward(const SpatialShape& s, const float* x, const float* w, 
       execute(p.prim, {{DNNL_ARG_SRC, &src}, {DNNL_ARG_WEIGHTS, &wei}, {DNNL_ARG_DST, &dst}, {DNNL_ARG_SCRATCHPAD, &sp}});
     }
     finish(p.c, dst, y + b0 * ys);
+    if (after) after(b0, c == plan.chunks.count - 1 ? plan.chunks.tail : plan.chunks.per);
   });
 }
 

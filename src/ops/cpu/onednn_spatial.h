@@ -6,10 +6,13 @@
 // allocates no tensor memory. The batch is cut into chunks from the shapes alone and every chunk runs
 // single-threaded primitives on one OpenMP thread, so results do not depend on the thread count.
 // Primitives are created once per shape (the first workspace query or call) and kept for the process.
-// Not here: f64 (the gradient checks keep im2col), max pooling (oneDNN's does not propagate NaN), fusion.
+// Not here: f64 (the gradient checks keep im2col), max pooling (oneDNN's does not propagate NaN). Fusion: the
+// forward convolution takes a per-chunk epilogue (its activation), not a post-op (training's activation gradient
+// reads the convolution's output, which a post-op would not write).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 namespace braid::ops::cpu {
@@ -72,9 +75,11 @@ enum class SpatialPass { ConvForward, ConvGradInput, ConvGradWeight, AvgPoolForw
 std::optional<size_t> onednn_workspace(SpatialPass pass, const SpatialShape& s);
 
 // The calls below need onednn_workspace(pass, s) to have a value, and at least that many bytes at ws.
-// x [B, C, H, W], w [O, C, kh, kw], b [O] or nullptr -> y [B, O, Ho, Wo]
+// x [B, C, H, W], w [O, C, kh, kw], b [O] or nullptr -> y [B, O, Ho, Wo]. after(b0, n), when given, runs on the
+// chunk's thread once samples [b0, b0 + n) of y are written, while they are in that core's cache (a fused
+// epilogue: conv2d + its activation, ops::cpu::conv2d_activation).
 void onednn_conv_forward(const SpatialShape& s, const float* x, const float* w, const float* b, float* y, void* ws,
-                         size_t ws_bytes);
+                         size_t ws_bytes, const std::function<void(int64_t, int64_t)>& after = {});
 // dy [B, O, Ho, Wo], w -> dx [B, C, H, W]
 void onednn_conv_grad_input(const SpatialShape& s, const float* dy, const float* w, float* dx, void* ws,
                             size_t ws_bytes);

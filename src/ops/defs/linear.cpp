@@ -155,19 +155,24 @@ void cpu::linear_dx_activation_grad(const std::string& act_grad_op, const Attrs&
 
 const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
   static const CpuFusion lin_act{FusionLink::TailReadsHeadOutput,
-                                 [](const Attrs& ha, const OpDef& t, const Attrs& ta, std::span<const Tensor> in,
-                                    std::span<const Tensor>, const Tensor& z, const Tensor& y) {
-                                   linear_activation(ha, t.name, ta, in, z, y);
-                                 }};
+                                 [](const KernelCtx&, const Attrs& ha, const OpDef& t, const Attrs& ta,
+                                    std::span<const Tensor> in, std::span<const Tensor>, const Tensor& z,
+                                    const Tensor& y) { linear_activation(ha, t.name, ta, in, z, y); }};
   static const CpuFusion dw_db{FusionLink::SameFirstInput,
-                               [](const Attrs&, const OpDef&, const Attrs&, std::span<const Tensor> in,
+                               [](const KernelCtx&, const Attrs&, const OpDef&, const Attrs&, std::span<const Tensor> in,
                                   std::span<const Tensor>, const Tensor& dw, const Tensor& db) { linear_dw_db(in, dw, db); }};
   static const CpuFusion dx_act{FusionLink::TailReadsHeadOutput,
-                                [](const Attrs&, const OpDef& t, const Attrs& ta, std::span<const Tensor> in,
-                                   std::span<const Tensor> tail_in, const Tensor& dh, const Tensor& dz) {
+                                [](const KernelCtx&, const Attrs&, const OpDef& t, const Attrs& ta,
+                                   std::span<const Tensor> in, std::span<const Tensor> tail_in, const Tensor& dh,
+                                   const Tensor& dz) {
                                   linear_dx_activation_grad(t.name, ta, in, dh, tail_in[1], dz);
                                 }};
+  static const CpuFusion conv_act{FusionLink::TailReadsHeadOutput,
+                                  [](const KernelCtx& ctx, const Attrs& ha, const OpDef& t, const Attrs& ta,
+                                     std::span<const Tensor> in, std::span<const Tensor>, const Tensor& z,
+                                     const Tensor& y) { conv2d_activation(ctx, ha, t.name, ta, in, z, y); }};
   if (head.name == "linear" && is_activation(tail.name)) return &lin_act;
+  if (head.name == "conv2d" && is_activation(tail.name)) return &conv_act;
   if (head.name == "linear_dw" && tail.name == "linear_db") return &dw_db;
   if (head.name == "linear_dx" && is_activation_grad(tail.name)) return &dx_act;
   return nullptr;
