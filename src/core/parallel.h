@@ -12,7 +12,10 @@
 // (GCC function multi-versioning), so that one binary runs everywhere and uses the widest vectors the machine
 // has. Results do not depend on the version taken: braid compiles without contraction or reassociation
 // (CMakeLists.txt), so every lane does the same IEEE operations in the same order as scalar code.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+// Not under ThreadSanitizer: the clones' ifunc resolvers run while the dynamic loader relocates, before TSan's
+// runtime is up, and an instrumented resolver crashes there (scripts/sanitize.sh --thread).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+    !defined(__SANITIZE_THREAD__)
 #define BRAID_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define BRAID_CPU_CLONES
