@@ -149,10 +149,10 @@ void NodeLoop::run_collective(size_t i, int slot) {
     // the nodes before it run; the memory plan keeps the next one's bytes free from here on (next_gathers).
     BRAID_ASSERT(gather_comm_ && gather_comm_->size() == static_cast<int>(n.attrs.i("parts")),
                  "node ", n.name, " needs a gather group of ", n.attrs.i("parts"), " devices");
+    ready_for_comm();  // everything before this node is done: its bytes and the next gather's are free
     start_gather(i, slot);
     if (next_gather_[i] >= 0) start_gather(static_cast<size_t>(next_gather_[i]), slot);
     io::TraceScope scope(trace_, io::TraceLabel{io::TraceKind::Collective, {}, {}, "wait gather", trace_mb_});
-    ready_for_comm();
     queue_->wait(gather_ticket_[i]);
     gather_ticket_[i] = 0;
     return;
