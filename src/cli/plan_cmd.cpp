@@ -108,8 +108,8 @@ void explain_memory(const Plan& plan_in, const graph::Graph& g, const CostModel&
       t.summary.zero = z;
       alts += (alts.empty() ? "" : "; ") + std::string("stage ") + std::to_string(z) + " " + trial(t, g, model, ts, base);
     }
-    std::fprintf(out, "  ZeRO stage %d%s over data-parallel groups of %d; the others: %s\n", s.zero,
-                 s.zero >= 2 ? " (modelled; braid train runs 0 and 1)" : "", s.data_parallel, alts.c_str());
+    std::fprintf(out, "  ZeRO stage %d over data-parallel groups of %d; the others: %s\n", s.zero, s.data_parallel,
+                 alts.c_str());
   }
   // Recomputation: the blocks' modes as chosen, and every block under each other mode.
   std::map<std::string, int> count;

@@ -63,32 +63,32 @@ void dp_sync(const CostModel& m, const Group& g, double param_bytes, double back
   *exposed = std::max(*total - backward_s, last);
 }
 
-ZeroCommParts zero_comm_parts(const CostModel& m, const Group& g, double param_bytes, double bucket_bytes, int zero) {
+ZeroCommParts zero_comm_parts(const CostModel& m, const Group& g, double param_bytes, int tensors, double bucket_bytes,
+                              int zero) {
   ZeroCommParts z;
   z.zero = zero;
   if (g.size <= 1 || param_bytes <= 0) return z;
   z.none = false;
-  double buckets = std::ceil(param_bytes / bucket_bytes);
-  double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
+  // One collective per parameter tensor: n times the figure of a tensor of the average size (n latencies, the bytes
+  // once).
+  const double n = std::max(1, tensors);
+  auto per_tensor = [&](Collective c) { return n * m.collective_time(c, param_bytes / n, g); };
   if (zero <= 1) {
-    // dp_sync's all-reduce; stage 1 as Engine runs it: then each parameter broadcast from the replica that updated
-    // it after the optimizer (an all-gather's volume), exposed.
+    const double buckets = std::ceil(param_bytes / bucket_bytes);
+    const double last_bytes = param_bytes - (buckets - 1) * bucket_bytes;
     z.last = m.grad_sync_time(last_bytes, g);
     z.overlapped = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) + z.last;
     z.total = z.overlapped;
     if (zero == 1) {
-      z.gather = m.collective_time(Collective::AllGather, param_bytes, g);
+      z.gather = per_tensor(Collective::AllGather);
       z.total += z.gather;
     }
     return z;
   }
-  // A reduce-scatter is half a (ring) all-reduce: half the gradient sync's figure (calibrated: the cold one).
-  z.last = m.grad_sync_time(last_bytes, g) / 2;
-  z.overlapped = (buckets - 1) * m.grad_sync_time(bucket_bytes, g) / 2 + z.last;
-  z.gather = m.collective_time(Collective::AllGather, param_bytes, g);
-  z.total = z.overlapped + z.gather;
-  z.mb_scatter = m.collective_time(Collective::ReduceScatter, param_bytes, g);
-  if (zero >= 3) z.mb_gather = z.gather;
+  z.mb_scatter = per_tensor(Collective::ReduceScatter);
+  if (zero == 2) z.gather = per_tensor(Collective::AllGather);
+  else z.mb_gather = per_tensor(Collective::AllGather);
+  z.total = z.gather;
   return z;
 }
 
@@ -96,31 +96,22 @@ void zero_sync(const ZeroCommParts& z, double backward_s, double* total, double*
   *total = *exposed = 0;
   if (z.none) return;
   *total = z.total;
-  *exposed = std::max(z.overlapped - backward_s, z.last);
-  if (z.zero >= 1) *exposed += z.gather;
+  *exposed = std::max(z.overlapped - backward_s, z.last) + z.gather;
 }
 
-double zero_micro_batch_comm(const ZeroCommParts& z, double forward_s, double backward_s) {
+double zero_micro_batch_comm(const ZeroCommParts& z) {
   if (z.zero < 2 || z.none) return 0;
-  double t = std::max(0.0, z.mb_scatter - backward_s);
-  if (z.zero >= 3) t += std::max(0.0, z.mb_gather - forward_s) + std::max(0.0, z.mb_gather - backward_s);
-  return t;
+  return z.mb_scatter + 2 * z.mb_gather;
 }
 
-void zero_sync(const CostModel& m, const Group& g, double param_bytes, double backward_s, double bucket_bytes, int zero,
-               double* total, double* exposed) {
-  zero_sync(zero_comm_parts(m, g, param_bytes, bucket_bytes, zero), backward_s, total, exposed);
+void zero_sync(const CostModel& m, const Group& g, double param_bytes, int tensors, double backward_s,
+               double bucket_bytes, int zero, double* total, double* exposed) {
+  zero_sync(zero_comm_parts(m, g, param_bytes, tensors, bucket_bytes, zero), backward_s, total, exposed);
 }
 
-double zero_micro_batch_comm(const CostModel& m, const Group& g, double param_bytes, double forward_s, double backward_s,
-                             int zero) {
-  if (zero < 2 || g.size <= 1 || param_bytes <= 0) return 0;
-  ZeroCommParts z;
-  z.zero = zero;
-  z.none = false;
-  z.mb_scatter = m.collective_time(Collective::ReduceScatter, param_bytes, g);
-  if (zero >= 3) z.mb_gather = m.collective_time(Collective::AllGather, param_bytes, g);
-  return zero_micro_batch_comm(z, forward_s, backward_s);
+double zero_micro_batch_comm(const CostModel& m, const Group& g, double param_bytes, int tensors, int zero) {
+  if (zero < 2) return 0;
+  return zero_micro_batch_comm(zero_comm_parts(m, g, param_bytes, tensors, 0, zero));
 }
 
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {
@@ -404,6 +395,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       work.backward_compute_s += o.backward_s - o.grad_sync_s;
       tp_comm += o.grad_sync_s;
       sp.param_bytes += o.param_bytes;
+      sp.param_tensors += o.param_tensors;
       sp.act_bytes += o.act_bytes;
       sp.flops += o.flops;
       buf = std::max(buf, o.workspace_bytes);
@@ -477,7 +469,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     const int zero = sh.dp > 1 ? sum.zero : 0;
     // ZeRO 2 / 3: each micro-batch's gradient reduce-scatter (and weight all-gathers) beyond what its forward and
     // backward hide (the search adds the same to its stage figures).
-    sp.zero_comm_s = zero_micro_batch_comm(model, sh.dp_group, sp.param_bytes, sp.forward_s, sp.backward_s, zero);
+    sp.zero_comm_s = zero_micro_batch_comm(model, sh.dp_group, sp.param_bytes, sp.param_tensors, zero);
     sp.backward_s += sp.zero_comm_s;
     tp_comm += sp.zero_comm_s;
     sp.comm_s = tp_comm;
@@ -485,7 +477,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     work.backward_comm_s = std::max(0.0, sp.backward_s - work.backward_compute_s);
     works.push_back(work);
     sp.act_bytes += in_bytes;
-    zero_sync(model, sh.dp_group, sp.param_bytes, sp.backward_s, ts.bucket_bytes, zero, &sp.dp_sync_s, &sp.dp_exposed_s);
+    zero_sync(model, sh.dp_group, sp.param_bytes, sp.param_tensors, sp.backward_s, ts.bucket_bytes, zero, &sp.dp_sync_s,
+              &sp.dp_exposed_s);
     const double shard = zero >= 1 ? 1.0 / sh.dp : 1.0;
     sp.optimizer_s = model.optimizer_time(fp32_param_bytes(sp.param_bytes, ts) * shard, ts.optimizer_states) +
                      (ts.clip ? model.clip_time(sp.param_bytes) : 0);

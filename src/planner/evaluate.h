@@ -61,6 +61,7 @@ struct StagePrediction {
   double weight_read_s = 0;  // the step's first forward packing the weights from memory (CostModel::weight_read_time)
   double turn_s = 0;         // of compute_s: refilling a shared core's caches (CostModel::switch_time), per micro-batch
   double param_bytes = 0;    // trainable parameters per device (compute dtype; before ZeRO sharding)
+  int param_tensors = 0;     // the trainable parameter tensors they are in
   double act_bytes = 0;      // activations kept per micro-batch per device (after recomputation)
   double recompute_s = 0;    // of backward_s: the forwards recomputed (full and selective), per micro-batch
   ModelStates states;        // what the device holds for its parameters under the plan's ZeRO stage
@@ -103,35 +104,37 @@ int in_flight(const std::string& schedule, int k, int p, int virtual_stages, int
 // total sync time.
 void dp_sync(const CostModel& m, const Group& dp_group, double param_bytes, double backward_s, double bucket_bytes,
              double* total, double* exposed);
-// The same under ZeRO stage `zero` (0: dp_sync). Stage 1 as Engine runs it: dp_sync's all-reduce, then every
-// parameter broadcast from the replica that updated it (an all-gather of param_bytes, exposed). Stages 2-3 (modelled,
-// not yet run): the gradients reduce-scattered in buckets behind the backward (each half the bucket's
-// grad_sync_time: a ring all-reduce is a reduce-scatter and an all-gather), then each replica's updated share
-// all-gathered after the optimizer (exposed).
-void zero_sync(const CostModel& m, const Group& dp_group, double param_bytes, double backward_s, double bucket_bytes,
-               int zero, double* total, double* exposed);
-// ZeRO 2 and 3's collectives of one micro-batch on a stage holding `param_bytes` (before sharding), with a forward of
-// `forward_s` and a backward of `backward_s` to hide behind: stage 2 reduce-scatters each micro-batch's gradients
-// (its gradients are sharded, so they cannot accumulate whole), stage 3 also all-gathers the weights before the
-// forward and again before the backward. Returns the exposed part (max(0, collective - compute) each); 0 for
-// stages 0 and 1.
-double zero_micro_batch_comm(const CostModel& m, const Group& dp_group, double param_bytes, double forward_s,
-                             double backward_s, int zero);
-// zero_sync and zero_micro_batch_comm in two parts: what depends only on the parameter bytes (the collectives'
-// times: the search computes them once per front entry) and the overlap with the compute. The functions above are
-// these two composed: the same figures.
+// The same under ZeRO stage `zero` (0: dp_sync) on a stage of `param_bytes` in `tensors` trainable parameter
+// tensors, as Engine runs them: one collective per tensor (each costs the collective's latency, the bytes are
+// those of the whole), on the device thread. Stage 1: dp_sync's all-reduce in buckets behind the backward, then
+// every parameter broadcast from the replica that updated it (an all-gather's figure per tensor), exposed. Stage 2:
+// no buckets (the gradients are reduced per micro-batch, below), the broadcast after the optimizer as stage 1's.
+// Stage 3: nothing after the optimizer (each replica keeps its parameters' shard).
+void zero_sync(const CostModel& m, const Group& dp_group, double param_bytes, int tensors, double backward_s,
+               double bucket_bytes, int zero, double* total, double* exposed);
+// ZeRO 2 and 3's collectives of one micro-batch on such a stage: stage 2 reduces each gradient to the replica that
+// keeps it right after the node that makes it (a reduce-scatter's figure per tensor), stage 3 also broadcasts each
+// weight from its holder just before its use in the forward and again in the backward (an all-gather's figure per
+// tensor, twice). All exposed: the executors run the reductions inline, and on CPU devices of one process a
+// prefetched gather is a copy on the cores the compute needs (docs/benchmarks.md, "Sharding": prefetched and inline
+// within the noise). 0 for stages 0 and 1.
+double zero_micro_batch_comm(const CostModel& m, const Group& dp_group, double param_bytes, int tensors, int zero);
+// zero_sync and zero_micro_batch_comm in two parts: what depends only on the parameters (the collectives' times:
+// the search computes them once per front entry) and the overlap with the backward. The functions above are these
+// two composed: the same figures.
 struct ZeroCommParts {
   int zero = 0;
   bool none = true;          // no replicas or no parameters: nothing to sync
-  double overlapped = 0;     // the all-reduce (stages 0-1) or reduce-scatter (2-3) behind the backward
+  double overlapped = 0;     // stages 0-1: the all-reduce behind the backward
   double last = 0;           // its last bucket, exposed whatever the backward
-  double gather = 0;         // stages >= 1: the parameters' all-gather after the optimizer
+  double gather = 0;         // stages 1-2: the parameters' broadcasts after the optimizer
   double total = 0;          // zero_sync's total
-  double mb_scatter = 0, mb_gather = 0;  // stages 2-3: one micro-batch's reduce-scatter and (3) all-gather
+  double mb_scatter = 0, mb_gather = 0;  // stages 2-3: one micro-batch's reductions and (3) one pass's gathers
 };
-ZeroCommParts zero_comm_parts(const CostModel& m, const Group& dp_group, double param_bytes, double bucket_bytes, int zero);
+ZeroCommParts zero_comm_parts(const CostModel& m, const Group& dp_group, double param_bytes, int tensors,
+                              double bucket_bytes, int zero);
 void zero_sync(const ZeroCommParts& z, double backward_s, double* total, double* exposed);
-double zero_micro_batch_comm(const ZeroCommParts& z, double forward_s, double backward_s);
+double zero_micro_batch_comm(const ZeroCommParts& z);
 // (m v - 1) max T + (1/v) sum T + max tail.
 double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
 

@@ -185,8 +185,12 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     const graph::Value& v = g_.value(n.inputs[k]);
     if (v.kind == graph::ValueKind::Param) {
       const graph::ParamInfo* p = g_.find_param(v.name);
-      if (p && !p->spec.buffer) o.param_bytes += static_cast<double>(in[k].bytes());
-      else o.buffer_bytes += static_cast<double>(in[k].bytes());
+      if (p && !p->spec.buffer) {
+        o.param_bytes += static_cast<double>(in[k].bytes());
+        ++o.param_tensors;
+      } else {
+        o.buffer_bytes += static_cast<double>(in[k].bytes());
+      }
     }
     if (!all_b && o.in[k] == kLayoutB && needs_grad(n, static_cast<int>(k)))
       o.grad_sync_s += model_.collective_time(Collective::AllReduce, static_cast<double>(in[k].bytes()), group_);

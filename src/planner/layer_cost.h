@@ -36,6 +36,7 @@ struct LayerOption {
   double backward_s = 0;     // compute, plus all-reduce of the gradient of every B input (Megatron's f)
   double grad_sync_s = 0;    // that all-reduce alone (included in backward_s)
   double param_bytes = 0;    // trainable parameters on one device
+  int param_tensors = 0;     // trainable parameter tensors (the same in every option of a layer)
   double buffer_bytes = 0;   // non-trained state on one device
   double act_bytes = 0;      // outputs kept for backward, one micro-batch, one device
   double workspace_bytes = 0;

@@ -405,13 +405,13 @@ class Searcher {
     double states = 0, accumulate = 0, turn = 0, update = 0, weight_read = 0;
     ZeroCommParts comm;
   };
-  EntryCosts entry_costs_of(const Entry& e, const Config& c, const Group& dp_group, int S) const {
+  EntryCosts entry_costs_of(const Entry& e, const Config& c, const Group& dp_group, int S, int tensors) const {
     EntryCosts ec;
     ec.known = true;
     ec.states = model_states(e.p, ts_, c.zero, c.dp).total();
     ec.accumulate = m_.grad_accumulate_time(e.p);
     ec.turn = S > 1 ? m_.switch_time(e.p) : 0;
-    ec.comm = zero_comm_parts(m_, dp_group, e.p, ts_.bucket_bytes, c.zero);
+    ec.comm = zero_comm_parts(m_, dp_group, e.p, tensors, ts_.bucket_bytes, c.zero);
     const double shard = c.zero >= 1 ? 1.0 / c.dp : 1.0;
     ec.update = m_.optimizer_time(fp32_param_bytes(e.p, ts_) * shard, ts_.optimizer_states) +
                 (ts_.clip ? m_.clip_time(e.p) : 0);
@@ -427,6 +427,14 @@ class Searcher {
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
+    // tensors_before[j]: the trainable parameter tensors of the layers before unit j (every option of a layer has
+    // the same; intervals sharing a front are alike, so they have the same count).
+    std::vector<int> tensors_before(static_cast<size_t>(U) + 1, 0);
+    for (int j = 0; j < U; ++j) {
+      int n = 0;
+      for (int l = bounds_[static_cast<size_t>(j)]; l < bounds_[static_cast<size_t>(j) + 1]; ++l) n += lc.options(l)[0].param_tensors;
+      tensors_before[static_cast<size_t>(j) + 1] = tensors_before[static_cast<size_t>(j)] + n;
+    }
     std::vector<int> dg;
     for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
     Group dp_group = group_of(cl_, dg);
@@ -483,7 +491,8 @@ class Searcher {
             // Sorted by t: a stage this slow alone makes the step no better than `best`.
             if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * e.t >= best) break;
             EntryCosts& ec = costs_of[q];
-            if (!ec.known) ec = entry_costs_of(e, c, dp_group, S);
+            if (!ec.known)
+              ec = entry_costs_of(e, c, dp_group, S, tensors_before[static_cast<size_t>(j)] - tensors_before[static_cast<size_t>(i)]);
             double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + e.buf;
             if (mem > limit) {
               *memory_limited = true;
@@ -494,8 +503,8 @@ class Searcher {
             const double turn = ec.turn;
             double t = e.t + hand_off / 2 + hand_off / 2 + accumulate + turn + p2p_f + p2p_b;
             double tb = e.tb + hand_off / 2 + accumulate + turn / 2 + p2p_b, total = 0, exposed = 0;
-            // As predict(): ZeRO 2 / 3's exposed collectives of each micro-batch join its backward.
-            const double zc = zero_micro_batch_comm(ec.comm, t - tb, tb);
+            // As predict(): ZeRO 2 / 3's collectives of each micro-batch join its backward.
+            const double zc = zero_micro_batch_comm(ec.comm);
             t += zc;
             tb += zc;
             zero_sync(ec.comm, tb, &total, &exposed);

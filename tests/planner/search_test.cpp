@@ -409,15 +409,17 @@ TEST(Search, Plans24LayerGptFor64A100sQuickly) {
 // The search equals brute force over the new choices too: each block's recomputation and the ZeRO stage, with
 // memory from plenty down to where only recomputation or sharding fits.
 TEST(Search, EqualsBruteForceWithRecomputeAndZero) {
-  FakeFigures f{1e9, 2e9, 4e9, 1e-6};
   graph::Graph g = graph_of(block_graph(), 4);
   int checked = 0, recomputed = 0, sharded = 0;
   // One device per node: no tensor groups (their layouts multiply the brute force beyond minutes); data and
   // pipeline parallelism over 2 devices. The block graph's states are 18.8 kB (1,176 parameters, AdamW, f32), its
-  // activations up to 2.7 kB.
+  // activations up to 2.7 kB. With a collective latency of 1 us its ZeRO collectives (one per parameter tensor)
+  // cost more than its compute, so sharding never wins; without latency it does.
+  for (double latency : {1e-6, 0.0})
   for (int n : {1, 2}) {
-    for (double mem : {1e9, 19450.0, 19300.0, 19150.0, 19000.0, 15000.0, 12500.0, 11000.0, 10000.0}) {
-      SCOPED_TRACE("devices " + std::to_string(n) + " memory " + std::to_string(mem));
+    FakeFigures f{1e9, 2e9, 4e9, latency};
+    for (double mem : {1e9, 19450.0, 19300.0, 19150.0, 19000.0, 15000.0, 12500.0, 11000.0, 10600.0, 10300.0, 10000.0, 9000.0, 8000.0}) {
+      SCOPED_TRACE("latency " + std::to_string(latency) + " devices " + std::to_string(n) + " memory " + std::to_string(mem));
       Cluster cl = cpu_cluster(n, mem);
       cl.nodes = n;
       cl.devices_per_node = 1;
@@ -430,7 +432,7 @@ TEST(Search, EqualsBruteForceWithRecomputeAndZero) {
       auto t1 = std::chrono::steady_clock::now();
       Plan best;
       double bf = brute_force(g, *m, ts, n, &best);
-      std::printf("n %d memory %.0f: search %.3f s, brute force %.3f s; %s, peak %.0f, zero %d, %s\n", n, mem,
+      std::printf("latency %g n %d memory %.0f: search %.3f s, brute force %.3f s; %s, peak %.0f, zero %d, %s\n", latency, n, mem,
                   std::chrono::duration<double>(t1 - t0).count(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(),
                   r.found ? "found" : "none", r.prediction.peak_memory_bytes, r.plan.summary.zero,
@@ -599,6 +601,34 @@ TEST(Search, DominanceEqualsTheFieldByFieldComparison) {
   }
 }
 
+// ZeRO's collectives as the engine runs them: one per parameter tensor (a latency each), none hidden behind the
+// compute. Stage 2: each micro-batch reduces every gradient, the optimizer's results are broadcast after it; stage 3:
+// each micro-batch also gathers every weight twice (forward, backward), and nothing follows the optimizer.
+TEST(Search, ZeroCollectivesCountOnePerParameterTensorAndAreExposed) {
+  auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb:4", {}));
+  const std::vector<int> devices{0, 1, 2, 3};
+  Group g = group_of(m->cluster(), devices);
+  const double bytes = 64e6;
+  for (int n : {1, 10, 100}) {
+    SCOPED_TRACE(n);
+    const double rs = n * m->collective_time(Collective::ReduceScatter, bytes / n, g);
+    const double ag = n * m->collective_time(Collective::AllGather, bytes / n, g);
+    EXPECT_EQ(zero_micro_batch_comm(*m, g, bytes, n, 0), 0);
+    EXPECT_EQ(zero_micro_batch_comm(*m, g, bytes, n, 1), 0);
+    EXPECT_DOUBLE_EQ(zero_micro_batch_comm(*m, g, bytes, n, 2), rs);
+    EXPECT_DOUBLE_EQ(zero_micro_batch_comm(*m, g, bytes, n, 3), rs + 2 * ag);
+    double total = 0, exposed = 0;
+    zero_sync(*m, g, bytes, n, /*backward_s=*/100.0, 25e6, 2, &total, &exposed);
+    EXPECT_DOUBLE_EQ(exposed, ag);  // no buckets left to hide: the broadcasts after the optimizer
+    zero_sync(*m, g, bytes, n, 100.0, 25e6, 3, &total, &exposed);
+    EXPECT_EQ(exposed, 0);
+    zero_sync(*m, g, bytes, n, 100.0, 25e6, 1, &total, &exposed);
+    EXPECT_DOUBLE_EQ(exposed, m->grad_sync_time(bytes - 2 * 25e6, g) + ag);  // the last bucket, then the broadcasts
+  }
+  // More tensors of the same bytes: more latencies.
+  EXPECT_GT(zero_micro_batch_comm(*m, g, bytes, 100, 3), zero_micro_batch_comm(*m, g, bytes, 10, 3));
+}
+
 // zero_sync and zero_micro_batch_comm equal their parts composed (the search computes the parts once per entry).
 TEST(Search, ZeroCommPartsComposeToTheSameFigures) {
   auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb:4", {}));
@@ -610,13 +640,13 @@ TEST(Search, ZeroCommPartsComposeToTheSameFigures) {
       for (int zero = 0; zero <= 3; ++zero)
         for (double bw : {0.0, 1e-4, 0.37, 50.0}) {
           SCOPED_TRACE(std::to_string(dp) + " " + std::to_string(bytes) + " " + std::to_string(zero) + " " + std::to_string(bw));
-          ZeroCommParts z = zero_comm_parts(*m, g, bytes, 25e6, zero);
+          ZeroCommParts z = zero_comm_parts(*m, g, bytes, 7, 25e6, zero);
           double t1 = -1, e1 = -1, t2 = -2, e2 = -2;
-          zero_sync(*m, g, bytes, bw, 25e6, zero, &t1, &e1);
+          zero_sync(*m, g, bytes, 7, bw, 25e6, zero, &t1, &e1);
           zero_sync(z, bw, &t2, &e2);
           EXPECT_EQ(t1, t2);
           EXPECT_EQ(e1, e2);
-          EXPECT_EQ(zero_micro_batch_comm(*m, g, bytes, 0.5 * bw, bw, zero), zero_micro_batch_comm(z, 0.5 * bw, bw));
+          EXPECT_EQ(zero_micro_batch_comm(*m, g, bytes, 7, zero), zero_micro_batch_comm(z));
         }
   }
 }
