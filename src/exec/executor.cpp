@@ -136,31 +136,6 @@ const Tensor& Executor::input(const std::string& name, int slot) const {
   return views_.at(static_cast<size_t>(slot))[v.idx()];
 }
 
-void Executor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  if (trace_) {  // the same run, bracketed by one forward and one backward event
-    {
-      io::TraceScope f(trace_, phase(io::TraceKind::Forward));
-      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
-    }
-    if (has_backward()) {
-      io::TraceScope b(trace_, phase(io::TraceKind::Backward));
-      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
-    }
-    return;
-  }
-  run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
-}
-
-void Executor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
-  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
-}
-
-void Executor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, phase(io::TraceKind::Backward));
-  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
-}
-
 void Executor::copy_value(const Tensor& dst, const Tensor& src) { Tensor(dst).copy_from(src); }
 void Executor::zero_value(const Tensor& dst) { std::memset(dst.raw(), 0, dst.bytes()); }
 void Executor::copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) {

@@ -48,19 +48,12 @@ class Executor : public NodeLoop {
   // The arena view of a model input, to be filled before run().
   const Tensor& input(const std::string& name, int slot = 0) const;
   const Tensor& value(ValueId v, int slot = 0) const { return views_.at(static_cast<size_t>(slot)).at(v.idx()); }
-  // Runs every node in order. rng_stream distinguishes runs (step and micro-batch) for dropout masks;
-  // batch_offset is the index of this run's first sample in the whole micro-batch (KernelCtx::batch_offset:
-  // a data-parallel shard draws the masks of its samples in the unsplit run).
-  void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
-  // The forward nodes, or the backward nodes, of one micro-batch held in `slot` (pipelined execution).
-  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
-  void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   // Node pairs run as one fused kernel (see ExecutorOptions::fuse), by the index of the first node.
   const std::vector<size_t>& fused() const { return fused_heads_; }
 
  private:
   void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
-                 size_t to);
+                 size_t to) override;
   void copy_value(const Tensor& dst, const Tensor& src) override;
   void zero_value(const Tensor& dst) override;
   void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) override;

@@ -196,4 +196,36 @@ void NodeLoop::run_collective(size_t i, int slot) {
   }
 }
 
+void NodeLoop::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  begin_run(0);
+  if (trace_) {
+    {
+      io::TraceScope f(trace_, phase(io::TraceKind::Forward));
+      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
+      end_phase();
+    }
+    if (has_backward()) {
+      io::TraceScope b(trace_, phase(io::TraceKind::Backward));
+      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+      end_phase();
+    }
+  } else {
+    run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
+  }
+  end_run(0);
+}
+
+void NodeLoop::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  begin_run(slot);
+  io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
+  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
+  end_phase();
+}
+
+void NodeLoop::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+  io::TraceScope scope(trace_, phase(io::TraceKind::Backward));
+  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
+  end_run(slot);
+}
+
 }  // namespace braid::exec

@@ -59,6 +59,15 @@ class NodeLoop {
   int slots() const { return static_cast<int>(views_.size()); }
   bool has_backward() const { return first_backward_ < g_.nodes().size(); }
 
+  // Runs every node in order, in slot 0. rng_stream distinguishes runs (step and micro-batch) for dropout masks;
+  // batch_offset is the index of this run's first sample in the whole micro-batch (KernelCtx::batch_offset: a
+  // data-parallel shard draws the masks of its samples in the unsplit run). Traced: one forward and one backward
+  // event.
+  void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
+  // The forward nodes, or the backward nodes, of one micro-batch held in `slot` (pipelined execution).
+  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+
  protected:
   NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, const ExecutorOptions& options);
   virtual ~NodeLoop() = default;
@@ -84,6 +93,15 @@ class NodeLoop {
   virtual void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) = 0;
   // Every kernel enqueued so far has finished (an accelerator's stream), so a communicator may touch the memory.
   virtual void ready_for_comm() {}
+  // The backend's node loop over nodes [from, to) of `slot` (it ends with finish_gathers()).
+  virtual void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
+                         size_t from, size_t to) = 0;
+  // Around the runs: before a run or a forward (an accelerator copies its host inputs in), after a traced phase or
+  // a forward (it waits for its queue, so that the event is the phase's time), after a run or a backward (it copies
+  // the kept values out and checks the kernels' error flags).
+  virtual void begin_run(int /*slot*/) {}
+  virtual void end_phase() {}
+  virtual void end_run(int /*slot*/) {}
   io::TraceLabel phase(io::TraceKind kind) const { return {kind, first_layer_, last_layer_, {}, trace_mb_}; }
   // Node i's place in the unsplit run, in a kernel context (ops::KernelCtx, cuda::Ctx): its random key in this run
   // (run_key = hash_key(seed, rng_stream)), its first sample (Node::batch_offset_per_rank of this tensor rank) and,

@@ -294,39 +294,8 @@ void CudaExecutor::finish_run(int slot) {
                     "class ids must be at least 0 and below the size of the logits' last axis");
 }
 
-void CudaExecutor::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  stage_inputs(0);
-  if (trace_) {
-    {
-      io::TraceScope f(trace_, phase(io::TraceKind::Forward));
-      run_range(0, training, seed, rng_stream, batch_offset, 0, first_backward_);
-      stream_->synchronize();
-    }
-    if (has_backward()) {
-      io::TraceScope b(trace_, phase(io::TraceKind::Backward));
-      run_range(0, training, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
-      stream_->synchronize();
-    }
-  } else {
-    run_range(0, training, seed, rng_stream, batch_offset, 0, g_.nodes().size());
-  }
-  finish_run(0);
-}
+void CudaExecutor::end_phase() { stream_->synchronize(); }
 
-void CudaExecutor::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  stage_inputs(slot);
-  io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
-  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
-  stream_->synchronize();
-}
-
-void CudaExecutor::run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
-  io::TraceScope scope(trace_, phase(io::TraceKind::Backward));
-  run_range(slot, true, seed, rng_stream, batch_offset, first_backward_, g_.nodes().size());
-  finish_run(slot);
-}
-
-// The communicator runs on its own stream: a collective waits for everything enqueued before it.
 void CudaExecutor::ready_for_comm() { stream_->synchronize(); }
 void CudaExecutor::copy_value(const Tensor& dst, const Tensor& src) { cuda::copy(stream_->ctx(), dst.raw(), src.raw(), src.bytes()); }
 void CudaExecutor::zero_value(const Tensor& dst) { stream_->memset(dst.raw(), 0, dst.bytes()); }

@@ -51,9 +51,6 @@ class CudaExecutor : public NodeLoop {
   const Tensor& device_value(ValueId v, int slot = 0) const { return views_.at(static_cast<size_t>(slot)).at(v.idx()); }
   // Copies one value (any, kept or not while it is live) to host memory `out` (same desc).
   void fetch(ValueId v, const Tensor& out, int slot = 0) const;
-  void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
-  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
-  void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
   // Inputs written on the device by the caller (a pipeline stage's received activations and gradients): the
   // runs do not copy their host staging tensors over them.
   void set_device_fed(const std::vector<ValueId>& inputs);
@@ -80,7 +77,10 @@ class CudaExecutor : public NodeLoop {
 
  private:
   void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
-                 size_t to);
+                 size_t to) override;
+  void begin_run(int slot) override { stage_inputs(slot); }
+  void end_phase() override;
+  void end_run(int slot) override { finish_run(slot); }
   void ready_for_comm() override;
   void copy_value(const Tensor& dst, const Tensor& src) override;
   void zero_value(const Tensor& dst) override;
