@@ -63,19 +63,44 @@ shape() {
          v["recompute:"] ? v["recompute:"] : "none (or per layer)", v["zero:"] ? v["zero:"] : 0 }' "$1"
 }
 recomputed_layers() { grep -c "recompute: " "$1" || true; }
+# cluster_arg NAME: the --cluster argument. dgx-a100-40gb:N (MT-NLG's DGX A100 servers with 40 GB parts, which no
+# preset describes) is written as a cluster file: dgx-a100-80gb's links and peaks, the A100 SXM4 40GB datasheet's
+# memory (40 GB) and HBM bandwidth (1,555 GB/s).
+cluster_arg() {
+  case "$1" in
+    dgx-a100-40gb:*)
+      cat > "$tmp/$1.cluster.yaml" <<YAML
+name: $1
+nodes: ${1##*:}
+devices_per_node: 8
+device:
+  name: a100-sxm4-40gb
+  peak_flops: {f32: 19.5e12, tf32: 156e12, bf16: 312e12, f16: 312e12}
+  memory_bytes: 40e9
+  memory_bandwidth: 1.555e12
+links:
+  intra_node: {bandwidth: 300e9, latency: 3e-6}
+  inter_node: {bandwidth: 25e9, latency: 6e-6}
+YAML
+      echo "$tmp/$1.cluster.yaml" ;;
+    *) echo "$1" ;;
+  esac
+}
 
 # name | layers hidden heads vocab batch | cluster | dp tp pp micro-batch recompute zero | published s | source
 #   published s: the step time published, or derived from the published TFLOP/s or MFU (docs/planner.md)
 run megatron175 96 12288 96 51200 1536
 run k530 105 20480 128 51200 2240
+run mtnlg 105 20480 128 50272 1920
 run bloom176 70 14336 112 250880 2048
 run t1 128 25600 160 51200 3072
 printf '%-36s %-16s %10s %10s %7s   %s\n' case cluster published predicted ratio "braid's choice: predicted (vs published), planning time"
 while IFS='|' read -r name file cluster dp tp pp mb rc zero published; do
   n=$(( ${cluster##*:} * 8 ))
+  cl=$(cluster_arg "$cluster")
   if [ "$published" != "-" ]; then
     pins "$file" "$n" "$dp" "$tp" "$pp" "$mb" "$rc" "$zero"
-    "$BRAID" plan "$tmp/$file.pinned.yaml" --cluster "$cluster" --out "$tmp/$file.pinned.plan.yaml" \
+    "$BRAID" plan "$tmp/$file.pinned.yaml" --cluster "$cl" --out "$tmp/$file.pinned.plan.yaml" \
       ${EXPLAIN:+--explain} > "$tmp/$file.pinned.out" 2>&1 || { cat "$tmp/$file.pinned.out"; exit 1; }
     pred=$(predicted "$tmp/$file.pinned.plan.yaml")
     ratio=$(awk -v p="$pred" -v q="$published" 'BEGIN {printf "%.2f", p / q}')
@@ -83,7 +108,7 @@ while IFS='|' read -r name file cluster dp tp pp mb rc zero published; do
     pred=-; ratio=-
   fi
   t0=$(date +%s.%N)
-  "$BRAID" plan "$tmp/$file.yaml" --cluster "$cluster" --out "$tmp/$file.plan.yaml" > "$tmp/$file.out" 2>&1 ||
+  "$BRAID" plan "$tmp/$file.yaml" --cluster "$cl" --out "$tmp/$file.plan.yaml" > "$tmp/$file.out" 2>&1 ||
     { cat "$tmp/$file.out"; exit 1; }
   t1=$(date +%s.%N)
   own=$(predicted "$tmp/$file.plan.yaml")
@@ -95,6 +120,9 @@ while IFS='|' read -r name file cluster dp tp pp mb rc zero published; do
   [ -z "$EXPLAIN" ] || sed -n '/^chosen:/,/^pure/p' "$tmp/$file.pinned.out" 2>/dev/null || true
 done <<'CASES'
 GPT-3 175B, Megatron-LM README|megatron175|dgx-a100-80gb:128|8|8|16|1|full|0|32
+MT-NLG 530B, 2,240 A100s|mtnlg|dgx-a100-40gb:280|8|8|35|1|full|1|60.1
+MT-NLG 530B, 2,800 A100s|mtnlg|dgx-a100-40gb:350|10|8|35|1|full|1|50.2
+MT-NLG 530B, 3,360 A100s|mtnlg|dgx-a100-40gb:420|12|8|35|1|full|1|44.4
 530B, Korthikanti: selective+SP|k530|dgx-a100-80gb:280|8|8|35|1|selective|0|39.1
 530B, Korthikanti: full recompute|k530|dgx-a100-80gb:280|8|8|35|1|full|0|50.4
 BLOOM-176B shape, ZeRO-1 (DeepSpeed)|bloom176|dgx-a100-80gb:48|8|4|12|2|full|1|78.8
