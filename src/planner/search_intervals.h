@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -82,6 +83,69 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
 #else
   return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua);
 #endif
+}
+
+// ---- the cut DP's cells (search.cpp) ------------------------------------------------------------------------
+// Whether some q < n has mt[q] <= x0, st[q] <= x1 and me[q] <= x2 (some_dominates: the cut DP's "some item of
+// the cell dominates x"), or x0 <= mt[q], x1 <= st[q] and x2 <= me[q] (dominates_some: "x dominates some item"),
+// over the cell's fields packed: W items per step in GCC's vector extensions, no early exit; the same truth value
+// as the loop over the items that stops at the first (<= is false on NaN alike, in vectors as in scalars). One
+// version per instruction set, chosen once by the CPU (not target_clones: GCC lowers a clone's vector extensions
+// for the default target, one element at a time).
+typedef double V2d __attribute__((vector_size(16)));
+typedef long long V2l __attribute__((vector_size(16)));
+typedef double V4d __attribute__((vector_size(32)));
+typedef long long V4l __attribute__((vector_size(32)));
+typedef double V8d __attribute__((vector_size(64)));
+typedef long long V8l __attribute__((vector_size(64)));
+#define BRAID_LE(u, v) ((u) <= (v))
+#define BRAID_GE(u, v) ((v) <= (u))
+#define BRAID_ANY_DOMINANCE(VD, VL, W, LE)                                                                  \
+  size_t q = 0;                                                                                             \
+  VL acc = {};                                                                                              \
+  const VD a0 = x0 - VD{}, a1 = x1 - VD{}, a2 = x2 - VD{};                                                  \
+  for (; q + (W) <= n; q += (W)) {                                                                          \
+    VD b0, b1, b2;                                                                                          \
+    std::memcpy(&b0, mt + q, sizeof b0);                                                                    \
+    std::memcpy(&b1, st + q, sizeof b1);                                                                    \
+    std::memcpy(&b2, me + q, sizeof b2);                                                                    \
+    acc |= LE(b0, a0) & LE(b1, a1) & LE(b2, a2);                                                            \
+  }                                                                                                         \
+  bool any = false;                                                                                         \
+  for (int l = 0; l < (W); ++l) any |= acc[l] != 0;                                                         \
+  for (; q < n; ++q) any |= LE(mt[q], x0) & LE(st[q], x1) & LE(me[q], x2);                                  \
+  return any
+#define BRAID_DOMINANCE_FNS(SUFFIX, ATTR, VD, VL, W)                                                          \
+  ATTR inline bool some_dominates_##SUFFIX(const double* mt, const double* st, const double* me, size_t n, double x0, \
+                                    double x1, double x2) {                                                   \
+    BRAID_ANY_DOMINANCE(VD, VL, W, BRAID_LE);                                                                 \
+  }                                                                                                           \
+  ATTR inline bool dominates_some_##SUFFIX(const double* mt, const double* st, const double* me, size_t n, double x0, \
+                                    double x1, double x2) {                                                   \
+    BRAID_ANY_DOMINANCE(VD, VL, W, BRAID_GE);                                                                 \
+  }
+BRAID_DOMINANCE_FNS(base, , V2d, V2l, 2)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+BRAID_DOMINANCE_FNS(avx2, __attribute__((target("avx2"))), V4d, V4l, 4)
+BRAID_DOMINANCE_FNS(avx512, __attribute__((target("avx512f"))), V8d, V8l, 8)
+#endif
+#undef BRAID_DOMINANCE_FNS
+#undef BRAID_ANY_DOMINANCE
+#undef BRAID_LE
+#undef BRAID_GE
+using DominanceFn = bool (*)(const double*, const double*, const double*, size_t, double, double, double);
+struct DominanceFns {
+  DominanceFn some_dominates, dominates_some;
+};
+inline const DominanceFns& dominance_fns() {
+  static const DominanceFns fns = []() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512f")) return DominanceFns{some_dominates_avx512, dominates_some_avx512};
+    if (__builtin_cpu_supports("avx2")) return DominanceFns{some_dominates_avx2, dominates_some_avx2};
+#endif
+    return DominanceFns{some_dominates_base, dominates_some_base};
+  }();
+  return fns;
 }
 
 // Recomputation modes of a unit, as Choice::option values (negative: not a layer option). Inside a unit the mode

@@ -3,6 +3,7 @@
 // 175B-parameter GPT for 1,024 A100s. Also the cluster file and presets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -596,6 +597,35 @@ TEST(Search, DominanceEqualsTheFieldByFieldComparison) {
                        x.buffers <= y.buffers && x.ua <= y.ua;
     EXPECT_EQ(search_detail::dominates(x, y), plain);
     EXPECT_EQ(x.t <= y.t && search_detail::dominates_rest(x, y), plain);
+  }
+}
+
+// The cut DP's packed dominance scans (each instruction set's version) against the loops over the items.
+TEST(Search, PackedDominanceEqualsTheLoops) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> v(0, 3);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<search_detail::DominanceFns> all = {{search_detail::some_dominates_base, search_detail::dominates_some_base}};
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (__builtin_cpu_supports("avx2")) all.push_back({search_detail::some_dominates_avx2, search_detail::dominates_some_avx2});
+  if (__builtin_cpu_supports("avx512f")) all.push_back({search_detail::some_dominates_avx512, search_detail::dominates_some_avx512});
+#endif
+  all.push_back(search_detail::dominance_fns());
+  for (int round = 0; round < 5000; ++round) {
+    const size_t n = static_cast<size_t>(round % 40);
+    std::vector<double> mt(n), st(n), me(n);
+    for (size_t q = 0; q < n; ++q) mt[q] = v(rng), st[q] = v(rng), me[q] = v(rng);
+    if (n > 0 && round % 7 == 0) st[static_cast<size_t>(round) % n] = nan;
+    double x0 = v(rng), x1 = v(rng), x2 = round % 11 == 0 ? nan : v(rng);
+    bool some = false, dom = false;
+    for (size_t q = 0; q < n; ++q) {
+      some |= mt[q] <= x0 && st[q] <= x1 && me[q] <= x2;
+      dom |= x0 <= mt[q] && x1 <= st[q] && x2 <= me[q];
+    }
+    for (const auto& f : all) {
+      EXPECT_EQ(f.some_dominates(mt.data(), st.data(), me.data(), n, x0, x1, x2), some) << "round " << round;
+      EXPECT_EQ(f.dominates_some(mt.data(), st.data(), me.data(), n, x0, x1, x2), dom) << "round " << round;
+    }
   }
 }
 
