@@ -190,18 +190,35 @@ inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
 // Sorted by t.
 // make_ch() gives e its choice record once e is known not to be dominated (most candidates are: allocating
 // their records first dominated the layer DP's time).
+// The same as: hi = std::upper_bound by t; e dominated by an entry of [begin, hi): return; lo = std::lower_bound
+// by t; std::remove_if over [lo, end) of the entries e dominates; e inserted at std::upper_bound by t. The bounds
+// found by the scans the dominance tests make anyway (binary searches were a third of the layer DP's time: their
+// branches are unpredictable), the insertion point during the removal (the kept entries of t == e.t stay before
+// e). Times are never NaN (sums of non-negative figures, +inf for an infeasible option), so the fronts are
+// partitioned by every comparison the searches make and the scans find the same positions.
 template <class MakeChoice>
 inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped, MakeChoice make_ch) {
   // Sorted by t: only entries with t <= e.t can dominate e, only those with t >= e.t can be dominated by it.
-  auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
-  auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
-  for (auto it = front.begin(); it != hi; ++it)
-    if (dominates_rest(*it, e)) return;
+  const size_t n = front.size();
+  Entry* f = front.data();
+  size_t q = 0;
+  for (; q < n && f[q].t < e.t; ++q)
+    if (dominates_rest(f[q], e)) return;
+  const size_t lo = q;
+  for (; q < n && !(e.t < f[q].t); ++q)
+    if (dominates_rest(f[q], e)) return;
+  const size_t hi = q;
   make_ch(e);
-  auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
-  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates_rest(e, f); }), front.end());
-  auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
-  front.insert(at, std::move(e));
+  size_t w = lo, at = lo;
+  for (size_t r = lo; r < n; ++r) {
+    if (r == hi) at = w;
+    if (dominates_rest(e, f[r])) continue;
+    if (w != r) f[w] = f[r];
+    ++w;
+  }
+  if (hi == n) at = w;
+  front.resize(w);
+  front.insert(front.begin() + static_cast<std::ptrdiff_t>(at), std::move(e));
   if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
 }
 inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {

@@ -600,6 +600,40 @@ TEST(Search, DominanceEqualsTheFieldByFieldComparison) {
   }
 }
 
+// insert() finds its positions by the scans of its dominance tests: the same fronts, in the same order, as the
+// formulation with std::upper_bound / std::lower_bound / std::remove_if it replaced (ties in t and in every other
+// field common; trims included).
+TEST(Search, InsertEqualsTheBinarySearchFormulation) {
+  std::mt19937 rng(13);
+  auto plain = [](std::vector<search_detail::Entry>& front, search_detail::Entry e, int cap, bool* capped) {
+    auto by_t = [](const search_detail::Entry& a, const search_detail::Entry& b) { return a.t < b.t; };
+    auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
+    for (auto it = front.begin(); it != hi; ++it)
+      if (search_detail::dominates_rest(*it, e)) return;
+    auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
+    front.erase(std::remove_if(lo, front.end(), [&](const search_detail::Entry& f) { return search_detail::dominates_rest(e, f); }),
+                front.end());
+    front.insert(std::upper_bound(front.begin(), front.end(), e, by_t), e);
+    if (static_cast<int>(front.size()) > 2 * cap) search_detail::trim(front, cap, capped);
+  };
+  for (int round = 0; round < 300; ++round) {
+    const int cap = 1 + round % 12;
+    std::vector<search_detail::Entry> a, b;
+    bool ca = false, cb = false;
+    int made = 0;
+    for (const auto& e : random_front(rng, 20 + round % 200)) {
+      search_detail::Entry x = e;
+      x.t = std::uniform_int_distribution<int>(0, 5)(rng);  // arrival in any order of t
+      plain(a, x, cap, &ca);
+      search_detail::insert(b, x, cap, &cb, [&](search_detail::Entry&) { ++made; });
+      ASSERT_EQ(a.size(), b.size()) << "round " << round;
+      for (size_t q = 0; q < a.size(); ++q) ASSERT_EQ(a[q].ch, b[q].ch) << "round " << round << " at " << q;
+    }
+    EXPECT_EQ(ca, cb);
+    EXPECT_GT(made, 0);
+  }
+}
+
 // The cut DP's packed dominance scans (each instruction set's version) against the loops over the items.
 TEST(Search, PackedDominanceEqualsTheLoops) {
   std::mt19937 rng(17);
