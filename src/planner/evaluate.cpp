@@ -114,10 +114,6 @@ double zero_micro_batch_comm(const CostModel& m, const Group& g, double param_by
   return zero_micro_batch_comm(zero_comm_parts(m, g, param_bytes, tensors, 0, zero));
 }
 
-double pipeline_step(double max_t, double sum_t, double max_tail, int64_t m, int v) {
-  return (static_cast<double>(m) * v - 1) * max_t + sum_t / v + max_tail;
-}
-
 double shared_speed(int busy, int devices, int cores) {
   if (cores <= 0 || busy <= 0) return 1;
   devices = std::max(1, devices);

@@ -136,7 +136,10 @@ ZeroCommParts zero_comm_parts(const CostModel& m, const Group& dp_group, double 
 void zero_sync(const ZeroCommParts& z, double backward_s, double* total, double* exposed);
 double zero_micro_batch_comm(const ZeroCommParts& z);
 // (m v - 1) max T + (1/v) sum T + max tail.
-double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages);
+// Inline: the search's cut DP evaluates it most.
+inline double pipeline_step(double max_t, double sum_t, double max_tail, int64_t micro_batches, int virtual_stages) {
+  return (static_cast<double>(micro_batches) * virtual_stages - 1) * max_t + sum_t / virtual_stages + max_tail;
+}
 
 // Processor sharing (docs/planner.md, "Pipelines on shared cores"): one (virtual) stage's micro-batch.
 // compute times are those with every device of the cluster busy (how the cost model's figures are

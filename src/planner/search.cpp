@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -45,6 +46,61 @@ struct CutItem {
   double max_t, sum_t, max_e;
   int prev_i, prev_idx;  // the previous cell (unit, index in its list), -1 at the start
   const Entry* e;
+};
+
+// A cut-DP cell: its items, and their three objective fields packed for the dominance scans (equal to the items'),
+// padded with NaN to a multiple of 8 items (a comparison with NaN is false: padding dominates nothing and is
+// dominated by nothing), so that the scans have no scalar remainder.
+struct Cell {
+  std::vector<CutItem> items;
+  std::vector<double> mt, st, me;
+  bool empty() const { return items.empty(); }
+  size_t size() const { return items.size(); }
+  const CutItem& operator[](size_t q) const { return items[q]; }
+  static size_t padded(size_t n) { return (n + 7) / 8 * 8; }
+  void pad() {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const size_t n = items.size(), p = padded(n);
+    for (auto* v : {&mt, &st, &me}) {
+      v->resize(p, nan);
+      std::fill(v->begin() + static_cast<std::ptrdiff_t>(n), v->end(), nan);
+    }
+  }
+  void push_back(const CutItem& x) {
+    items.push_back(x);
+    const size_t q = items.size() - 1;
+    if (mt.size() < items.size()) pad();
+    mt[q] = x.max_t;
+    st[q] = x.sum_t;
+    me[q] = x.max_e;
+  }
+  // Whether an item dominates x ((x.max_t, x.sum_t, x.max_e) no smaller in each).
+  bool dominated(const CutItem& x) const {
+    return search_detail::dominance_fns().some_dominates(mt.data(), st.data(), me.data(), mt.size(), x.max_t, x.sum_t,
+                                                         x.max_e);
+  }
+  // Drops the items x dominates, keeping the others in their order (std::remove_if).
+  void drop_dominated_by(const CutItem& x) {
+    if (!search_detail::dominance_fns().dominates_some(mt.data(), st.data(), me.data(), mt.size(), x.max_t, x.sum_t,
+                                                       x.max_e))
+      return;
+    size_t w = 0;
+    for (size_t q = 0; q < items.size(); ++q) {
+      if ((x.max_t <= mt[q]) & (x.sum_t <= st[q]) & (x.max_e <= me[q])) continue;
+      items[w] = items[q];
+      mt[w] = mt[q];
+      st[w] = st[q];
+      me[w] = me[q];
+      ++w;
+    }
+    items.resize(w);
+    pad();
+  }
+  // After items changed (the cap's truncation): the packed fields again.
+  void repack() {
+    pad();
+    for (size_t q = 0; q < items.size(); ++q) mt[q] = items[q].max_t, st[q] = items[q].sum_t, me[q] = items[q].max_e;
+  }
 };
 
 class Searcher {
@@ -445,15 +501,10 @@ class Searcher {
       for (int j = 1; j < U; ++j)
         if (forced_cuts_.count(bounds_[static_cast<size_t>(j)])) pinned_bounds.insert(j);
     // dp[k][j]: ways to cover units [0, j) with k stages, Pareto on (max T, sum T, max tail).
-    std::vector<std::vector<std::vector<CutItem>>> dp(static_cast<size_t>(S) + 1,
-                                                      std::vector<std::vector<CutItem>>(static_cast<size_t>(U) + 1));
+    std::vector<std::vector<Cell>> dp(static_cast<size_t>(S) + 1, std::vector<Cell>(static_cast<size_t>(U) + 1));
     dp[0][0].push_back(CutItem{0, 0, 0, -1, -1, nullptr});
-    auto dominated = [](const CutItem& x, const CutItem& y) {
-      return (x.max_t <= y.max_t) & (x.sum_t <= y.sum_t) & (x.max_e <= y.max_e);
-    };
-    auto objective = [&](const CutItem& x) {
-      return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v) + m_.step_overhead();
-    };
+    const double overhead = m_.step_overhead();  // once: a virtual call per item was a part of the cut DP's time
+    auto objective = [&](const CutItem& x) { return pipeline_step(x.max_t, x.sum_t, x.max_e, c.m, c.v) + overhead; };
     const double hand_off = m_.micro_batch_overhead(S > 1);
     struct Cand {
       double t, tail;
@@ -526,22 +577,17 @@ class Searcher {
               CutItem x{std::max(prev[q].max_t, cd.t), prev[q].sum_t + cd.t, std::max(prev[q].max_e, cd.tail), i,
                         static_cast<int>(q), cd.e};
               if (objective(x) >= best) continue;
-              bool dom = false;
-              for (const auto& y : cell)
-                if (dominated(y, x)) {
-                  dom = true;
-                  break;
-                }
-              if (dom) continue;
-              cell.erase(std::remove_if(cell.begin(), cell.end(), [&](const CutItem& y) { return dominated(x, y); }), cell.end());
+              if (cell.dominated(x)) continue;
+              cell.drop_dominated_by(x);
               cell.push_back(x);
               if (static_cast<int>(cell.size()) > o_.front_cap) {
                 // std::stable_sort by objective, each item's computed once.
                 keyed.clear();
-                for (const CutItem& y : cell) keyed.emplace_back(objective(y), y);
+                for (const CutItem& y : cell.items) keyed.emplace_back(objective(y), y);
                 std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-                cell.resize(static_cast<size_t>(o_.front_cap));
-                for (size_t q2 = 0; q2 < cell.size(); ++q2) cell[q2] = keyed[q2].second;
+                cell.items.resize(static_cast<size_t>(o_.front_cap));
+                for (size_t q2 = 0; q2 < cell.size(); ++q2) cell.items[q2] = keyed[q2].second;
+                cell.repack();
                 capped_ = true;
               }
             }

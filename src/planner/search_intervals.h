@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -84,6 +85,69 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
 #endif
 }
 
+// ---- the cut DP's cells (search.cpp) ------------------------------------------------------------------------
+// Whether some q < n has mt[q] <= x0, st[q] <= x1 and me[q] <= x2 (some_dominates: the cut DP's "some item of
+// the cell dominates x"), or x0 <= mt[q], x1 <= st[q] and x2 <= me[q] (dominates_some: "x dominates some item"),
+// over the cell's fields packed: W items per step in GCC's vector extensions, no early exit; the same truth value
+// as the loop over the items that stops at the first (<= is false on NaN alike, in vectors as in scalars). One
+// version per instruction set, chosen once by the CPU (not target_clones: GCC lowers a clone's vector extensions
+// for the default target, one element at a time).
+typedef double V2d __attribute__((vector_size(16)));
+typedef long long V2l __attribute__((vector_size(16)));
+typedef double V4d __attribute__((vector_size(32)));
+typedef long long V4l __attribute__((vector_size(32)));
+typedef double V8d __attribute__((vector_size(64)));
+typedef long long V8l __attribute__((vector_size(64)));
+#define BRAID_LE(u, v) ((u) <= (v))
+#define BRAID_GE(u, v) ((v) <= (u))
+#define BRAID_ANY_DOMINANCE(VD, VL, W, LE)                                                                  \
+  size_t q = 0;                                                                                             \
+  VL acc = {};                                                                                              \
+  const VD a0 = x0 - VD{}, a1 = x1 - VD{}, a2 = x2 - VD{};                                                  \
+  for (; q + (W) <= n; q += (W)) {                                                                          \
+    VD b0, b1, b2;                                                                                          \
+    std::memcpy(&b0, mt + q, sizeof b0);                                                                    \
+    std::memcpy(&b1, st + q, sizeof b1);                                                                    \
+    std::memcpy(&b2, me + q, sizeof b2);                                                                    \
+    acc |= LE(b0, a0) & LE(b1, a1) & LE(b2, a2);                                                            \
+  }                                                                                                         \
+  bool any = false;                                                                                         \
+  for (int l = 0; l < (W); ++l) any |= acc[l] != 0;                                                         \
+  for (; q < n; ++q) any |= LE(mt[q], x0) & LE(st[q], x1) & LE(me[q], x2);                                  \
+  return any
+#define BRAID_DOMINANCE_FNS(SUFFIX, ATTR, VD, VL, W)                                                          \
+  ATTR inline bool some_dominates_##SUFFIX(const double* mt, const double* st, const double* me, size_t n, double x0, \
+                                    double x1, double x2) {                                                   \
+    BRAID_ANY_DOMINANCE(VD, VL, W, BRAID_LE);                                                                 \
+  }                                                                                                           \
+  ATTR inline bool dominates_some_##SUFFIX(const double* mt, const double* st, const double* me, size_t n, double x0, \
+                                    double x1, double x2) {                                                   \
+    BRAID_ANY_DOMINANCE(VD, VL, W, BRAID_GE);                                                                 \
+  }
+BRAID_DOMINANCE_FNS(base, , V2d, V2l, 2)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+BRAID_DOMINANCE_FNS(avx2, __attribute__((target("avx2"))), V4d, V4l, 4)
+BRAID_DOMINANCE_FNS(avx512, __attribute__((target("avx512f"))), V8d, V8l, 8)
+#endif
+#undef BRAID_DOMINANCE_FNS
+#undef BRAID_ANY_DOMINANCE
+#undef BRAID_LE
+#undef BRAID_GE
+using DominanceFn = bool (*)(const double*, const double*, const double*, size_t, double, double, double);
+struct DominanceFns {
+  DominanceFn some_dominates, dominates_some;
+};
+inline const DominanceFns& dominance_fns() {
+  static const DominanceFns fns = []() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512f")) return DominanceFns{some_dominates_avx512, dominates_some_avx512};
+    if (__builtin_cpu_supports("avx2")) return DominanceFns{some_dominates_avx2, dominates_some_avx2};
+#endif
+    return DominanceFns{some_dominates_base, dominates_some_base};
+  }();
+  return fns;
+}
+
 // Recomputation modes of a unit, as Choice::option values (negative: not a layer option). Inside a unit the mode
 // is part of the state (kModeKey), so that entries of different modes never dominate each other there.
 constexpr int kRecomputeSelective = -1;
@@ -126,18 +190,35 @@ inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
 // Sorted by t.
 // make_ch() gives e its choice record once e is known not to be dominated (most candidates are: allocating
 // their records first dominated the layer DP's time).
+// The same as: hi = std::upper_bound by t; e dominated by an entry of [begin, hi): return; lo = std::lower_bound
+// by t; std::remove_if over [lo, end) of the entries e dominates; e inserted at std::upper_bound by t. The bounds
+// found by the scans the dominance tests make anyway (binary searches were a third of the layer DP's time: their
+// branches are unpredictable), the insertion point during the removal (the kept entries of t == e.t stay before
+// e). Times are never NaN (sums of non-negative figures, +inf for an infeasible option), so the fronts are
+// partitioned by every comparison the searches make and the scans find the same positions.
 template <class MakeChoice>
 inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped, MakeChoice make_ch) {
   // Sorted by t: only entries with t <= e.t can dominate e, only those with t >= e.t can be dominated by it.
-  auto by_t = [](const Entry& a, const Entry& b) { return a.t < b.t; };
-  auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
-  for (auto it = front.begin(); it != hi; ++it)
-    if (dominates_rest(*it, e)) return;
+  const size_t n = front.size();
+  Entry* f = front.data();
+  size_t q = 0;
+  for (; q < n && f[q].t < e.t; ++q)
+    if (dominates_rest(f[q], e)) return;
+  const size_t lo = q;
+  for (; q < n && !(e.t < f[q].t); ++q)
+    if (dominates_rest(f[q], e)) return;
+  const size_t hi = q;
   make_ch(e);
-  auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
-  front.erase(std::remove_if(lo, front.end(), [&](const Entry& f) { return dominates_rest(e, f); }), front.end());
-  auto at = std::upper_bound(front.begin(), front.end(), e, by_t);
-  front.insert(at, std::move(e));
+  size_t w = lo, at = lo;
+  for (size_t r = lo; r < n; ++r) {
+    if (r == hi) at = w;
+    if (dominates_rest(e, f[r])) continue;
+    if (w != r) f[w] = f[r];
+    ++w;
+  }
+  if (hi == n) at = w;
+  front.resize(w);
+  front.insert(front.begin() + static_cast<std::ptrdiff_t>(at), std::move(e));
   if (static_cast<int>(front.size()) > 2 * cap) trim(front, cap, capped);
 }
 inline void insert(std::vector<Entry>& front, Entry e, int cap, bool* capped) {
@@ -380,6 +461,9 @@ class Intervals {
           if (last_use_[n.outputs[q].idx()] > l) ns.emplace_back((l - start) * kOut + static_cast<int>(q), o.out[q]);
         std::sort(ns.begin(), ns.end());
         auto& dst = out[ns];
+        // Room for insert()'s most (2 cap + 1 before its trim) at once: no regrowth (allocations were a tenth of
+        // the layer DP's time).
+        if (dst.capacity() == 0) dst.reserve(static_cast<size_t>(2 * cap_ + 1));
         for (const Entry& e : entries) {
           Entry x = e;
           x.t += f + b + o.forward_s + o.backward_s;

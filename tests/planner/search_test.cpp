@@ -3,6 +3,7 @@
 // 175B-parameter GPT for 1,024 A100s. Also the cluster file and presets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -627,6 +628,69 @@ TEST(Search, ZeroCollectivesCountOnePerParameterTensorAndAreExposed) {
   }
   // More tensors of the same bytes: more latencies.
   EXPECT_GT(zero_micro_batch_comm(*m, g, bytes, 100, 3), zero_micro_batch_comm(*m, g, bytes, 10, 3));
+}
+
+// insert() finds its positions by the scans of its dominance tests: the same fronts, in the same order, as the
+// formulation with std::upper_bound / std::lower_bound / std::remove_if it replaced (ties in t and in every other
+// field common; trims included).
+TEST(Search, InsertEqualsTheBinarySearchFormulation) {
+  std::mt19937 rng(13);
+  auto plain = [](std::vector<search_detail::Entry>& front, search_detail::Entry e, int cap, bool* capped) {
+    auto by_t = [](const search_detail::Entry& a, const search_detail::Entry& b) { return a.t < b.t; };
+    auto hi = std::upper_bound(front.begin(), front.end(), e, by_t);
+    for (auto it = front.begin(); it != hi; ++it)
+      if (search_detail::dominates_rest(*it, e)) return;
+    auto lo = std::lower_bound(front.begin(), front.end(), e, by_t);
+    front.erase(std::remove_if(lo, front.end(), [&](const search_detail::Entry& f) { return search_detail::dominates_rest(e, f); }),
+                front.end());
+    front.insert(std::upper_bound(front.begin(), front.end(), e, by_t), e);
+    if (static_cast<int>(front.size()) > 2 * cap) search_detail::trim(front, cap, capped);
+  };
+  for (int round = 0; round < 300; ++round) {
+    const int cap = 1 + round % 12;
+    std::vector<search_detail::Entry> a, b;
+    bool ca = false, cb = false;
+    int made = 0;
+    for (const auto& e : random_front(rng, 20 + round % 200)) {
+      search_detail::Entry x = e;
+      x.t = std::uniform_int_distribution<int>(0, 5)(rng);  // arrival in any order of t
+      plain(a, x, cap, &ca);
+      search_detail::insert(b, x, cap, &cb, [&](search_detail::Entry&) { ++made; });
+      ASSERT_EQ(a.size(), b.size()) << "round " << round;
+      for (size_t q = 0; q < a.size(); ++q) ASSERT_EQ(a[q].ch, b[q].ch) << "round " << round << " at " << q;
+    }
+    EXPECT_EQ(ca, cb);
+    EXPECT_GT(made, 0);
+  }
+}
+
+// The cut DP's packed dominance scans (each instruction set's version) against the loops over the items.
+TEST(Search, PackedDominanceEqualsTheLoops) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> v(0, 3);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<search_detail::DominanceFns> all = {{search_detail::some_dominates_base, search_detail::dominates_some_base}};
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (__builtin_cpu_supports("avx2")) all.push_back({search_detail::some_dominates_avx2, search_detail::dominates_some_avx2});
+  if (__builtin_cpu_supports("avx512f")) all.push_back({search_detail::some_dominates_avx512, search_detail::dominates_some_avx512});
+#endif
+  all.push_back(search_detail::dominance_fns());
+  for (int round = 0; round < 5000; ++round) {
+    const size_t n = static_cast<size_t>(round % 40);
+    std::vector<double> mt(n), st(n), me(n);
+    for (size_t q = 0; q < n; ++q) mt[q] = v(rng), st[q] = v(rng), me[q] = v(rng);
+    if (n > 0 && round % 7 == 0) st[static_cast<size_t>(round) % n] = nan;
+    double x0 = v(rng), x1 = v(rng), x2 = round % 11 == 0 ? nan : v(rng);
+    bool some = false, dom = false;
+    for (size_t q = 0; q < n; ++q) {
+      some |= mt[q] <= x0 && st[q] <= x1 && me[q] <= x2;
+      dom |= x0 <= mt[q] && x1 <= st[q] && x2 <= me[q];
+    }
+    for (const auto& f : all) {
+      EXPECT_EQ(f.some_dominates(mt.data(), st.data(), me.data(), n, x0, x1, x2), some) << "round " << round;
+      EXPECT_EQ(f.dominates_some(mt.data(), st.data(), me.data(), n, x0, x1, x2), dom) << "round " << round;
+    }
+  }
 }
 
 // zero_sync and zero_micro_batch_comm equal their parts composed (the search computes the parts once per entry).
