@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "planner/layer_cost.h"
+#include "planner/search_cut.h"
 #include "planner/search_intervals.h"
 
 namespace braid::planner {
@@ -41,67 +42,6 @@ struct Config {
 
 // Above this many units the search tries recomputation and ZeRO 2-3 for a shape only where nothing fitted without.
 constexpr int kExactUnits = 32;
-
-struct CutItem {
-  double max_t, sum_t, max_e;
-  int prev_i, prev_idx;  // the previous cell (unit, index in its list), -1 at the start
-  const Entry* e;
-};
-
-// A cut-DP cell: its items, and their three objective fields packed for the dominance scans (equal to the items'),
-// padded with NaN to a multiple of 8 items (a comparison with NaN is false: padding dominates nothing and is
-// dominated by nothing), so that the scans have no scalar remainder.
-struct Cell {
-  std::vector<CutItem> items;
-  std::vector<double> mt, st, me;
-  bool empty() const { return items.empty(); }
-  size_t size() const { return items.size(); }
-  const CutItem& operator[](size_t q) const { return items[q]; }
-  static size_t padded(size_t n) { return (n + 7) / 8 * 8; }
-  void pad() {
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    const size_t n = items.size(), p = padded(n);
-    for (auto* v : {&mt, &st, &me}) {
-      v->resize(p, nan);
-      std::fill(v->begin() + static_cast<std::ptrdiff_t>(n), v->end(), nan);
-    }
-  }
-  void push_back(const CutItem& x) {
-    items.push_back(x);
-    const size_t q = items.size() - 1;
-    if (mt.size() < items.size()) pad();
-    mt[q] = x.max_t;
-    st[q] = x.sum_t;
-    me[q] = x.max_e;
-  }
-  // Whether an item dominates x ((x.max_t, x.sum_t, x.max_e) no smaller in each).
-  bool dominated(const CutItem& x) const {
-    return search_detail::dominance_fns().some_dominates(mt.data(), st.data(), me.data(), mt.size(), x.max_t, x.sum_t,
-                                                         x.max_e);
-  }
-  // Drops the items x dominates, keeping the others in their order (std::remove_if).
-  void drop_dominated_by(const CutItem& x) {
-    if (!search_detail::dominance_fns().dominates_some(mt.data(), st.data(), me.data(), mt.size(), x.max_t, x.sum_t,
-                                                       x.max_e))
-      return;
-    size_t w = 0;
-    for (size_t q = 0; q < items.size(); ++q) {
-      if ((x.max_t <= mt[q]) & (x.sum_t <= st[q]) & (x.max_e <= me[q])) continue;
-      items[w] = items[q];
-      mt[w] = mt[q];
-      st[w] = st[q];
-      me[w] = me[q];
-      ++w;
-    }
-    items.resize(w);
-    pad();
-  }
-  // After items changed (the cap's truncation): the packed fields again.
-  void repack() {
-    pad();
-    for (size_t q = 0; q < items.size(); ++q) mt[q] = items[q].max_t, st[q] = items[q].sum_t, me[q] = items[q].max_e;
-  }
-};
 
 class Searcher {
  public:
@@ -483,14 +423,17 @@ class Searcher {
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
-    // tensors_before[j]: the trainable parameter tensors of the layers before unit j (every option of a layer has
-    // the same; intervals sharing a front are alike, so they have the same count).
-    std::vector<int> tensors_before(static_cast<size_t>(U) + 1, 0);
-    for (int j = 0; j < U; ++j) {
-      int n = 0;
-      for (int l = bounds_[static_cast<size_t>(j)]; l < bounds_[static_cast<size_t>(j) + 1]; ++l) n += lc.options(l)[0].param_tensors;
-      tensors_before[static_cast<size_t>(j) + 1] = tensors_before[static_cast<size_t>(j)] + n;
+    // tensors_before[j]: the trainable parameter tensors of the layers before unit j (every option of a layer, at
+    // any tp and micro-batch, has the same; intervals sharing a front are alike, so they have the same count). Once.
+    if (tensors_before_.empty()) {
+      tensors_before_.assign(static_cast<size_t>(U) + 1, 0);
+      for (int j = 0; j < U; ++j) {
+        int n = 0;
+        for (int l = bounds_[static_cast<size_t>(j)]; l < bounds_[static_cast<size_t>(j) + 1]; ++l) n += lc.options(l)[0].param_tensors;
+        tensors_before_[static_cast<size_t>(j) + 1] = tensors_before_[static_cast<size_t>(j)] + n;
+      }
     }
+    const std::vector<int>& tensors_before = tensors_before_;
     std::vector<int> dg;
     for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
     Group dp_group = group_of(cl_, dg);
@@ -680,6 +623,7 @@ class Searcher {
   const Cluster& cl_;
   std::vector<const graph::Node*> fwd_;
   std::vector<int> bounds_;
+  std::vector<int> tensors_before_;  // per unit boundary (solve)
   int units_ = 0;
   std::vector<int> last_use_;
   std::set<int> forced_cuts_;
