@@ -15,7 +15,8 @@
 namespace braid::exec {
 namespace {
 
-std::atomic<int> g_signal{0};
+std::atomic<int> g_taken{0};   // the first signal seen (a second one leaves at once)
+std::atomic<int> g_signal{0};  // published once its message is written: what the loop polls
 struct sigaction g_old_int, g_old_term;
 std::atomic<bool> g_routed{false};
 std::atomic<long> g_signal_tid{0};
@@ -23,10 +24,12 @@ constexpr size_t kMsgMax = 256;
 char g_msg[kMsgMax] = "\nbraid: stopping after this step (saving a checkpoint); signal again to quit at once\n";
 
 void on_signal(int sig) {
-  if (g_signal.load() != 0) _exit(128 + sig);  // second signal: leave now
-  g_signal.store(sig);
+  if (g_taken.exchange(sig) != 0) _exit(128 + sig);  // second signal: leave now
+  // The message first, then the flag: the loop's own lines (checkpoint saved, exit) come after it, and a
+  // process that exits as soon as it sees the flag has already printed it.
   ssize_t ignored = write(STDERR_FILENO, g_msg, std::strlen(g_msg));
   (void)ignored;
+  g_signal.store(sig);
 }
 
 sigset_t stop_set() {
@@ -82,6 +85,7 @@ bool signals_routed() { return g_routed.load(); }
 long signal_thread_id() { return g_signal_tid.load(); }
 
 StopSignals::StopSignals() {
+  g_taken.store(0);
   g_signal.store(0);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
