@@ -51,7 +51,7 @@ for m in $MODELS; do
     echo "== $m round $r: braid"
     env ${BRAID_ENV:-} /usr/bin/time -f %M -o "$RAW/braid_${m}_r$r.rss" \
       "$BRAID" bench "$ROOT/configs/bench/$m.yaml" --steps "$STEPS" --warmup "$WARMUP" --window "$WINDOW" \
-      --json "$RAW/braid_${m}_r$r.json" | tail -n 3
+      --json "$RAW/braid_${m}_r$r.json" | tee "$RAW/braid_${m}_r$r.txt" | grep -E "OpenMP wait|samples/s" | tail -n 3
     for setting in default 1 2passive; do
       echo "== $m round $r: torch, threads $setting"
       case $setting in

@@ -269,6 +269,14 @@ int bench(const BenchArgs& a, FILE* out) {
   std::fprintf(out, "braid bench: %lld warmup + %lld timed steps per run, windows of %lld steps; peak %.1f GFLOP/s (%s)\n",
                static_cast<long long>(a.warmup), static_cast<long long>(a.steps), static_cast<long long>(a.window),
                peak.gflops, peak.source.c_str());
+  {  // src/cli/main.cpp chose it (or the user did)
+    const char* wait = std::getenv("BRAID_OPENMP_WAIT");
+    const char* pol = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    std::string w = wait ? wait : pol ? std::string("OMP_WAIT_POLICY=") + pol + " (set by the user)"
+                                : spin ? std::string("GOMP_SPINCOUNT=") + spin + " (set by the user)" : "libgomp's default";
+    std::fprintf(out, "  OpenMP wait: %s\n", w.c_str());
+  }
   // Load every configuration first, so that a mistake in the last one fails before any time is spent.
   struct Job {
     std::string run, sweep;

@@ -2,15 +2,18 @@
 // 1 a failure outside the user's files: another process, out of memory, a full disk).
 #include <CLI/CLI.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/machine_load.h"
 #include "core/resource_error.h"
 #include "distributed/launch.h"
 #include "exec/backend.h"
@@ -18,23 +21,33 @@
 
 namespace {
 
-// OpenMP's default wait policy (libgomp: a thread spins ~300k iterations at every barrier before sleeping)
-// is pathological on a shared machine: a spinning thread holds the core the thread it waits for needs. On
-// the 2-core machine under a load of 9, LeNet ran at 40 samples/s with spinning and 490 with
-// OMP_WAIT_POLICY=passive (docs/benchmarks.md). libgomp reads the policy when it is loaded, before main, so
-// braid re-executes itself once with OMP_WAIT_POLICY=passive unless the user chose a policy
-// (OMP_WAIT_POLICY or GOMP_SPINCOUNT set). If the re-exec fails, braid simply runs with the default.
-void prefer_passive_openmp(char** argv) {
+// OpenMP's wait, which libgomp reads when it is loaded (before main), so braid re-executes itself once with it
+// set unless the user chose one (OMP_WAIT_POLICY or GOMP_SPINCOUNT set); if the re-exec fails braid runs with
+// libgomp's default. libgomp's own default (a thread spins ~300k iterations at every barrier before sleeping) is
+// pathological on a shared machine: a spinning thread holds the core the thread it waits for needs (on the 2-core
+// machine under a load of 9, LeNet ran at 40 samples/s spinning and 490 with OMP_WAIT_POLICY=passive). Sleeping at
+// once costs a wake-up at every parallel region instead (a step runs 10-60 of them, microseconds apart; about
+// 50 us each on a VM), 5-8% of the MLP's and the GPT's step on an idle 2-core machine. So: where no other work
+// is ready to run at start (core/machine_load.h, openmp_wait_choice), a short spin, GOMP_SPINCOUNT=1000 (about
+// 10-30 us); else passive. BRAID_OPENMP_WAIT tells `braid bench` which was chosen (docs/benchmarks.md).
+void choose_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const std::string choice = braid::openmp_wait_choice(braid::other_runnable(), cores);
+  const bool spin = choice == "spin";
+  if (setenv(spin ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", spin ? "1000" : "passive", 1) != 0) return;
+  setenv("BRAID_OPENMP_WAIT", spin ? "spin 1000 (idle machine at start)" : "passive (other work ready at start)", 1);
   execv("/proc/self/exe", argv);
-  unsetenv("OMP_WAIT_POLICY");
+  unsetenv(spin ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY");
+  unsetenv("BRAID_OPENMP_WAIT");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  choose_openmp_wait(argv);
   // Before any thread exists: SIGINT/SIGTERM reach one thread that runs no kernel (exec/signals.h: a
   // signal inside oneDNN 2.x's JIT sgemm corrupts the heap).
   braid::exec::route_signals_to_one_thread();

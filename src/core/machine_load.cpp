@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace braid {
 
@@ -41,6 +43,31 @@ double other_cores(const CpuSample& from, const CpuSample& to) {
   static const double hz = static_cast<double>(sysconf(_SC_CLK_TCK) > 0 ? sysconf(_SC_CLK_TCK) : 100);
   const long long other = (to.busy_ticks - from.busy_ticks) - (to.self_ticks - from.self_ticks);
   return other > 0 ? static_cast<double>(other) / hz / wall : 0.0;
+}
+
+int other_runnable(int samples, int gap_us) {
+  int least = -1;
+  for (int i = 0; i < samples; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+    std::ifstream st("/proc/stat");
+    std::string key;
+    long long v = -1;
+    while (st >> key) {
+      if (key == "procs_running") {
+        st >> v;
+        break;
+      }
+      st.ignore(1 << 20, '\n');
+    }
+    if (v < 1) return -1;
+    const int others = static_cast<int>(v - 1);
+    least = least < 0 ? others : std::min(least, others);
+  }
+  return least;
+}
+
+const char* openmp_wait_choice(int others, int cores) {
+  return others >= 0 && 4 * others < cores ? "spin" : "passive";
 }
 
 }  // namespace braid

@@ -18,4 +18,16 @@ struct CpuSample {
 // sample is unreadable or no time passed.
 double other_cores(const CpuSample& from, const CpuSample& to);
 
+// Threads of other processes ready to run right now: /proc/stat's procs_running less the reading thread, the
+// least of `samples` readings `gap_us` apart (so a short-lived command seen once does not count). -1 where
+// /proc/stat has no such line.
+int other_runnable(int samples = 3, int gap_us = 1000);
+
+// The OpenMP wait braid asks of libgomp when the user chose none (src/cli/main.cpp applies it by re-executing
+// itself once, since libgomp reads it when it loads): "spin" (GOMP_SPINCOUNT=1000: a thread that has done its
+// part of a parallel region spins about 10-30 us for the next before it sleeps) where fewer than a quarter of
+// the cores have other work ready (`others` * 4 < `cores`; on 2 cores: none), else "passive" (sleep at once: a
+// spinning thread holds a core that the thread it waits for may need). others < 0 (unknown): "passive".
+const char* openmp_wait_choice(int others, int cores);
+
 }  // namespace braid

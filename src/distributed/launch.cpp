@@ -169,9 +169,13 @@ class Launcher {
       throw UserError({}, BRAID_STR("cannot create pipes: ", std::strerror(errno)));
     // Environment and argv are built before fork; the child only calls async-signal-safe functions.
     std::vector<std::string> env;
-    const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                           "MASTER_ADDR", "MASTER_PORT", "BRAID_JOB_TOKEN", "BRAID_JOB_TOKEN_FILE",
-                                           "BRAID_STORE_HOSTED", "BRAID_LAUNCHED", "BRAID_HEARTBEAT_MS"};
+    std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                     "MASTER_ADDR", "MASTER_PORT", "BRAID_JOB_TOKEN", "BRAID_JOB_TOKEN_FILE",
+                                     "BRAID_STORE_HOSTED", "BRAID_LAUNCHED", "BRAID_HEARTBEAT_MS"};
+    // The OpenMP wait braid chose for this launcher process (src/cli/main.cpp) is not the user's: the ranks get
+    // the rule below instead.
+    const bool chosen_wait = std::getenv("BRAID_OPENMP_WAIT") != nullptr;
+    if (chosen_wait) ours.insert(ours.end(), {"BRAID_OPENMP_WAIT", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY"});
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       const std::string k = kv.substr(0, kv.find('='));
@@ -194,7 +198,7 @@ class Launcher {
     if (!std::getenv("OMP_NUM_THREADS"))
       env.push_back(BRAID_STR("OMP_NUM_THREADS=",
                               std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(o_.nproc))));
-    if (!std::getenv("OMP_WAIT_POLICY")) env.push_back("OMP_WAIT_POLICY=passive");
+    if (chosen_wait || !std::getenv("OMP_WAIT_POLICY")) env.push_back("OMP_WAIT_POLICY=passive");
     std::vector<char*> envp, argv;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);

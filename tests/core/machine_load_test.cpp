@@ -53,5 +53,27 @@ TEST(MachineLoad, AnotherProcessCountsAndThisOneDoesNot) {
   EXPECT_EQ(other_cores(bad, b), 0);
 }
 
+// Other runnable threads: a child spinning on another core is seen (the least of 3 readings, so it must be
+// ready throughout), and the wait choice follows the quarter-of-the-cores rule.
+TEST(MachineLoad, OtherRunnableSeesASpinningProcessAndTheWaitChoiceFollowsTheRule) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    spin_for(std::chrono::milliseconds(400));
+    _exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int seen = other_runnable(3, 2000);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_GE(seen, 1);
+  EXPECT_GE(other_runnable(1, 0), 0);  // readable here (Linux)
+  EXPECT_STREQ(openmp_wait_choice(0, 2), "spin");
+  EXPECT_STREQ(openmp_wait_choice(1, 2), "passive");
+  EXPECT_STREQ(openmp_wait_choice(3, 16), "spin");
+  EXPECT_STREQ(openmp_wait_choice(4, 16), "passive");
+  EXPECT_STREQ(openmp_wait_choice(-1, 64), "passive");
+}
+
 }  // namespace
 }  // namespace braid
