@@ -1,13 +1,19 @@
 // braid bench / braid time: run exec::bench() and report. The formulas (windows, FLOPs, MFU, the CPU peak)
 // are stated in docs/benchmarks.md and must match the code here. Peak RSS is the process's high-water mark
 // (getrusage), so with several runs in one process a row's figure includes the runs before it.
+#include <immintrin.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -47,11 +53,67 @@ struct CpuPeak {
   std::string source;  // how it was obtained
 };
 
-// cores: the CPUs this process may run on (sched_getaffinity); clock: /proc/cpuinfo's "cpu MHz" of the
-// first CPU (the nominal clock on a VM; boost clocks are not counted); FLOPs/cycle from the flags:
-// fma + avx2 (also with avx512f): 32 = two FMA pipes x 8 fp32 lanes x 2 (Haswell and later, Zen; Zen 4
-// runs AVX-512 as two 256-bit halves, so it stays 32; Intel server parts with two 512-bit FMA ports
-// reach 64: use --peak-gflops there); avx without fma: 16; otherwise 8 (SSE: 4 lanes, add + mul).
+// The fp32 FMA throughput of the cores: one thread per core at once, each running 12 independent chains of fused
+// multiply-adds in the widest vector unit the CPU has (AVX-512, else AVX2 + FMA) for about `seconds` of its own CPU
+// time; the median thread's FLOPs per CPU second x the cores (so other processes' load does not lower it). The cores' boost clock and the width of their FMA pipes are in it, which the flags
+// and /proc/cpuinfo's nominal "cpu MHz" cannot say (a Zen 4 core runs a 512-bit FMA as two halves, a Zen 5 core
+// does not; a VM shows the nominal clock). 0 without AVX2 + FMA.
+namespace {
+// This thread's CPU time: the chains' rate per second of a core, whatever else the machine runs.
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// One thread's chains, written once per vector width (the loop must be compiled for its ISA, so a macro, not a
+// template called from a target function).
+#define BRAID_FMA_CHAINS(NAME, TARGET, V, W, FMA, SET)                                              \
+  __attribute__((target(TARGET))) double NAME(double seconds) {                                     \
+    V acc[12];                                                                                      \
+    for (int i = 0; i < 12; ++i) acc[i] = SET(1.0f + 1e-3f * static_cast<float>(i));               \
+    const V a = SET(0.999999f), b = SET(1e-7f);                                                     \
+    long long rounds = 0;                                                                           \
+    const double t0 = thread_seconds();                                                             \
+    double elapsed = 0;                                                                             \
+    do {                                                                                            \
+      for (int r = 0; r < 4096; ++r)                                                                \
+        for (int i = 0; i < 12; ++i) acc[i] = FMA(acc[i], a, b);                                    \
+      rounds += 4096;                                                                               \
+      elapsed = thread_seconds() - t0;                                                              \
+    } while (elapsed < seconds);                                                                    \
+    alignas(64) float out[W];                                                                       \
+    float keep = 0;                                                                                 \
+    for (int i = 0; i < 12; ++i) {                                                                  \
+      std::memcpy(out, &acc[i], sizeof out);                                                        \
+      keep += out[0];                                                                               \
+    }                                                                                               \
+    volatile float sink = keep;                                                                     \
+    (void)sink;                                                                                     \
+    return static_cast<double>(rounds) * 12 * W * 2 / elapsed;                                      \
+  }
+BRAID_FMA_CHAINS(chains512, "avx512f", __m512, 16, _mm512_fmadd_ps, _mm512_set1_ps)
+BRAID_FMA_CHAINS(chains256, "avx2,fma", __m256, 8, _mm256_fmadd_ps, _mm256_set1_ps)
+#undef BRAID_FMA_CHAINS
+
+double measured_fma_flops(int threads, double seconds, const char** isa) {
+  const bool w512 = __builtin_cpu_supports("avx512f");
+  if (!w512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+  *isa = w512 ? "avx512f" : "avx2+fma";
+  std::vector<double> got(static_cast<size_t>(threads));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] { got[static_cast<size_t>(t)] = w512 ? chains512(seconds) : chains256(seconds); });
+  for (auto& t : ts) t.join();
+  std::sort(got.begin(), got.end());
+  return got[got.size() / 2] * threads;
+}
+}  // namespace
+
+// The peak that MFU divides by: --peak-gflops, else the FMA throughput measured above on the CPUs this process may
+// run on (sched_getaffinity), with the nominal figure beside it: cores x /proc/cpuinfo's first "cpu MHz" x FLOPs
+// per cycle from the flags (fma + avx2, also with avx512f: 32; avx: 16; else 8). Where nothing can be measured,
+// the nominal figure.
 CpuPeak detect_peak(double override_gflops) {
   CpuPeak p;
   if (override_gflops > 0) {
@@ -73,10 +135,19 @@ CpuPeak detect_peak(double override_gflops) {
   }
   auto has = [&](const char* fl) { return flags.find(" " + std::string(fl) + " ") != std::string::npos; };
   p.flops_per_cycle = has("fma") && has("avx2") ? 32 : has("avx") ? 16 : 8;
-  p.gflops = p.cores * p.ghz * p.flops_per_cycle;
-  p.source = std::to_string(p.cores) + " cores x " + fmt("%.2f", p.ghz) + " GHz x " + std::to_string(p.flops_per_cycle) +
-             " fp32 FLOP/cycle (" + (p.flops_per_cycle == 32 ? "fma+avx2" : p.flops_per_cycle == 16 ? "avx" : "sse") + ")";
-  if (p.ghz == 0) p.source = "unknown (no 'cpu MHz' in /proc/cpuinfo; pass --peak-gflops)";
+  const double nominal = p.cores * p.ghz * p.flops_per_cycle;
+  const std::string nominal_s = p.ghz == 0 ? std::string("nominal unknown: no 'cpu MHz' in /proc/cpuinfo")
+                                           : "nominal " + std::to_string(p.cores) + " cores x " + fmt("%.2f", p.ghz) +
+                                                 " GHz x " + std::to_string(p.flops_per_cycle) + " = " + fmt("%.1f", nominal);
+  const char* isa = "";
+  const double measured = measured_fma_flops(p.cores, 0.05, &isa) / 1e9;
+  if (measured > 0) {
+    p.gflops = measured;
+    p.source = "measured: " + std::to_string(p.cores) + " threads of " + isa + " FMA chains; " + nominal_s;
+  } else {
+    p.gflops = nominal;
+    p.source = p.ghz == 0 ? "unknown (no 'cpu MHz' in /proc/cpuinfo; pass --peak-gflops)" : nominal_s;
+  }
   return p;
 }
 
