@@ -107,6 +107,17 @@ if ok:
           and rows[0]["tokens_per_sample"] == 16 and rows[0]["train_flops_per_step"] > 0
           and 0 < rows[0]["mfu"] and rows[0]["peak_rss_bytes"] > 0 and rows[1]["batch"] == 8)
     case("bench JSON: windows, steps, tokens, FLOPs, MFU, RSS", ok, json.dumps(rows)[:1000])
+# Without --peak-gflops the peak is the cores' FMA throughput measured at start (x86 with AVX2 + FMA: CI's and
+# ours), at least the nominal flags x cpu MHz figure's order; the header says which, and the OpenMP wait.
+r = run(["bench", run_file, "--steps", "2", "--warmup", "1", "--window", "1", "--json", json_path])
+ok = r.returncode == 0
+case("bench without --peak-gflops", ok, r.stderr + r.stdout[-1000:])
+if ok:
+    peak = json.load(open(json_path))["peak"]
+    import platform
+    measured = platform.machine() != "x86_64" or peak["source"].startswith("measured:")
+    case("bench: the peak is measured and positive, the OpenMP wait named",
+         peak["gflops"] > 0 and measured and "OpenMP wait:" in r.stdout, json.dumps(peak) + r.stdout[:400])
 # bench on cpu:N runs the data-parallel step; the CSV says so (devices, data_parallel columns).
 r = run(["bench", run_file, "--steps", "2", "--warmup", "1", "--window", "1", "--sweep", "devices=cpu,cpu:2",
          "--csv", csv_path, "--peak-gflops", "100"])
