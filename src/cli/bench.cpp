@@ -77,9 +77,9 @@ double thread_seconds() {
     const double t0 = thread_seconds();                                                             \
     double elapsed = 0;                                                                             \
     do {                                                                                            \
-      for (int r = 0; r < 4096; ++r)                                                                \
+      for (int r = 0; r < 65536; ++r)                                                               \
         for (int i = 0; i < 12; ++i) acc[i] = FMA(acc[i], a, b);                                    \
-      rounds += 4096;                                                                               \
+      rounds += 65536;                                                                              \
       elapsed = thread_seconds() - t0;                                                              \
     } while (elapsed < seconds);                                                                    \
     alignas(64) float out[W];                                                                       \
