@@ -37,11 +37,11 @@ struct Config {
   int zero = 0;
   bool rc = false;  // the blocks' recomputation searched (unit_modes(true)); pinned modes apply either way
   double lower_bound = 0;
+  double zero_bound = 0;     // lower_bound with the ZeRO stage's collectives (Searcher::lower_bound, strong)
+  double key = 0;            // the shape's visiting key: the least zero_bound of its variants that may fit
+  size_t order = 0;          // its place by lower_bound alone (enumeration order among equals): ties go to the lower
   double memory_needed = 0;  // a lower bound on the memory one model chunk needs (memory_fits)
 };
-
-// Above this many units the search tries recomputation and ZeRO 2-3 for a shape only where nothing fitted without.
-constexpr int kExactUnits = 32;
 
 class Searcher {
  public:
@@ -75,6 +75,14 @@ class Searcher {
     // K > 1 only where predict() simulates (shared cores): search() re-ranks them by it.
     const size_t K = simulates(cl_) ? static_cast<size_t>(std::max(1, o_.rerank)) : 1;
     auto threshold = [&]() { return top_.size() < K ? kInfeasible : top_.back().searched_step_time_s; };
+    // Shapes are visited by key (enumerate()), ties between plans broken by `order`: the plan the search keeps is the
+    // least (step time, order), as when shapes were visited by order alone and the first of equal times kept.
+    std::vector<size_t> top_order;  // order of each entry of top_
+    auto beats = [&](double t, size_t order) {
+      if (top_.size() < K) return true;
+      const double thr = top_.back().searched_step_time_s;
+      return t < thr || (t == thr && order < top_order.back());
+    };
     const Config* least = nullptr;  // the shape needing the least memory, for the reason when none fits
     int memory_pruned = 0;
     // ZeRO stages 2 and 3 shard what stage 1 keeps whole for memory's sake: a shape is searched under them only
@@ -88,8 +96,13 @@ class Searcher {
       return a.dp == b.dp && a.tp == b.tp && a.p == b.p && a.v == b.v && a.b == b.b && a.m == b.m && a.schedule == b.schedule;
     };
     for (const Config& c : configs) {
-      if (c.lower_bound >= threshold()) break;  // sorted by lower bound
-      if (!least || c.memory_needed < least->memory_needed) least = &c;
+      if (!beats(c.key, c.order)) {  // sorted by key
+        if (c.key > threshold()) break;
+        continue;
+      }
+      if (!least || c.memory_needed < least->memory_needed ||
+          (c.memory_needed == least->memory_needed && c.order < least->order))
+        least = &c;
       if (!shape || !same_shape(*shape, c)) {
         shape = &c;
         for (bool& x : limited_at) x = true;
@@ -104,22 +117,32 @@ class Searcher {
         ++memory_pruned;
         continue;
       }
+      if (!beats(c.zero_bound, c.order)) continue;  // its ZeRO collectives alone make it no better
       ++r.stats.configs_searched;
       SearchResult one;
       bool limited = false;
       auto s0 = std::chrono::steady_clock::now();
-      double t = solve(c, threshold(), &one, &limited);
+      // A shape before the kept plan in order may tie with it: solve() prunes at >= its bound, so one step above.
+      const double bound = top_.size() == K && c.order < top_order.back() ? std::nextafter(threshold(), kInfeasible)
+                                                                           : threshold();
+      double t = solve(c, bound, &one, &limited);
       solve_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       for (const auto& [key, iv] : intervals_) capped_ |= iv->capped;
-      // Large graphs (more than kExactUnits units): only where nothing of the shape fitted (their layer DPs take
-      // seconds each; docs/planner.md, "Search time"). Small ones: wherever some stage option did not fit (exact).
-      if (units_ > kExactUnits && one.found) limited = false;
+      // Wherever some stage option did not fit (exact). Graphs of more than 32 units searched these only where
+      // nothing of the shape beat the best plan so far, which made the plan depend on the order shapes are
+      // visited in; with the ZeRO bounds and the visiting keys the exact rule costs less than that did (docs/planner.md).
       if (!c.rc) limited_at[z] = limited;
-      if (!one.found || !(t < threshold())) continue;
-      auto at = std::upper_bound(top_.begin(), top_.end(), t,
-                                 [](double x, const SearchResult& y) { return x < y.searched_step_time_s; });
-      top_.insert(at, std::move(one));
-      if (top_.size() > K) top_.pop_back();
+      if (!one.found || !beats(t, c.order)) continue;
+      size_t at = 0;
+      while (at < top_.size() && (top_[at].searched_step_time_s < t ||
+                                  (top_[at].searched_step_time_s == t && top_order[at] < c.order)))
+        ++at;
+      top_.insert(top_.begin() + static_cast<std::ptrdiff_t>(at), std::move(one));
+      top_order.insert(top_order.begin() + static_cast<std::ptrdiff_t>(at), c.order);
+      if (top_.size() > K) {
+        top_.pop_back();
+        top_order.pop_back();
+      }
     }
     if (!top_.empty()) {
       r.found = true;
@@ -221,6 +244,7 @@ class Searcher {
                 if (rc && !recompute_searched()) continue;
                 Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name, z, rc};
                 c.lower_bound = lower_bound(c);
+                c.zero_bound = lower_bound(c, true);
                 c.memory_needed = memory_needed(c);
                 out.push_back(c);
               }
@@ -230,6 +254,22 @@ class Searcher {
       }
     }
     std::stable_sort(out.begin(), out.end(), [](const Config& a, const Config& b) { return a.lower_bound < b.lower_bound; });
+    // Each shape's variants (adjacent: equal lower bounds) share a key, the least zero_bound of those that may fit
+    // (all of them pruned for memory: the lower bound), and shapes are visited by it: a shape that fits only with
+    // ZeRO 2-3, whose collectives make it slow, comes after the shapes that can beat it, so the search stops first.
+    for (size_t i = 0; i < out.size(); ++i) out[i].order = i;
+    for (size_t i = 0; i < out.size();) {
+      size_t j = i;
+      double key = kInfeasible;
+      while (j < out.size() && out[j].dp == out[i].dp && out[j].tp == out[i].tp && out[j].p == out[i].p &&
+             out[j].v == out[i].v && out[j].b == out[i].b && out[j].m == out[i].m && out[j].schedule == out[i].schedule) {
+        if (out[j].memory_needed <= cl_.device.memory_bytes / out[j].v) key = std::min(key, out[j].zero_bound);
+        ++j;
+      }
+      for (size_t q = i; q < j; ++q) out[q].key = key < kInfeasible ? key : out[q].lower_bound;
+      i = j;
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Config& a, const Config& b) { return a.key < b.key; });
     return out;
   }
 
@@ -243,8 +283,15 @@ class Searcher {
     return *costs_.emplace(key, std::move(lc)).first->second;
   }
 
-  // Every layer's cheapest option, m v micro-batches on the busiest of p v stages at best.
-  double lower_bound(const Config& c) {
+  // Every layer's cheapest option, m v micro-batches on the busiest of p v stages at best (the sort key: equal for
+  // every ZeRO and recomputation variant of a shape, which run() needs adjacent). strong: with ZeRO's collectives
+  // too (solve() adds them to the stages as predict() does): each micro-batch's reductions and (stage 3) gathers join
+  // the stage times, the broadcasts after the optimizer (stages 1-2) the tails. Each collective is a latency per
+  // tensor plus the bytes over a bandwidth (alpha-beta, affine in the bytes: cost_model.cpp), so the stages' figures
+  // add up to the whole model's: all its tensors at the least parameter bytes any option has (the figure grows with
+  // the bytes). Shapes whose per-micro-batch gathers alone exceed the best plan (ZeRO 3 without a pipeline, at scale)
+  // are then never solved.
+  double lower_bound(const Config& c, bool strong = false) {
     const LayerCosts& lc = costs(c.tp, c.b);
     double total = 0;
     for (int l = 0; l < lc.layers(); ++l) {
@@ -252,8 +299,42 @@ class Searcher {
       for (const auto& o : lc.options(l)) best = std::min(best, o.forward_s + o.backward_s);
       total += best;
     }
-    double stages = static_cast<double>(c.p) * c.v;
-    return total * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages;
+    double stages = static_cast<double>(c.p) * c.v, tail = 0;
+    if (strong && c.zero >= 1 && c.dp > 1) {
+      std::vector<int> dg;
+      for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
+      const ZeroCommParts z = zero_comm_parts(m_, group_of(cl_, dg), least_param_bytes(c.tp, c.b), total_tensors(lc),
+                                              ts_.bucket_bytes, c.zero);
+      total += zero_micro_batch_comm(z);
+      tail = z.gather / stages;
+    }
+    return total * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages + tail;
+  }
+  // The least parameter bytes of the whole model over each layer's allowed options (pins kept), per (tp, b).
+  double least_param_bytes(int tp, int64_t b) {
+    auto key = std::make_pair(tp, b);
+    auto it = least_params_.find(key);
+    if (it != least_params_.end()) return it->second;
+    const LayerCosts& lc = costs(tp, b);
+    auto al = allowed(lc);
+    double total = 0;
+    for (int l = 0; l < lc.layers(); ++l) {
+      double least = kInfeasible;
+      const auto& opts = lc.options(l);
+      for (size_t k = 0; k < opts.size(); ++k)
+        if (!al.count(l) || std::find(al[l].begin(), al[l].end(), static_cast<int>(k)) != al[l].end())
+          least = std::min(least, opts[k].param_bytes);
+      if (least < kInfeasible) total += least;
+    }
+    return least_params_.emplace(key, total).first->second;
+  }
+  // Every trainable parameter tensor of the model (the same for every option of a layer).
+  int total_tensors(const LayerCosts& lc) {
+    if (total_tensors_ < 0) {
+      total_tensors_ = 0;
+      for (int l = 0; l < lc.layers(); ++l) total_tensors_ += lc.options(l)[0].param_tensors;
+    }
+    return total_tensors_;
   }
 
   // A lower bound on the memory of the fullest model chunk of any plan of shape c, in O(layers + stages log
@@ -632,6 +713,8 @@ class Searcher {
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
   std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<Intervals>> intervals_;
   std::map<std::tuple<int, int64_t, bool>, std::tuple<double, double, double>> least_bytes_;  // memory_needed's sums
+  std::map<std::pair<int, int64_t>, double> least_params_;  // least_param_bytes
+  int total_tensors_ = -1;
   std::vector<std::vector<int>> unit_modes_by_[2];  // unit_modes(rc), once each
   bool capped_ = false;
   double interval_s_ = 0, solve_s_ = 0;  // BRAID_SEARCH_STATS
