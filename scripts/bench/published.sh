@@ -5,16 +5,20 @@
 # signatures and the stage cuts), its predicted step time beside the published one (ratio), then braid's own
 # choice with its prediction and the planning time (whole `braid plan` process). Cases without a published
 # figure are planned only (530B on 2,240 and 1T on 3,072 A100s must fit).
-# usage: scripts/bench/published.sh [--keep DIR] [--explain]      BRAID=path/to/braid overrides build/braid
+# usage: scripts/bench/published.sh [--keep DIR] [--explain] [--efficiency E]      BRAID=path/to/braid overrides build/braid
+#        --efficiency E: plan every case on cluster files whose device has compute_efficiency E (the fraction of the
+#        peak the products reach; the analytic default is 0.5): a sensitivity run, not a validation
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BRAID=${BRAID:-$ROOT/build/braid}
 KEEP=""
 EXPLAIN=""
+EFF=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) KEEP=$2; shift 2 ;;
     --explain) EXPLAIN=1; shift ;;
+    --efficiency) EFF=$2; shift 2 ;;
     *) echo "published.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -66,25 +70,29 @@ recomputed_layers() { grep -c "recompute: " "$1" || true; }
 # cluster_arg NAME: the --cluster argument. dgx-a100-40gb:N (MT-NLG's DGX A100 servers with 40 GB parts, which no
 # preset describes) is written as a cluster file: dgx-a100-80gb's links and peaks, the A100 SXM4 40GB datasheet's
 # memory (40 GB) and HBM bandwidth (1,555 GB/s).
+# With --efficiency, dgx-a100-80gb:N is written out the same way (the preset's figures, src/planner/cluster.cpp).
 cluster_arg() {
+  local mem bw name
   case "$1" in
-    dgx-a100-40gb:*)
-      cat > "$tmp/$1.cluster.yaml" <<YAML
+    dgx-a100-40gb:*) mem=40e9; bw=1.555e12; name=a100-sxm4-40gb ;;
+    dgx-a100-80gb:*) [ -n "$EFF" ] || { echo "$1"; return; }; mem=80e9; bw=2.039e12; name=a100-sxm4-80gb ;;
+    *) echo "$1"; return ;;
+  esac
+  cat > "$tmp/$1.cluster.yaml" <<YAML
 name: $1
 nodes: ${1##*:}
 devices_per_node: 8
 device:
-  name: a100-sxm4-40gb
+  name: $name
   peak_flops: {f32: 19.5e12, tf32: 156e12, bf16: 312e12, f16: 312e12}
-  memory_bytes: 40e9
-  memory_bandwidth: 1.555e12
+  memory_bytes: $mem
+  memory_bandwidth: $bw${EFF:+
+  compute_efficiency: $EFF}
 links:
   intra_node: {bandwidth: 300e9, latency: 3e-6}
   inter_node: {bandwidth: 25e9, latency: 6e-6}
 YAML
-      echo "$tmp/$1.cluster.yaml" ;;
-    *) echo "$1" ;;
-  esac
+  echo "$tmp/$1.cluster.yaml"
 }
 
 # name | layers hidden heads vocab batch | cluster | dp tp pp micro-batch recompute zero | published s | source

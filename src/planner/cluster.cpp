@@ -169,7 +169,7 @@ Cluster parse_cluster(const std::string& text, const std::string& path, Diagnost
     if (!d->is_map()) {
       diags.error(d->loc, "'device' must be a mapping, got " + d->kind_name());
     } else {
-      io::check_keys(*d, {"name", "peak_flops", "memory_bytes", "memory_bandwidth"}, "the device", diags);
+      io::check_keys(*d, {"name", "peak_flops", "memory_bytes", "memory_bandwidth", "compute_efficiency"}, "the device", diags);
       need(*d, {"peak_flops", "memory_bytes", "memory_bandwidth"}, "the device", diags);
       if (auto* n = d->get("name"))
         if (auto s = io::eval_string(*n, "the device's name", diags)) c.device.name = *s;
@@ -189,6 +189,13 @@ Cluster parse_cluster(const std::string& text, const std::string& path, Diagnost
       }
       if (auto* m = d->get("memory_bytes")) positive(*m, "'memory_bytes'", diags, &c.device.memory_bytes);
       if (auto* m = d->get("memory_bandwidth")) positive(*m, "'memory_bandwidth'", diags, &c.device.memory_bandwidth);
+      if (auto* e = d->get("compute_efficiency")) {
+        double x = 0;
+        if (positive(*e, "'compute_efficiency'", diags, &x)) {
+          if (x > 1) diags.error(e->loc, "'compute_efficiency' is a fraction of the peak, at most 1, got " + e->scalar);
+          else c.device.compute_efficiency = x;
+        }
+      }
     }
   }
   if (const YNode* l = root.get("links")) {
@@ -239,6 +246,7 @@ std::string to_yaml(const Cluster& c) {
   }
   out += "}\n  memory_bytes: " + num(c.device.memory_bytes) + "\n";
   out += "  memory_bandwidth: " + num(c.device.memory_bandwidth) + "\n";
+  if (c.device.compute_efficiency > 0) out += "  compute_efficiency: " + num(c.device.compute_efficiency) + "\n";
   out += "links:\n";
   out += "  intra_node: {bandwidth: " + num(c.intra_node.bandwidth) + ", latency: " + num(c.intra_node.latency) + "}\n";
   out += "  inter_node: {bandwidth: " + num(c.inter_node.bandwidth) + ", latency: " + num(c.inter_node.latency) + "}\n";

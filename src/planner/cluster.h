@@ -18,6 +18,9 @@ struct DeviceKind {
   std::map<std::string, double> peak_flops;  // dtype name ("f32", "bf16", ...) -> FLOP/s of one device
   double memory_bytes = 0;                   // usable memory of one device
   double memory_bandwidth = 0;               // bytes/s of one device
+  // The fraction of the peak the products reach (a cluster file's optional `compute_efficiency`, from a measurement of
+  // the user's own kernels); 0: the cost model's default (AnalyticFigures::compute_efficiency, 0.5).
+  double compute_efficiency = 0;
   // Peak FLOP/s for `t`: its entry, else f32's (integer ops count as f32).
   double peak(DType t) const;
 };

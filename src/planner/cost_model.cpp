@@ -104,7 +104,9 @@ using ops::op_cost;
 
 class Analytic : public CostModel {
  public:
-  Analytic(Cluster c, AnalyticFigures f) : c_(std::move(c)), f_(f) {}
+  Analytic(Cluster c, AnalyticFigures f) : c_(std::move(c)), f_(f) {
+    if (c_.device.compute_efficiency > 0) f_.compute_efficiency = c_.device.compute_efficiency;  // the cluster file's
+  }
   std::string name() const override { return "analytic"; }
   const Cluster& cluster() const override { return c_; }
   double forward_time(const ops::OpDef& op, const ops::Attrs& attrs, std::span<const TensorDesc> in,

@@ -218,6 +218,41 @@ TEST(Cluster, FileMistakesAreLocated) {
   EXPECT_NE(all.find("needs 'latency'"), std::string::npos) << all;
 }
 
+// A cluster file's compute_efficiency replaces the analytic default (0.5) for its products: a compute-bound
+// op's time scales by 0.5 / e; out of (0, 1] it is an error at its line; it survives to_yaml.
+TEST(Cluster, ComputeEfficiencyScalesTheProducts) {
+  const std::string base = "name: x\nnodes: 1\ndevices_per_node: 1\n"
+                           "device: {peak_flops: {f32: 1e12}, memory_bytes: 1e9, memory_bandwidth: 1e15";
+  const std::string links = "}\nlinks: {intra_node: {bandwidth: 1e9, latency: 1e-6}}\n";
+  Diagnostics d;
+  Cluster plain = parse_cluster(base + links, "c.yaml", d), fast = parse_cluster(base + ", compute_efficiency: 0.8" + links, "c.yaml", d);
+  ASSERT_TRUE(d.empty()) << dump(d);
+  EXPECT_EQ(fast.device.compute_efficiency, 0.8);
+  Cluster back = parse_cluster(to_yaml(fast), "c.yaml", d);
+  ASSERT_TRUE(d.empty()) << dump(d);
+  EXPECT_EQ(back.device.compute_efficiency, 0.8);
+  graph::Graph g = graph_of(mlp(512, 1), 256);
+  const graph::Node* fc = nullptr;
+  for (const auto& n : g.nodes())
+    if (n.op->name == "linear") fc = &n;
+  ASSERT_NE(fc, nullptr);
+  std::vector<TensorDesc> in, out;
+  for (ValueId v : fc->inputs) in.push_back(g.value(v).desc);
+  for (ValueId v : fc->outputs) out.push_back(g.value(v).desc);
+  const double t_plain = analytic_cost_model(plain)->forward_time(*fc->op, fc->attrs, in, out);
+  const double t_fast = analytic_cost_model(fast)->forward_time(*fc->op, fc->attrs, in, out);
+  EXPECT_NEAR(t_fast / t_plain, 0.5 / 0.8, 0.02) << t_plain << " " << t_fast;
+  for (const char* bad : {"0", "1.5", "fast"}) {
+    Diagnostics e;
+    parse_cluster("name: x\ndevice: {peak_flops: {f32: 1e12}, memory_bytes: 1e9, memory_bandwidth: 1e9,\n"
+                  "  compute_efficiency: " + std::string(bad) + "}\nlinks: {intra_node: {bandwidth: 1e9, latency: 1e-6}}\n",
+                  "c.yaml", e);
+    EXPECT_NE(dump(e).find("c.yaml:3:"), std::string::npos) << bad << ": " << dump(e);
+    if (std::string(bad) != "fast")  // not a number: the expression evaluator's own message, at the same place
+      EXPECT_NE(dump(e).find("compute_efficiency"), std::string::npos) << bad << ": " << dump(e);
+  }
+}
+
 TEST(Search, EqualsBruteForceOnSmallGraphs) {
   FakeFigures f{1e9, 2e9, 4e9, 1e-6};
   int checked = 0;
