@@ -37,11 +37,16 @@ struct Config {
   int zero = 0;
   bool rc = false;  // the blocks' recomputation searched (unit_modes(true)); pinned modes apply either way
   double lower_bound = 0;
-  double zero_bound = 0;     // lower_bound with the ZeRO stage's collectives (Searcher::lower_bound, strong)
+  double zero_bound = 0;     // lower_bound with the ZeRO stage's collectives (Searcher::zero_bound)
   double key = 0;            // the shape's visiting key: the least zero_bound of its variants that may fit
   size_t order = 0;          // its place by lower_bound alone (enumeration order among equals): ties go to the lower
   double memory_needed = 0;  // a lower bound on the memory one model chunk needs (memory_fits)
 };
+
+// The same mesh, micro-batching and schedule: variants (ZeRO stage, recomputation) of one shape.
+bool same_shape(const Config& a, const Config& b) {
+  return a.dp == b.dp && a.tp == b.tp && a.p == b.p && a.v == b.v && a.b == b.b && a.m == b.m && a.schedule == b.schedule;
+}
 
 class Searcher {
  public:
@@ -92,9 +97,6 @@ class Searcher {
     // without it (same ZeRO stage) was short of memory. limited[z]: stage z without recomputation was.
     const Config* shape = nullptr;
     bool limited_at[4] = {true, true, true, true};
-    auto same_shape = [](const Config& a, const Config& b) {
-      return a.dp == b.dp && a.tp == b.tp && a.p == b.p && a.v == b.v && a.b == b.b && a.m == b.m && a.schedule == b.schedule;
-    };
     for (const Config& c : configs) {
       if (!beats(c.key, c.order)) {  // sorted by key
         if (c.key > threshold()) break;
@@ -244,8 +246,8 @@ class Searcher {
                 if (rc && !recompute_searched()) continue;
                 Config c{static_cast<int>(dp), static_cast<int>(tp), static_cast<int>(p), v, b, m, name, z, rc};
                 c.lower_bound = lower_bound(c);
-                c.zero_bound = lower_bound(c, true);
                 c.memory_needed = memory_needed(c);
+                c.zero_bound = zero_bound(c);
                 out.push_back(c);
               }
             }
@@ -261,8 +263,7 @@ class Searcher {
     for (size_t i = 0; i < out.size();) {
       size_t j = i;
       double key = kInfeasible;
-      while (j < out.size() && out[j].dp == out[i].dp && out[j].tp == out[i].tp && out[j].p == out[i].p &&
-             out[j].v == out[i].v && out[j].b == out[i].b && out[j].m == out[i].m && out[j].schedule == out[i].schedule) {
+      while (j < out.size() && same_shape(out[j], out[i])) {
         if (out[j].memory_needed <= cl_.device.memory_bytes / out[j].v) key = std::min(key, out[j].zero_bound);
         ++j;
       }
@@ -284,57 +285,53 @@ class Searcher {
   }
 
   // Every layer's cheapest option, m v micro-batches on the busiest of p v stages at best (the sort key: equal for
-  // every ZeRO and recomputation variant of a shape, which run() needs adjacent). strong: with ZeRO's collectives
-  // too (solve() adds them to the stages as predict() does): each micro-batch's reductions and (stage 3) gathers join
-  // the stage times, the broadcasts after the optimizer (stages 1-2) the tails. Each collective is a latency per
-  // tensor plus the bytes over a bandwidth (alpha-beta, affine in the bytes: cost_model.cpp), so the stages' figures
-  // add up to the whole model's: all its tensors at the least parameter bytes any option has (the figure grows with
-  // the bytes). Shapes whose per-micro-batch gathers alone exceed the best plan (ZeRO 3 without a pipeline, at scale)
-  // are then never solved.
-  double lower_bound(const Config& c, bool strong = false) {
-    const LayerCosts& lc = costs(c.tp, c.b);
+  // every ZeRO and recomputation variant of a shape, which run() needs adjacent).
+  double lower_bound(const Config& c) {
+    return cheapest_total(c.tp, c.b) * (static_cast<double>(c.m) * c.v - 1 + c.p) / (static_cast<double>(c.p) * c.v);
+  }
+  // The sum over layers of each one's cheapest forward + backward, per (tp, b).
+  double cheapest_total(int tp, int64_t b) {
+    auto key = std::make_pair(tp, b);
+    auto it = cheapest_.find(key);
+    if (it != cheapest_.end()) return it->second;
+    const LayerCosts& lc = costs(tp, b);
     double total = 0;
     for (int l = 0; l < lc.layers(); ++l) {
       double best = kInfeasible;
       for (const auto& o : lc.options(l)) best = std::min(best, o.forward_s + o.backward_s);
       total += best;
     }
-    double stages = static_cast<double>(c.p) * c.v, tail = 0;
-    if (strong && c.zero >= 1 && c.dp > 1) {
-      std::vector<int> dg;
-      for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
-      const ZeroCommParts z = zero_comm_parts(m_, group_of(cl_, dg), least_param_bytes(c.tp, c.b), total_tensors(lc),
-                                              ts_.bucket_bytes, c.zero);
-      total += zero_micro_batch_comm(z);
-      tail = z.gather / stages;
-    }
-    return total * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages + tail;
+    return cheapest_.emplace(key, total).first->second;
   }
-  // The least parameter bytes of the whole model over each layer's allowed options (pins kept), per (tp, b).
-  double least_param_bytes(int tp, int64_t b) {
-    auto key = std::make_pair(tp, b);
-    auto it = least_params_.find(key);
-    if (it != least_params_.end()) return it->second;
-    const LayerCosts& lc = costs(tp, b);
-    auto al = allowed(lc);
-    double total = 0;
-    for (int l = 0; l < lc.layers(); ++l) {
-      double least = kInfeasible;
-      const auto& opts = lc.options(l);
-      for (size_t k = 0; k < opts.size(); ++k)
-        if (!al.count(l) || std::find(al[l].begin(), al[l].end(), static_cast<int>(k)) != al[l].end())
-          least = std::min(least, opts[k].param_bytes);
-      if (least < kInfeasible) total += least;
-    }
-    return least_params_.emplace(key, total).first->second;
+  // lower_bound with ZeRO's collectives too (solve() adds them to the stages as predict() does): each micro-batch's
+  // reductions and (stage 3) gathers join the stage times, the broadcasts after the optimizer (stages 1-2) the tails.
+  // Each collective is a latency per tensor plus the bytes over a bandwidth (alpha-beta, affine in the bytes:
+  // cost_model.cpp), so the stages' figures add up to the whole model's: all its tensors at the least parameter bytes
+  // any option has (the figure grows with the bytes). Shapes whose per-micro-batch gathers alone exceed the best plan
+  // (ZeRO 3 without a pipeline, at scale) are then never solved. Needs memory_needed(c) first (its sums).
+  double zero_bound(const Config& c) {
+    if (c.zero < 1 || c.dp < 2) return c.lower_bound;
+    std::vector<int> dg;
+    for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
+    const LayerCosts& lc = costs(c.tp, c.b);
+    const double params = std::get<0>(least_bytes_.at(std::make_tuple(c.tp, c.b, c.rc)));
+    const ZeroCommParts z =
+        zero_comm_parts(m_, group_of(cl_, dg), params, tensors_before(lc).back(), ts_.bucket_bytes, c.zero);
+    const double stages = static_cast<double>(c.p) * c.v;
+    return c.lower_bound + zero_micro_batch_comm(z) * (static_cast<double>(c.m) * c.v - 1 + c.p) / stages + z.gather / stages;
   }
-  // Every trainable parameter tensor of the model (the same for every option of a layer).
-  int total_tensors(const LayerCosts& lc) {
-    if (total_tensors_ < 0) {
-      total_tensors_ = 0;
-      for (int l = 0; l < lc.layers(); ++l) total_tensors_ += lc.options(l)[0].param_tensors;
+  // tensors_before(lc)[j]: the trainable parameter tensors of the layers before unit j (every option of a layer, at
+  // any tp and micro-batch, has the same; intervals sharing a front are alike, so they have the same count). Once.
+  const std::vector<int>& tensors_before(const LayerCosts& lc) {
+    if (tensors_before_.empty()) {
+      tensors_before_.assign(static_cast<size_t>(units_) + 1, 0);
+      for (int j = 0; j < units_; ++j) {
+        int n = 0;
+        for (int l = bounds_[static_cast<size_t>(j)]; l < bounds_[static_cast<size_t>(j) + 1]; ++l) n += lc.options(l)[0].param_tensors;
+        tensors_before_[static_cast<size_t>(j) + 1] = tensors_before_[static_cast<size_t>(j)] + n;
+      }
     }
-    return total_tensors_;
+    return tensors_before_;
   }
 
   // A lower bound on the memory of the fullest model chunk of any plan of shape c, in O(layers + stages log
@@ -504,17 +501,7 @@ class Searcher {
     const int S = c.p * c.v, U = units_, G = c.dp * c.tp;
     std::vector<double> cut(static_cast<size_t>(U) + 1);
     for (int j = 0; j <= U; ++j) cut[static_cast<size_t>(j)] = cut_bytes(lc, bounds_[static_cast<size_t>(j)]);
-    // tensors_before[j]: the trainable parameter tensors of the layers before unit j (every option of a layer, at
-    // any tp and micro-batch, has the same; intervals sharing a front are alike, so they have the same count). Once.
-    if (tensors_before_.empty()) {
-      tensors_before_.assign(static_cast<size_t>(U) + 1, 0);
-      for (int j = 0; j < U; ++j) {
-        int n = 0;
-        for (int l = bounds_[static_cast<size_t>(j)]; l < bounds_[static_cast<size_t>(j) + 1]; ++l) n += lc.options(l)[0].param_tensors;
-        tensors_before_[static_cast<size_t>(j) + 1] = tensors_before_[static_cast<size_t>(j)] + n;
-      }
-    }
-    const std::vector<int>& tensors_before = tensors_before_;
+    const std::vector<int>& tensors_before = this->tensors_before(lc);
     std::vector<int> dg;
     for (int q = 0; q < c.dp; ++q) dg.push_back(q * c.tp);
     Group dp_group = group_of(cl_, dg);
@@ -704,7 +691,7 @@ class Searcher {
   const Cluster& cl_;
   std::vector<const graph::Node*> fwd_;
   std::vector<int> bounds_;
-  std::vector<int> tensors_before_;  // per unit boundary (solve)
+  std::vector<int> tensors_before_;  // per unit boundary (tensors_before)
   int units_ = 0;
   std::vector<int> last_use_;
   std::set<int> forced_cuts_;
@@ -713,8 +700,7 @@ class Searcher {
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;
   std::map<std::tuple<int, int64_t, bool>, std::unique_ptr<Intervals>> intervals_;
   std::map<std::tuple<int, int64_t, bool>, std::tuple<double, double, double>> least_bytes_;  // memory_needed's sums
-  std::map<std::pair<int, int64_t>, double> least_params_;  // least_param_bytes
-  int total_tensors_ = -1;
+  std::map<std::pair<int, int64_t>, double> cheapest_;  // cheapest_total
   std::vector<std::vector<int>> unit_modes_by_[2];  // unit_modes(rc), once each
   bool capped_ = false;
   double interval_s_ = 0, solve_s_ = 0;  // BRAID_SEARCH_STATS
@@ -759,82 +745,6 @@ SearchResult search(const graph::Graph& g, const CostModel& model, const TrainSe
     }
   }
   return r;
-}
-
-PureStrategies pure_strategies(const graph::Graph& g, const CostModel& model, const TrainSettings& ts,
-                               const SearchOptions& o) {
-  PureStrategies out;
-  int n = o.devices > 0 ? o.devices : model.cluster().devices();
-  auto one = [&](int dp, int p, bool tensor) {
-    Plan pins;
-    pins.summary.data_parallel = dp;
-    pins.summary.pinned.set("data_parallel", {});
-    pins.summary.pipeline_stages = p;
-    pins.summary.pinned.set("pipeline_stages", {});
-    SearchOptions so = o;
-    so.pins = &pins;
-    so.tp_within_node = !tensor;
-    SearchResult r = search(g, model, ts, so);
-    if (!r.found) r.why_none = tensor ? "no layer split fits all " + std::to_string(n) + " devices in memory" : r.why_none;
-    return r;
-  };
-  out.data = one(n, 1, false);
-  out.tensor = one(1, 1, true);
-  out.pipeline = one(1, n, false);
-  return out;
-}
-
-std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const graph::Graph& g, const CostModel& model,
-                                                 const TrainSettings& ts) {
-  std::vector<LayerAlternative> out;
-  Plan plan = plan_in;
-  add_default_layers(plan, g);
-  double base = predict_step_time(plan, g, model, ts);
-  std::map<std::string, int> stage_tp;
-  auto fwd = forward_layers(g);
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]->layer] = i;
-  std::vector<int> tp_of(fwd.size(), 1);
-  for (const auto& st : plan.stages)
-    for (size_t i = index.at(st.first_layer); i <= index.at(st.last_layer); ++i)
-      tp_of[i] = static_cast<int>(st.devices.size()) / std::max<int>(1, static_cast<int>(st.mesh[0]));
-  std::map<int, std::unique_ptr<LayerCosts>> lcs;
-  for (size_t li = 0; li < plan.layers.size(); ++li) {
-    LayerPlan& l = plan.layers[li];
-    if (l.signature == "replicated" && l.tensor_parallel == 1) continue;
-    size_t i = index.at(l.layer);
-    auto& lc = lcs[tp_of[i]];
-    if (!lc)
-      lc = std::make_unique<LayerCosts>(g, model, plan.summary.micro_batch, tp_of[i], Group{tp_of[i], 1}, ts.compute,
-                                        ts.head_parallel_attention);
-    LayerAlternative a;
-    a.layer = l.layer;
-    a.chosen = l.signature + (l.tensor_parallel > 1 ? " x" + std::to_string(l.tensor_parallel) : "");
-    LayerPlan saved = l;
-    double best = kInfeasible;
-    for (const auto& o : lc->options(static_cast<int>(i))) {
-      if (o.signature == saved.signature && o.tensor_parallel == saved.tensor_parallel) continue;
-      l.signature = o.signature;
-      l.tensor_parallel = o.tensor_parallel;
-      Plan trial = plan;
-      int max_tp = 1;
-      for (const auto& x : trial.layers) max_tp = std::max(max_tp, x.tensor_parallel);
-      trial.summary.tensor_parallel = max_tp;
-      StepPrediction p = predict(trial, g, model, ts);
-      double t = p.fits ? p.step_time_s : kInfeasible;
-      if (t < best || a.runner_up.empty()) {
-        if (t < best || best == kInfeasible) {
-          best = t;
-          a.runner_up = o.signature + (o.tensor_parallel > 1 ? " x" + std::to_string(o.tensor_parallel) : "");
-          a.runner_up_fits = p.fits;
-          a.delta_s = p.step_time_s - base;
-        }
-      }
-    }
-    l = saved;
-    out.push_back(a);
-  }
-  return out;
 }
 
 }  // namespace braid::planner
