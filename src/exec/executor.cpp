@@ -2,7 +2,6 @@
 #include "exec/executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,12 +61,8 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
   arena_ = Tensor::empty(TensorDesc{Shape{static_cast<int64_t>(std::max<size_t>(total, 4) + 3) / 4}, DType::f32});
   if (plan_.workspace_bytes) workspace_ = Tensor::empty({Shape{static_cast<int64_t>((plan_.workspace_bytes + 3) / 4)}, DType::f32});
   place_values(static_cast<char*>(arena_.raw()), shared, slot_bytes, options.slots, [&](const graph::Value& v) {
-    if (held_elsewhere(v)) return Tensor::view(nullptr, v.desc);  // only comm_gather_param reads it, on its root
-    ParamEntry* e = params.find(v.name);
-    BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
-    BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
-                 v.desc.str(), " in the graph");
-    return e->value;
+    ParamEntry* e = store_entry(params, v);
+    return e ? e->value : Tensor::view(nullptr, v.desc);
   });
   BRAID_ASSERT(options.external.empty() || options.slots == 1, "external values need a single slot");
   for (const auto& [v, t] : options.external) {
@@ -91,7 +86,6 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
     for (ValueId v : n.outputs) half = half || is_half(g.value(v).desc.dtype);
     widen_[n.id.idx()] = half ? 1 : 0;
   }
-  fuse_.assign(g.nodes().size(), 0);
   fusions_.assign(g.nodes().size(), nullptr);
   if (options.fuse && fusion_allowed_by_env())
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i) {
@@ -103,28 +97,7 @@ Executor::Executor(const graph::Graph& g, ParamStore& params, const std::vector<
       const bool linked =
           f && (f->link == ops::cpu::FusionLink::TailReadsHeadOutput ? !b.inputs.empty() && b.inputs[0] == a.outputs[0]
                                                                     : b.inputs.size() == 1 && b.inputs[0] == a.inputs[0]);
-      if (fuse_[i] != 0 || !linked || a.backward != b.backward || !f32 || widen_[i] || widen_[i + 1]) continue;
-      // The second node's outputs are written while the first node's threads still read its inputs and write
-      // its outputs, so none of them may share bytes: the memory plan may have placed an output of the second
-      // node in the bytes of a value whose last reader is the first node (an eval graph's linear input). The one
-      // exception: an in-place tail (OpDef::in_place) whose output is exactly the head's output it reads, which
-      // the fused epilogue rewrites block by block after the head wrote it.
-      auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views_[0][x.idx()], views_[0][y.idx()]); };
-      auto same = [&](ValueId x, ValueId y) {
-        const Tensor &p = views_[0][x.idx()], &q = views_[0][y.idx()];
-        return p.raw() == q.raw() && p.bytes() == q.bytes();
-      };
-      bool shares = false;
-      for (ValueId out : b.outputs) {
-        for (ValueId v : a.inputs) shares = shares || overlaps(out, v);
-        for (ValueId v : a.outputs)
-          shares = shares || (overlaps(out, v) && !(b.op->in_place && out == b.outputs[0] && v == b.inputs[0] && same(out, v)));
-      }
-      for (size_t k = 1; k < b.inputs.size(); ++k)  // the tail's other inputs are read by the head's threads' epilogues
-        for (ValueId v : a.outputs) shares = shares || overlaps(b.inputs[k], v);
-      if (shares) continue;
-      fuse_[i] = 1;
-      fuse_[i + 1] = 2;
+      if (!linked || !f32 || widen_[i] || widen_[i + 1] || !mark_pair(i)) continue;
       fusions_[i] = f;
       fused_heads_.push_back(i);
     }
@@ -158,42 +131,31 @@ void Executor::run_widened(const graph::Node& n, const ops::KernelCtx& ctx, cons
     if (is_half(out[k].dtype())) convert_float(wout[k], out[k]);
 }
 
-void Executor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
-                         size_t from, size_t to) {
-  ops::KernelCtx ctx;
-  ctx.training = training;
-  ctx.workspace = workspace_.raw();
-  ctx.workspace_bytes = plan_.workspace_bytes;
-  const uint64_t run_key = hash_key(seed, rng_stream);
-  const auto& nodes = g_.nodes();
+void Executor::begin_range(int, bool training, uint64_t run_key, int64_t batch_offset) {
+  ctx_ = ops::KernelCtx{};
+  ctx_.training = training;
+  ctx_.workspace = workspace_.raw();
+  ctx_.workspace_bytes = plan_.workspace_bytes;
+  run_key_ = run_key;
+  batch_offset_ = batch_offset;
+}
+
+void Executor::run_node(size_t i, int slot) {
+  const graph::Node& n = g_.nodes()[i];
+  const auto& in = node_in_[static_cast<size_t>(slot)][i];
+  place_node(ctx_, i, run_key_, batch_offset_, in);
+  if (widen_[i])
+    run_widened(n, ctx_, in, node_out_[static_cast<size_t>(slot)][i]);
+  else
+    n.op->cpu(ctx_, n.attrs, in, node_out_[static_cast<size_t>(slot)][i]);
+}
+
+bool Executor::run_pair(size_t i, int slot) {
   const auto& ins = node_in_[static_cast<size_t>(slot)];
   const auto& outs = node_out_[static_cast<size_t>(slot)];
-  using Clock = std::chrono::steady_clock;
-  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
-  for (size_t i = from; i < to; ++i) {
-    const graph::Node& n = nodes[i];
-    if (fuse_[i] == 1 && i + 1 < to) {
-      const graph::Node& next = nodes[i + 1];
-      fusions_[i]->run(ctx, n.attrs, *next.op, next.attrs, ins[i], ins[i + 1], outs[i][0], outs[i + 1][0]);
-    } else if (fuse_[i] == 2 && i > from) {
-      // ran with the node before it
-    } else if (n.op->collective) {
-      run_collective(i, slot);
-    } else {
-      place_node(ctx, i, run_key, batch_offset, ins[i]);
-      if (widen_[i])
-        run_widened(n, ctx, ins[i], outs[i]);
-      else
-        n.op->cpu(ctx, n.attrs, ins[i], outs[i]);
-    }
-    if (after_node_) (*after_node_)(i);
-    if (node_seconds_) {
-      auto t1 = Clock::now();
-      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
-    }
-  }
-  finish_gathers();
+  const graph::Node &n = g_.nodes()[i], &next = g_.nodes()[i + 1];
+  fusions_[i]->run(ctx_, n.attrs, *next.op, next.attrs, ins[i], ins[i + 1], outs[i][0], outs[i + 1][0]);
+  return true;
 }
 
 }  // namespace braid::exec

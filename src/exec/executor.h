@@ -52,8 +52,9 @@ class Executor : public NodeLoop {
   const std::vector<size_t>& fused() const { return fused_heads_; }
 
  private:
-  void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
-                 size_t to) override;
+  void begin_range(int slot, bool training, uint64_t run_key, int64_t batch_offset) override;
+  void run_node(size_t i, int slot) override;
+  bool run_pair(size_t i, int slot) override;
   void copy_value(const Tensor& dst, const Tensor& src) override;
   void zero_value(const Tensor& dst) override;
   void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) override;
@@ -62,8 +63,10 @@ class Executor : public NodeLoop {
                    const std::vector<Tensor>& out);
   Tensor arena_, workspace_;
   std::vector<uint8_t> widen_;         // per node: 1 when it reads or writes 16-bit values (run on f32 copies)
-  std::vector<uint8_t> fuse_;          // per node: 0 alone, 1 runs fused with the next node, 2 done by the previous
-  std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node (fuse_ 1): the fused kernel
+  std::vector<const ops::cpu::CpuFusion*> fusions_;  // per head node of a pair (mark_pair): the fused kernel
+  ops::KernelCtx ctx_;                 // the current range's (begin_range)
+  uint64_t run_key_ = 0;
+  int64_t batch_offset_ = 0;
   std::vector<size_t> fused_heads_;
 };
 

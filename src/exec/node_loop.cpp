@@ -2,6 +2,7 @@
 #include "exec/node_loop.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/rng.h"
 #include "exec/executor.h"
@@ -34,6 +35,66 @@ NodeLoop::NodeLoop(const graph::Graph& g, const std::vector<ValueId>& keep, cons
     }
   next_gather_ = next_gathers(g);
   gather_ticket_.assign(g.nodes().size(), 0);
+  fused_.assign(g.nodes().size(), 0);
+}
+
+ParamEntry* NodeLoop::store_entry(ParamStore& store, const graph::Value& v) const {
+  if (held_elsewhere(v)) return nullptr;  // ZeRO-3: only comm_gather_param reads it, on its root
+  ParamEntry* e = store.find(v.name);
+  BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
+  BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
+               v.desc.str(), " in the graph");
+  return e;
+}
+
+bool NodeLoop::mark_pair(size_t i) {
+  const graph::Node &a = g_.nodes()[i], &b = g_.nodes()[i + 1];
+  if (fused_[i] != 0 || a.backward != b.backward) return false;
+  // Placement is the same in every slot (a slot's region repeats slot 0's layout), so slot 0 decides.
+  auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views_[0][x.idx()], views_[0][y.idx()]); };
+  auto same = [&](ValueId x, ValueId y) {
+    const Tensor &p = views_[0][x.idx()], &q = views_[0][y.idx()];
+    return p.raw() == q.raw() && p.bytes() == q.bytes();
+  };
+  for (ValueId out : b.outputs) {
+    for (ValueId v : a.inputs)
+      if (overlaps(out, v)) return false;
+    for (ValueId v : a.outputs)
+      if (overlaps(out, v) && !(b.op->in_place && out == b.outputs[0] && v == b.inputs[0] && same(out, v)))
+        return false;
+  }
+  for (size_t k = 1; k < b.inputs.size(); ++k)  // the tail's other inputs are read by the head's threads' epilogues
+    for (ValueId v : a.outputs)
+      if (overlaps(b.inputs[k], v)) return false;
+  fused_[i] = 1;
+  fused_[i + 1] = 2;
+  return true;
+}
+
+void NodeLoop::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
+                         size_t from, size_t to) {
+  begin_range(slot, training, hash_key(seed, rng_stream), batch_offset);
+  using Clock = std::chrono::steady_clock;
+  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
+  bool tail = false;  // node i ran with the one before it
+  for (size_t i = from; i < to; ++i) {
+    if (tail) tail = false;
+    else if (fused_[i] == 1 && i + 1 < to && run_pair(i, slot)) tail = true;
+    else if (g_.nodes()[i].op->collective) run_collective(i, slot);
+    else run_node(i, slot);
+    after_node(i, slot);
+    if (after_node_) {
+      ready_for_comm();  // the hook may read this node's outputs
+      (*after_node_)(i);
+    }
+    if (node_seconds_) {
+      ready_for_comm();  // an accelerator: the node's own time
+      auto t1 = Clock::now();
+      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+  }
+  finish_gathers();
 }
 
 bool NodeLoop::held_elsewhere(const graph::Value& v) const {

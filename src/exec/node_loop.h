@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "exec/comm/comm.h"
 #include "exec/memory_plan.h"
+#include "exec/param_store.h"
 #include "graph/ir.h"
 #include "io/trace.h"
 
@@ -93,9 +94,27 @@ class NodeLoop {
   virtual void copy_part(const Tensor& x, const Tensor& y, int axis, int index, int parts) = 0;
   // Every kernel enqueued so far has finished (an accelerator's stream), so a communicator may touch the memory.
   virtual void ready_for_comm() {}
-  // The backend's node loop over nodes [from, to) of `slot` (it ends with finish_gathers()).
-  virtual void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
-                         size_t from, size_t to) = 0;
+  // Nodes [from, to) of `slot`: each node by run_node, a pair marked by mark_pair by run_pair (falling back to
+  // node by node when it returns false), comm_* nodes by run_collective; after each, after_node, the engine's
+  // hook and per-node timing (both once ready_for_comm has returned); then finish_gathers().
+  void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
+                 size_t to);
+  // The backend's part of run_range: its kernel context for a range (run_key = hash_key(seed, rng_stream)), a
+  // node's kernel, a marked pair as one kernel, and what follows each node.
+  virtual void begin_range(int slot, bool training, uint64_t run_key, int64_t batch_offset) = 0;
+  virtual void run_node(size_t i, int slot) = 0;
+  virtual bool run_pair(size_t /*i*/, int /*slot*/) { return false; }
+  virtual void after_node(size_t /*i*/, int /*slot*/) {}
+  // Nodes i and i + 1 run as one kernel (run_pair) where the second node's outputs share no bytes with the
+  // first's inputs and outputs, nor its other inputs with the first's outputs: the fused kernel writes the second
+  // node's outputs while the first node's threads still read and write. The one exception: an in-place tail
+  // (OpDef::in_place) whose output is exactly the head's output it reads, rewritten block by block after the head
+  // wrote it. False (nothing marked) where they share.
+  bool mark_pair(size_t i);
+  bool fused_tail(size_t i) const { return fused_[i] == 2; }
+  // The parameter or buffer v's entry in `store` (checked against the graph), or null under ZeRO-3 when another
+  // replica holds it.
+  ParamEntry* store_entry(ParamStore& store, const graph::Value& v) const;
   // Around the runs: before a run or a forward (an accelerator copies its host inputs in), after a traced phase or
   // a forward (it waits for its queue, so that the event is the phase's time), after a run or a backward (it copies
   // the kept values out and checks the kernels' error flags).
@@ -141,6 +160,7 @@ class NodeLoop {
   const std::map<std::string, int>* param_owner_ = nullptr;
   int replica_ = 0;
   std::vector<int> gather_root_;  // per node: a comm_gather_param's root replica (ZeRO-3), else -1
+  std::vector<uint8_t> fused_;    // per node: 1 heads a pair run as one kernel (mark_pair), 2 its tail, else 0
 
  private:
   // Gather node i of slot `slot` from its root over `comm` (ZeRO-3).

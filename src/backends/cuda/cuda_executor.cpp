@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <chrono>
 #include <cmath>
 #include <functional>
 
@@ -93,11 +92,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   if (autocast_bytes_) autocast_ = arena_->take(autocast_bytes_, "autocast");
   // 3. Views: activations at the plan's offsets; parameters and buffers in their own region.
   place_values(base, shared, slot_bytes, options.slots, [&](const graph::Value& v) {
-    if (held_elsewhere(v)) return Tensor::view(nullptr, v.desc);  // ZeRO-3: only comm_gather_param reads it, on its root
-    ParamEntry* e = params.find(v.name);
-    BRAID_ASSERT(e != nullptr, "parameter ", v.name, " is not in the store");
-    BRAID_ASSERT(e->value.desc() == v.desc, "parameter ", v.name, " is ", e->value.desc().str(), " in the store but ",
-                 v.desc.str(), " in the graph");
+    if (!store_entry(params, v)) return Tensor::view(nullptr, v.desc);
     Tensor d = Tensor::view(arena_->take(v.desc.bytes(), v.name.c_str()), v.desc);
     param_views_.emplace_back(params.index_of(v.name), d);
     if (cuda_.autocast() && v.kind == graph::ValueKind::Param && v.desc.dtype == DType::f32)
@@ -158,13 +153,14 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   upload_params();
 }
 
-bool CudaExecutor::fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h,
-                             const Tensor& y) {
-  if (ops::cuda_linear_gelu(ctx, lin_in, h, y)) {
+bool CudaExecutor::run_pair(size_t i, int slot) {
+  if (node_seconds_) return false;  // per-node times: each node its own
+  const auto& outs = node_out_[static_cast<size_t>(slot)];
+  if (ops::cuda_linear_gelu(ctx_, node_in_[static_cast<size_t>(slot)][i], outs[i][0], outs[i + 1][0])) {
     ++gelu_epilogue_runs_;
     return true;
   }
-  gelu_fused_[i] = gelu_fused_[i + 1] = 0;  // cuBLASLt has no algorithm for it: two kernels from now on
+  fused_[i] = fused_[i + 1] = 0;  // cuBLASLt has no algorithm for it: two kernels from now on
   return false;
 }
 
@@ -178,24 +174,13 @@ bool CudaExecutor::gelu_epilogue_allowed() {
 // written). Not where the gelu's output shares bytes with the linear's operands or output (the memory plan may
 // give a value dead after the linear to the gelu's output): the fused call reads those while it writes.
 void CudaExecutor::find_gelu_epilogues() {
-  gelu_fused_.assign(g_.nodes().size(), 0);
   if (!cuda_.autocast() || !gelu_epilogue_allowed()) return;
   const auto& nodes = g_.nodes();
   for (size_t i = 0; i + 1 < nodes.size(); ++i) {
     const graph::Node &a = nodes[i], &b = nodes[i + 1];
-    if (a.op->name != "linear" || a.inputs.size() != 3 || b.op->name != "gelu" || b.inputs.empty() ||
-        b.inputs[0] != a.outputs[0] || a.backward != b.backward || b.attrs.s("approximate") != "tanh" ||
-        gelu_fused_[i] != 0)
-      continue;
-    bool shares = false;
-    for (const auto& views : views_) {
-      auto overlaps = [&](ValueId x, ValueId y) { return shares_bytes(views[x.idx()], views[y.idx()]); };
-      for (ValueId v : a.inputs) shares = shares || overlaps(b.outputs[0], v);
-      shares = shares || overlaps(b.outputs[0], a.outputs[0]);
-    }
-    if (shares) continue;
-    gelu_fused_[i] = 1;
-    gelu_fused_[i + 1] = 2;
+    if (a.op->name == "linear" && a.inputs.size() == 3 && b.op->name == "gelu" && !b.inputs.empty() &&
+        b.inputs[0] == a.outputs[0] && b.attrs.s("approximate") == "tanh")
+      mark_pair(i);
   }
 }
 
@@ -303,67 +288,43 @@ void CudaExecutor::copy_part(const Tensor& x, const Tensor& y, int axis, int ind
   device_copy_chunk(stream_->ctx(), x, y, axis, index, parts);
 }
 
-void CudaExecutor::run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset,
-                             size_t from, size_t to) {
-  cuda::Ctx ctx = stream_->ctx();
-  ctx.training = training;
-  ctx.workspace = workspace_;
-  ctx.workspace_bytes = workspace_bytes_;
-  ctx.autocast = autocast_;
-  ctx.autocast_bytes = autocast_bytes_;
-  ctx.autocast_type = autocast_type();
+void CudaExecutor::begin_range(int slot, bool training, uint64_t run_key, int64_t batch_offset) {
+  ctx_ = stream_->ctx();
+  ctx_.training = training;
+  ctx_.workspace = workspace_;
+  ctx_.workspace_bytes = workspace_bytes_;
+  ctx_.autocast = autocast_;
+  ctx_.autocast_bytes = autocast_bytes_;
+  ctx_.autocast_type = autocast_type();
   auto& look = lookup_[static_cast<size_t>(slot)];
   if (!look.empty()) {
     if (!shadows_fresh_) refresh_shadows();
-    ctx.shadows = look.data();
-    ctx.shadow_count = static_cast<int>(look.size());
+    ctx_.shadows = look.data();
+    ctx_.shadow_count = static_cast<int>(look.size());
   }
-  const uint64_t run_key = hash_key(seed, rng_stream);
-  const auto& nodes = g_.nodes();
-  const auto& ins = node_in_[static_cast<size_t>(slot)];
-  const auto& outs = node_out_[static_cast<size_t>(slot)];
-  using Clock = std::chrono::steady_clock;
-  auto t0 = node_seconds_ ? Clock::now() : Clock::time_point{};
-  bool fused_with_previous = false;
-  for (size_t i = from; i < to; ++i) {
-    const graph::Node& n = nodes[i];
-    const bool ran_fused = fused_with_previous;
-    fused_with_previous = false;
-    if (ran_fused) {
-      // the gelu ran in the linear's cuBLASLt call (find_gelu_epilogues)
-    } else if (gelu_fused_[i] == 1 && i + 1 < to && !node_seconds_ &&  // per-node times: each node its own
-               fuse_gelu(ctx, i, ins[i], outs[i][0], outs[i + 1][0])) {
-      fused_with_previous = true;
-    } else if (n.op->collective) {
-      run_collective(i, slot);
-    } else {
-      place_node(ctx, i, run_key, batch_offset, ins[i]);
-      (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx, n.attrs, ins[i], outs[i]);
-      if (i == loss_seed_ && loss_scale_ != 1) {  // the scaled seed: d(S loss)/d(loss) = S
-        const Tensor& seed = outs[i][0];
-        cuda::fill(ctx, seed.dtype(), seed.raw(), seed.numel(), loss_scale_);
-      }
-    }
-    if (act_shadows_) {
-      for (size_t k : drop_after_[static_cast<size_t>(slot)][i]) look[k].n = 0;  // its bytes now hold another value
-      for (size_t k : cast_after_[static_cast<size_t>(slot)][i]) {
-        const int64_t n = act_n_[static_cast<size_t>(slot)][k];
-        cuda::cast(ctx, DType::f32, look[k].src, autocast_type(), look[k].dst, n);
-        look[k].n = n;
-      }
-    }
-    if (after_node_) {
-      stream_->synchronize();  // the hook may read this node's outputs
-      (*after_node_)(i);
-    }
-    if (node_seconds_) {
-      stream_->synchronize();
-      auto t1 = Clock::now();
-      node_seconds_[i] += std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
-    }
+  run_key_ = run_key;
+  batch_offset_ = batch_offset;
+}
+
+void CudaExecutor::run_node(size_t i, int slot) {
+  const graph::Node& n = g_.nodes()[i];
+  const auto& in = node_in_[static_cast<size_t>(slot)][i];
+  const auto& out = node_out_[static_cast<size_t>(slot)][i];
+  place_node(ctx_, i, run_key_, batch_offset_, in);
+  (*static_cast<const ops::CudaKernel*>(kernels_[i]))(ctx_, n.attrs, in, out);
+  if (i == loss_seed_ && loss_scale_ != 1)  // the scaled seed: d(S loss)/d(loss) = S
+    cuda::fill(ctx_, out[0].dtype(), out[0].raw(), out[0].numel(), loss_scale_);
+}
+
+void CudaExecutor::after_node(size_t i, int slot) {
+  if (!act_shadows_) return;
+  auto& look = lookup_[static_cast<size_t>(slot)];
+  for (size_t k : drop_after_[static_cast<size_t>(slot)][i]) look[k].n = 0;  // its bytes now hold another value
+  for (size_t k : cast_after_[static_cast<size_t>(slot)][i]) {
+    const int64_t n = act_n_[static_cast<size_t>(slot)][k];
+    cuda::cast(ctx_, DType::f32, look[k].src, autocast_type(), look[k].dst, n);
+    look[k].n = n;
   }
-  finish_gathers();
 }
 
 }  // namespace braid::exec

@@ -76,8 +76,10 @@ class CudaExecutor : public NodeLoop {
   size_t device_bytes() const { return arena_->used(); }
 
  private:
-  void run_range(int slot, bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, size_t from,
-                 size_t to) override;
+  void begin_range(int slot, bool training, uint64_t run_key, int64_t batch_offset) override;
+  void run_node(size_t i, int slot) override;
+  bool run_pair(size_t i, int slot) override;  // a linear + gelu pair (find_gelu_epilogues)
+  void after_node(size_t i, int slot) override;
   void begin_run(int slot) override { stage_inputs(slot); }
   void end_phase() override;
   void end_run(int slot) override { finish_run(slot); }
@@ -96,7 +98,6 @@ class CudaExecutor : public NodeLoop {
 
  private:
   void find_gelu_epilogues();
-  bool fuse_gelu(const cuda::Ctx& ctx, size_t i, const std::vector<Tensor>& lin_in, const Tensor& h, const Tensor& y);
 
   ParamStore& params_;
   CudaExecutorOptions cuda_;
@@ -107,7 +108,9 @@ class CudaExecutor : public NodeLoop {
   void* autocast_ = nullptr;  // 16-bit operand scratch (cuda_.autocast())
   size_t autocast_bytes_ = 0;
   std::vector<const void*> kernels_;                                  // per node: const ops::CudaKernel*
-  std::vector<uint8_t> gelu_fused_;  // per node: 1 a linear that runs with the gelu after it, 2 that gelu
+  cuda::Ctx ctx_;                     // the current range's (begin_range)
+  uint64_t run_key_ = 0;
+  int64_t batch_offset_ = 0;
   int64_t gelu_epilogue_runs_ = 0;
   std::vector<std::vector<Tensor>> staging_;                          // [slot][value]: host inputs
   std::vector<bool> device_fed_;                                      // [value]: set_device_fed
