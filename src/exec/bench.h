@@ -1,8 +1,7 @@
 // Steady-state measurement of a run file's training step, for `braid bench` and `braid time`. What is timed
-// is exactly train()'s step (same graph from make_runner, same dataset, sampler, forward_backward, clipping,
-// schedule and optimizer), without checkpoints, evaluation, metrics files or progress output.
-// Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results. A run with a plan
-// (a plan file, or plan: auto on cpu:N) times the engine's step, exactly as train() runs it.
+// is exactly train()'s step: the same plan (the run's, or the trivial one), the engine's step over the same
+// dataset and sampler, clipping, schedule and optimizer, without checkpoints, evaluation, metrics files or
+// progress output. Warmup steps run first and are not timed. Nothing here prints; the CLI formats the results.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -519,61 +519,19 @@ void Engine::run_step(Dev& d, const Job& job) {
         if (p.stage == 0) c.slots.release(mb);  // nothing to send back: the micro-batch is done
         break;
       }
-      case InstrKind::SendActivation: {
-        int slot = c.slots.take(mb);
-        if (c.tensor_rank != 0) break;
-        const int next_tp = programs_[static_cast<size_t>(p.stage + 1)].tp;
-        for (size_t k = 0; k < p.send_values.size(); ++k)
-          for (int t = 0; t < next_tp; ++t) {
-            const Tensor v = prog.value(p.send_values[k], slot);
-            int peer = device_at(p.stage + 1, c.replica, t);
-            io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, p.send[k].name, mb, peer,
-                                                         static_cast<double>(v.bytes())});
-            d.world->send(v, peer, boundary_tag(p.stage, k, false));
-          }
+      case InstrKind::SendActivation:  // to every tensor rank of the next stage, from tensor rank 0
+        move_boundary(d, c, in, p.stage + 1, p.stage, p.send_values, p.send, false);
         break;
-      }
-      case InstrKind::RecvActivation: {
-        int slot = c.slots.take(mb);
-        int peer = device_at(p.stage - 1, c.replica, 0);
-        for (size_t k = 0; k < p.recv_values.size(); ++k) {
-          Tensor v = prog.value(p.recv_values[k], slot);
-          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, p.recv[k].name, mb, peer,
-                                                       static_cast<double>(v.bytes())});
-          d.world->recv(v, peer, boundary_tag(p.stage - 1, k, false));
-        }
+      case InstrKind::RecvActivation:
+        move_boundary(d, c, in, p.stage - 1, p.stage - 1, p.recv_values, p.recv, false);
         break;
-      }
-      case InstrKind::SendGrad: {
-        int slot = c.slots.take(mb);
-        if (c.tensor_rank == 0) {
-          const int prev_tp = programs_[static_cast<size_t>(p.stage - 1)].tp;
-          for (size_t k = 0; k < p.recv_grads.size(); ++k) {
-            if (!p.recv_grads[k].valid()) continue;
-            const Tensor v = prog.value(p.recv_grads[k], slot);
-            for (int t = 0; t < prev_tp; ++t) {
-              int peer = device_at(p.stage - 1, c.replica, t);
-              io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Send, {}, {}, p.recv[k].grad_name, mb,
-                                                           peer, static_cast<double>(v.bytes())});
-              d.world->send(v, peer, boundary_tag(p.stage - 1, k, true));
-            }
-          }
-        }
+      case InstrKind::SendGrad:
+        move_boundary(d, c, in, p.stage - 1, p.stage - 1, p.recv_grads, p.recv, true);
         c.slots.release(mb);
         break;
-      }
-      case InstrKind::RecvGrad: {
-        int slot = c.slots.take(mb);
-        int peer = device_at(p.stage + 1, c.replica, 0);
-        for (size_t k = 0; k < p.send_grads.size(); ++k) {
-          if (!p.send_grads[k].valid()) continue;
-          Tensor v = prog.value(p.send_grads[k], slot);
-          io::TraceScope scope(d.trace, io::TraceLabel{io::TraceKind::Recv, {}, {}, p.send[k].grad_name, mb, peer,
-                                                       static_cast<double>(v.bytes())});
-          d.world->recv(v, peer, boundary_tag(p.stage, k, true));
-        }
+      case InstrKind::RecvGrad:
+        move_boundary(d, c, in, p.stage + 1, p.stage, p.send_grads, p.send, true);
         break;
-      }
       case InstrKind::AllReduceGrads: {
         if (prog.buckets().empty()) break;
         if (!c.ready) {  // no overlap on this backend: the buckets here, in order, on the data group
@@ -593,6 +551,27 @@ void Engine::run_step(Dev& d, const Job& job) {
     }
   }
   finish_step(d, job, loss_sum);
+}
+
+void Engine::move_boundary(Dev& d, Chunk& c, const Instr& in, int peer_stage, int boundary,
+                           const std::vector<ValueId>& values, const std::vector<BoundaryValue>& names, bool grads) {
+  const int slot = c.slots.take(in.micro_batch);
+  const bool send = in.kind == InstrKind::SendActivation || in.kind == InstrKind::SendGrad;
+  if (send && c.tensor_rank != 0) return;
+  // A send goes to every tensor rank of the peer stage, a receive comes from its tensor rank 0.
+  const int peers = send ? programs_[static_cast<size_t>(peer_stage)].tp : 1;
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (!values[k].valid()) continue;  // no gradient for this value
+    Tensor v = c.program->value(values[k], slot);
+    for (int t = 0; t < peers; ++t) {
+      const int peer = device_at(peer_stage, c.replica, t);
+      io::TraceScope scope(d.trace, io::TraceLabel{send ? io::TraceKind::Send : io::TraceKind::Recv, {}, {},
+                                                   grads ? names[k].grad_name : names[k].name, in.micro_batch, peer,
+                                                   static_cast<double>(v.bytes())});
+      if (send) d.world->send(v, peer, boundary_tag(boundary, k, grads));
+      else d.world->recv(v, peer, boundary_tag(boundary, k, grads));
+    }
+  }
 }
 
 void Engine::finish_step(Dev& d, const Job& job, double loss_sum) {

@@ -238,6 +238,10 @@ class Engine {
   // Whether chunk c's ZeRO-3 gathers run prefetched on the comm thread (Program::set_gather_prefetch).
   bool prefetches(const Chunk& c) const;
   void run_step(Dev& d, const Job& job);
+  // A send or receive instruction: boundary `values` of chunk c's slot (invalid: none) to or from stage
+  // `peer_stage`, tagged by the boundary after stage `boundary`.
+  void move_boundary(Dev& d, Chunk& c, const Instr& in, int peer_stage, int boundary,
+                     const std::vector<ValueId>& values, const std::vector<BoundaryValue>& names, bool grads);
   void finish_step(Dev& d, const Job& job, double loss_sum);
   int state_owner(const StageProgram& p, const std::string& name) const;
   Chunk* chunk_of(Dev& d, int stage);

@@ -27,29 +27,32 @@ bool fusion_allowed_by_env() {
 }
 }  // namespace
 
-void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter) {
-  const Tensor& whole = scatter ? out : in;
-  const Tensor& part = scatter ? in : out;
+ChunkLayout chunk_layout(const Tensor& whole, const Tensor& part, int axis, int parts) {
   const auto& dims = whole.shape().dims();
   BRAID_ASSERT(axis >= 0 && axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(axis)] % parts == 0,
                "copy_chunk: axis ", axis, " of ", whole.desc().str(), " in ", parts, " parts");
   BRAID_ASSERT(part.numel() * parts == whole.numel(), "copy_chunk: ", part.desc().str(), " is not 1/", parts, " of ",
                whole.desc().str());
-  size_t elem = dtype_size(whole.dtype());
   int64_t outer = 1, inner = 1;
   for (int a = 0; a < axis; ++a) outer *= dims[static_cast<size_t>(a)];
   for (size_t a = static_cast<size_t>(axis) + 1; a < dims.size(); ++a) inner *= dims[a];
-  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * elem;
-  const size_t row = chunk * static_cast<size_t>(parts);
+  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * dtype_size(whole.dtype());
+  return {static_cast<size_t>(outer), chunk, chunk * static_cast<size_t>(parts)};
+}
+
+void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter) {
+  const Tensor& whole = scatter ? out : in;
+  const Tensor& part = scatter ? in : out;
+  const ChunkLayout l = chunk_layout(whole, part, axis, parts);
   auto* w = static_cast<char*>(whole.raw());
   auto* p = static_cast<char*>(part.raw());
-  for (int64_t o = 0; o < outer; ++o) {
-    char* wp = w + static_cast<size_t>(o) * row + static_cast<size_t>(index) * chunk;
-    char* pp = p + static_cast<size_t>(o) * chunk;
+  for (size_t o = 0; o < l.outer; ++o) {
+    char* wp = w + o * l.row + static_cast<size_t>(index) * l.chunk;
+    char* pp = p + o * l.chunk;
     if (scatter)
-      std::memcpy(wp, pp, chunk);
+      std::memcpy(wp, pp, l.chunk);
     else
-      std::memcpy(pp, wp, chunk);
+      std::memcpy(pp, wp, l.chunk);
   }
 }
 

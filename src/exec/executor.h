@@ -73,5 +73,11 @@ class Executor : public NodeLoop {
 // Copies chunk `index` of `parts` equal chunks of `in` along `axis` into `out` (or, with scatter = true,
 // `in` into that chunk of `out`). Shapes must agree; any dtype.
 void copy_chunk(const Tensor& in, const Tensor& out, int axis, int index, int parts, bool scatter = false);
+// copy_chunk's layout of one of `parts` chunks of `whole` along `axis`: `outer` rows of `row` bytes, each holding
+// the chunks side by side, `chunk` bytes each (every backend's copy_chunk).
+struct ChunkLayout {
+  size_t outer = 0, chunk = 0, row = 0;
+};
+ChunkLayout chunk_layout(const Tensor& whole, const Tensor& part, int axis, int parts);
 
 }  // namespace braid::exec

@@ -47,15 +47,8 @@ std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool 
     if (p.grad.valid()) keep.push_back(p.grad);
   ExecutorOptions eo;
   eo.fuse = options.fuse;
-  if (training && options.grads_in_store) {
-    for (const auto& p : r->g.params())
-      if (p.grad.valid()) eo.external.emplace_back(p.grad, store.entries()[store.index_of(p.name)].grad);
-    r->grads_in_store = true;
-  }
   r->exec = std::make_unique<Executor>(r->g, store, keep, eo);
   for (const auto& in : m.inputs) r->inputs.push_back(r->exec->input(in.name));
-  for (const auto& p : r->g.params())
-    if (p.grad.valid()) r->grads.emplace_back(p.grad, store.index_of(p.name));
   return r;
 }
 

@@ -17,17 +17,11 @@ struct Runner {
   graph::Graph g;
   std::unique_ptr<Executor> exec;
   std::vector<Tensor> inputs;  // arena views of the model inputs, in model order
-  // Each trainable parameter's gradient value and its entry in the ParamStore (resolved once, not per step).
-  std::vector<std::pair<ValueId, size_t>> grads;
-  bool grads_in_store = false;  // the executor writes gradients into the store's tensors (one micro-batch)
 };
 
 // Builds the graph (with backward when training, with metrics otherwise), creates missing parameters in
 // `store` (initialised from `seed`) and the executor.
 struct RunnerOptions {
-  // For steps of exactly one micro-batch: the gradients are computed in place in the store's grad tensors,
-  // so nothing is copied after the run.
-  bool grads_in_store = false;
   // ExecutorOptions::fuse. Calibration turns it off: it times every op kind on its own.
   bool fuse = true;
 };

@@ -19,19 +19,11 @@ void device_copy_chunk(const cuda::Ctx& c, const Tensor& in, const Tensor& out, 
                        bool scatter) {
   const Tensor& whole = scatter ? out : in;
   const Tensor& part = scatter ? in : out;
-  const auto& dims = whole.shape().dims();
-  BRAID_ASSERT(axis >= 0 && axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(axis)] % parts == 0,
-               "device_copy_chunk: axis ", axis, " of ", whole.desc().str(), " in ", parts, " parts");
-  size_t elem = dtype_size(whole.dtype());
-  int64_t outer = 1, inner = 1;
-  for (int a = 0; a < axis; ++a) outer *= dims[static_cast<size_t>(a)];
-  for (size_t a = static_cast<size_t>(axis) + 1; a < dims.size(); ++a) inner *= dims[a];
-  const size_t chunk = static_cast<size_t>(dims[static_cast<size_t>(axis)] / parts * inner) * elem;
-  const size_t row = chunk * static_cast<size_t>(parts);
-  char* w = static_cast<char*>(whole.raw()) + static_cast<size_t>(index) * chunk;
+  const ChunkLayout l = chunk_layout(whole, part, axis, parts);
+  char* w = static_cast<char*>(whole.raw()) + static_cast<size_t>(index) * l.chunk;
   char* p = static_cast<char*>(part.raw());
-  if (scatter) cuda::copy_2d(c, w, row, p, chunk, chunk, static_cast<size_t>(outer));
-  else cuda::copy_2d(c, p, chunk, w, row, chunk, static_cast<size_t>(outer));
+  if (scatter) cuda::copy_2d(c, w, l.row, p, l.chunk, l.chunk, l.outer);
+  else cuda::copy_2d(c, p, l.chunk, w, l.row, l.chunk, l.outer);
 }
 
 CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std::vector<ValueId>& keep,
