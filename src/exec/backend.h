@@ -208,7 +208,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 // file). It resolves braid's own functions from the binary that loads it (ENABLE_EXPORTS) and exports
 // `extern "C" int braid_backend_init(int abi)`, which registers its backend and returns 0; kBackendAbi changes
 // whenever this interface does, and a module of another ABI is refused.
-constexpr int kBackendAbi = 3;
+constexpr int kBackendAbi = 4;
 std::string backend_module_path(const std::string& kind);
 // Whether kind's module file exists (for `braid --version`; nothing is loaded).
 bool backend_module_present(const std::string& kind);
