@@ -119,8 +119,8 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
       micro_(plan.summary.micro_batch) {
-  check_ = check_schedule(schedule_);
-  BRAID_ASSERT(check_.ok, "the ", schedule_.name, " schedule does not check: ", check_.message);
+  const ScheduleCheck check = check_schedule(schedule_);
+  BRAID_ASSERT(check.ok, "the ", schedule_.name, " schedule does not check: ", check.message);
   BRAID_ASSERT(schedule_.stages == static_cast<int>(programs_.size()), "schedule has ", schedule_.stages,
                " stages, the plan ", programs_.size());
   stage_slots_ = exec::stage_slots(schedule_);  // each stage's program slots (schedule.h)
@@ -627,7 +627,7 @@ Optimizer* Engine::whole_optimizer() { return whole_store() ? local_of(0)->opt.g
 
 void Engine::gather(ParamStore& full, Optimizer* full_opt) {
   for (auto& d : devices_) d->device->download(full_opt != nullptr);
-  if (full_opt) full_opt->loss_scale = loss_scale_state();
+  if (full_opt) full_opt->loss_scale = scaling_ ? scaler_.state() : LossScaleState{};  // scale 0: none (not fp16)
   if (&full == whole_store()) return;  // device 0 holds the whole model in host memory: nothing to copy
   Communicator* between = host_ ? host_ : devices_[0]->world.get();  // between processes each holds one device
   gather_shards(
@@ -722,12 +722,6 @@ double Engine::peak_flops() const { return backend_.peak_flops(where_); }
 std::vector<std::pair<std::string, double>> Engine::step_metrics() const {
   if (!scaling_) return {};
   return {{"loss_scale", scaler_.scale()}, {"skipped_steps", static_cast<double>(skipped_)}};
-}
-
-LossScaleState Engine::loss_scale_state() const { return scaling_ ? scaler_.state() : LossScaleState{}; }
-
-void Engine::set_loss_scale_state(const LossScaleState& s) {
-  if (scaling_) scaler_ = LossScaler(s);
 }
 
 }  // namespace braid::exec

@@ -116,7 +116,6 @@ class Engine {
   bool is_local(int device) const { return local_of(device) != nullptr; }
   const planner::Plan& plan() const { return plan_; }
   const Schedule& schedule() const { return schedule_; }
-  const ScheduleCheck& schedule_check() const { return check_; }
   const std::vector<StageProgram>& programs() const { return programs_; }
   // Micro-batches each stage keeps in flight (its executor's slots), from the schedule.
   const std::vector<int>& stage_slots() const { return stage_slots_; }
@@ -172,9 +171,6 @@ class Engine {
   double peak_flops() const;
   // Figures of the training so far for the metrics file (fp16: loss_scale, skipped_steps).
   std::vector<std::pair<std::string, double>> step_metrics() const;
-  // fp16's dynamic loss scale, for checkpoints (scale 0 when the run does not scale).
-  LossScaleState loss_scale_state() const;
-  void set_loss_scale_state(const LossScaleState& s);
 
  private:
   struct Chunk {  // one stage program on one device
@@ -257,7 +253,6 @@ class Engine {
   std::vector<StageProgram> programs_;
   std::vector<std::map<std::string, int>> owners_;  // per stage: zero_owners (empty without sharding), made once
   Schedule schedule_;
-  ScheduleCheck check_;
   std::vector<int> stage_slots_;
   int dp_ = 1, micro_batches_ = 1;
   int64_t micro_ = 1;  // per replica
