@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The code that runs a training step (issue 20's measure): the engine, the programs (node loop, executors, shards),
+# the backend interface and registry, and the backends' step glue, not their kernels. Code lines: not blank and not
+# only a // comment. Prints each file's count and the total, at the working tree or at a git revision.
+# usage: scripts/step_lines.sh [REV]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+files=(src/exec/engine.cpp src/exec/engine.h src/exec/executor.cpp src/exec/executor.h src/exec/node_loop.cpp
+       src/exec/node_loop.h src/exec/runner.cpp src/exec/runner.h src/exec/shards.cpp src/exec/backend.cpp
+       src/exec/backend.h src/backends/cpu/cpu_backend.cpp src/backends/cuda/cuda_backend.cpp
+       src/backends/cuda/cuda_executor.cpp src/backends/cuda/cuda_executor.h src/backends/cuda/cuda_engine.h
+       src/backends/cuda/cuda_optimizer.cpp)
+total=0
+for f in "${files[@]}"; do
+  if [ $# -gt 0 ]; then text=$(git show "$1:$f" 2>/dev/null || true); else text=$(cat "$f"); fi
+  n=$(printf '%s\n' "$text" | sed -e 's://.*$::' | grep -cv '^[[:space:]]*$' || true)
+  printf '%6d %s\n' "$n" "$f"
+  total=$((total + n))
+done
+printf '%6d total\n' "$total"
