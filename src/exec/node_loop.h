@@ -111,7 +111,6 @@ class NodeLoop {
   // (OpDef::in_place) whose output is exactly the head's output it reads, rewritten block by block after the head
   // wrote it. False (nothing marked) where they share.
   bool mark_pair(size_t i);
-  bool fused_tail(size_t i) const { return fused_[i] == 2; }
   // The parameter or buffer v's entry in `store` (checked against the graph), or null under ZeRO-3 when another
   // replica holds it.
   ParamEntry* store_entry(ParamStore& store, const graph::Value& v) const;
