@@ -331,18 +331,44 @@ TEST(ConvFamily, ResultsDoNotDependOnThreads) {
   Tensor dy = random_like({Shape{2, 8, 40, 40}, DType::f32}, rng);
   Tensor x8 = random_like({Shape{2, 8, 40, 40}, DType::f32}, rng);
   Attrs a{{"out", int64_t{8}}, {"kernel", int64_t{3}}, {"padding", int64_t{1}}, {"bias", false}};
+  // Batch norm: channels of 7 x 7 planes (a tail after the 8 lanes of its sums) and of 40 x 40, its statistics, the
+  // running buffers it updates (fresh copies per run) and all three gradients.
+  const OpDef& bn = Registry::get().at("batch_norm");
+  Attrs bn_attrs = instantiate(bn, sample_named(bn, "4d"), DType::f32, rng).attrs;
+  auto bn_inputs = [&](const Shape& xs) {
+    const int64_t C = xs[1];
+    Tensor var = Tensor::empty(TensorDesc{Shape{C}, DType::f32});
+    for (int64_t c = 0; c < C; ++c) var.data<float>()[c] = 1.0f;
+    return std::vector<Tensor>{random_like({xs, DType::f32}, rng), random_like({Shape{C}, DType::f32}, rng),
+                               random_like({Shape{C}, DType::f32}, rng), random_like({Shape{C}, DType::f32}, rng), var,
+                               Tensor::empty(TensorDesc{Shape{}, DType::i64})};
+  };
+  const std::vector<std::vector<Tensor>> bn_cases{bn_inputs(Shape{16, 24, 7, 7}), bn_inputs(Shape{4, 6, 40, 40})};
   auto run_all = [&] {
     std::vector<Tensor> r = run_op("conv2d_grad_input", a, {dy, x, w}, true);
     r.push_back(run_op("avg_pool2d_grad", {{"kernel", int64_t{3}}, {"stride", int64_t{1}}, {"padding", int64_t{1}}},
                        {dy, x8}, true)[0]);
+    for (const auto& base : bn_cases) {
+      std::vector<Tensor> in;
+      for (const auto& t : base) in.push_back(t.clone());
+      std::vector<Tensor> out = run_op("batch_norm", bn_attrs, in, true);
+      Tensor g = random_like(out[0].desc(), rng);
+      for (const Tensor& t : run_op("batch_norm_grad", {}, {g, in[0], in[1], out[1], out[2]}, true)) r.push_back(t);
+      r.insert(r.end(), out.begin(), out.end());
+      r.push_back(in[3]);
+      r.push_back(in[4]);
+    }
     return r;
   };
   int saved = num_threads();
   set_num_threads(1);
+  Rng at = rng;
   auto one = run_all();
-  set_num_threads(std::max(2, saved));
+  set_num_threads(std::max(3, saved));
+  rng = at;  // the same incoming gradients
   auto many = run_all();
   set_num_threads(saved);
+  ASSERT_EQ(many.size(), one.size());
   for (size_t k = 0; k < one.size(); ++k) expect_close(many[k], one[k], 0, "result " + std::to_string(k));
 }
 
