@@ -159,12 +159,18 @@ TEST(ConvFamily, MaxPoolFirstMaximumWinsAndNanPropagates) {
   out = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {x}, true);
   EXPECT_TRUE(std::isnan(get_as_double(out[0], 0)));
   EXPECT_EQ(get_as_double(out[1], 0), 2.0);
+  set_from_double(x, 0, NAN);  // two NaNs: the last one's index, as PyTorch's CPU kernel
+  set_from_double(x, 3, 5.0);
+  out = run_op("max_pool2d", {{"kernel", int64_t{2}}}, {x}, true);
+  EXPECT_TRUE(std::isnan(get_as_double(out[0], 0)));
+  EXPECT_EQ(get_as_double(out[1], 0), 2.0);
 }
 
 // The float 2x2 / stride 2 max pool has a fast path of its own: it must choose what the generic window loop
 // (run here in double on the same values) chooses, with ties, NaN, -inf and odd sizes.
 TEST(ConvFamily, MaxPool2x2FastPathAgreesWithTheWindowLoop) {
-  for (const Shape& shape : {Shape{3, 5, 8, 10}, Shape{2, 3, 9, 11}}) {
+  // The last shape's planes (65 x 66 outputs) are too large for the fast path's table: the generic loop.
+  for (const Shape& shape : {Shape{3, 5, 8, 10}, Shape{2, 3, 9, 11}, Shape{64, 3, 4, 4}, Shape{1, 2, 130, 133}}) {
     Tensor xf = Tensor::empty({shape, DType::f32}), xd = Tensor::empty({shape, DType::f64});
     for (int64_t i = 0; i < xf.numel(); ++i) {
       double v = static_cast<double>(i * 7919 % 13) - 6.0;  // many ties

@@ -8,6 +8,7 @@
 // BRAID_POOL=loops (ops/cpu/onednn_spatial.h). max_pool2d stays on the loops: oneDNN's max pooling does not
 // propagate NaN (PyTorch's does), and its workspace is not PyTorch's argmax.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "ops/cpu/kernel_util.h"
@@ -63,46 +64,52 @@ std::vector<TensorDesc> infer_max_pool(const Attrs& a, std::span<const TensorDes
   return {TensorDesc{s, in[0].dtype}, TensorDesc{s, DType::i64}};
 }
 
-// One output row of the common 2x2, stride 2, unpadded float max pool: rows r0 and r1 of the input (r0 at
-// plane index base), branch-free and compiled per vector width. The same choices as the generic loop: the
-// four candidates in window order, each taken when greater than the maximum so far or NaN.
-BRAID_CPU_CLONES void max_pool_2x2_row(const float* __restrict r0, const float* __restrict r1, int64_t base, int64_t W,
-                                       float* __restrict y, int64_t* __restrict arg, int64_t Wo) {
-  for (int64_t ow = 0; ow < Wo; ++ow) {
-    const int64_t c = 2 * ow;
-    const float a = r0[c], b = r0[c + 1], d = r1[c], e = r1[c + 1];
+// One plane of the common 2x2, stride 2, unpadded float max pool: output j's window starts at input off[j] (its
+// row and column times 2), the four candidates read in window order, each taken when greater than the maximum so
+// far or NaN (the generic loop's choices, and PyTorch's: the first maximum, the last NaN). Branch-free over the
+// whole plane with 32-bit indices (widened at the store), compiled per vector width: a loop per output row had
+// left LeNet's short rows (12 and 4 outputs) to scalar remainders, 12% of its step (docs/benchmarks.md).
+BRAID_CPU_CLONES void max_pool_2x2_plane(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
+                                         float* __restrict y, int64_t* __restrict arg) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t o = off[j];
+    const float a = x[o], b = x[o + 1], d = x[o + W], e = x[o + W + 1];
     float m = -std::numeric_limits<float>::infinity();
-    int64_t best = base + c;
+    int32_t best = o;
     bool t = a > m || a != a;
     m = t ? a : m;
-    best = t ? base + c : best;
+    best = t ? o : best;
     t = b > m || b != b;
     m = t ? b : m;
-    best = t ? base + c + 1 : best;
+    best = t ? o + 1 : best;
     t = d > m || d != d;
     m = t ? d : m;
-    best = t ? base + W + c : best;
+    best = t ? o + W : best;
     t = e > m || e != e;
     m = t ? e : m;
-    best = t ? base + W + c + 1 : best;
-    y[ow] = m;
-    arg[ow] = best;
+    best = t ? o + W + 1 : best;
+    y[j] = m;
+    arg[j] = best;
   }
 }
 
+// Planes of at most this many outputs take the fast path (its table of window offsets lives on the stack).
+constexpr int64_t kMaxPoolTable = 4096;
+
 void max_pool_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = pool_window("max_pool2d", a, in[0].desc());
-  if (out[0].dtype() == DType::f32 && w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0) {
+  if (out[0].dtype() == DType::f32 && w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 &&
+      w.out_plane() <= kMaxPoolTable) {
     const float* x = in[0].data<float>();
     float* y = out[0].data<float>();
     int64_t* arg = out[1].data<int64_t>();
+    int32_t off[kMaxPoolTable];
+    for (int64_t oh = 0; oh < w.Ho; ++oh)
+      for (int64_t ow = 0; ow < w.Wo; ++ow) off[oh * w.Wo + ow] = static_cast<int32_t>(2 * oh * w.W + 2 * ow);
+    const int32_t W = static_cast<int32_t>(w.W);
     parallel_for(w.B * w.C, plane_grain(w), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p)
-        for (int64_t oh = 0; oh < w.Ho; ++oh) {
-          const float* r0 = x + p * w.in_plane() + 2 * oh * w.W;
-          const int64_t o = p * w.out_plane() + oh * w.Wo;
-          max_pool_2x2_row(r0, r0 + w.W, 2 * oh * w.W, w.W, y + o, arg + o, w.Wo);
-        }
+        max_pool_2x2_plane(x + p * w.in_plane(), off, w.out_plane(), W, y + p * w.out_plane(), arg + p * w.out_plane());
     });
     return;
   }
