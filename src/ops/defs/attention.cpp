@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/kernel_util.h"
@@ -26,11 +27,45 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 constexpr int64_t kMaxSlots = 32;  // units of work processed concurrently (each with its own scratch)
 
-// Query rows per unit of work: at most 64, and few enough that each per-unit GEMM stays under 2^18
-// multiply-adds (never under 8 rows), the size below which OpenBLAS runs on the calling thread. Units run
-// in parallel_for; a BLAS that spawned its own threads inside them would fight them for the cores.
+// Query rows per unit of work: at most 64, and few enough that each per-unit GEMM stays under 2^19
+// multiply-adds (never under 8 rows): the GEMMs of a unit run on its thread (cpu::gemm inside a parallel region
+// is single-threaded), and rows x keys x dh of 2^19 keeps a unit's scores in its core's L2. The benchmark GPT
+// (T = 128, dh = 64): 64-row blocks, its attention_grad 9.9 -> 9.0 ms a step against 32-row blocks (2^18);
+// 128-row blocks (2^20) were slower, 10.3-10.5 ms (docs/benchmarks.md).
 int64_t row_block(int64_t t, int64_t dh) {
-  return std::min(t, std::clamp<int64_t>((int64_t{1} << 18) / (t * dh), 8, 64));
+  return std::min(t, std::clamp<int64_t>((int64_t{1} << 19) / (t * dh), 8, 64));
+}
+
+// A row's maximum over 16 lanes (exact in any order; a NaN score ends as NaN probabilities either way).
+template <typename T>
+BRAID_CPU_CLONES T row_max(const T* __restrict x, int64_t n) {
+  constexpr int64_t kL = 16;
+  T m = x[0];
+  if (n >= kL) {
+    T lane[kL];
+    for (int64_t l = 0; l < kL; ++l) lane[l] = x[l];
+    const int64_t body = n / kL * kL;
+    for (int64_t j = kL; j < body; j += kL)
+      for (int64_t l = 0; l < kL; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+    for (int64_t j = body; j < n; ++j) lane[j - body] = x[j] > lane[j - body] ? x[j] : lane[j - body];
+    m = lane[0];
+    for (int64_t l = 1; l < kL; ++l) m = lane[l] > m ? lane[l] : m;
+    return m;
+  }
+  for (int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// sum_e a[e] b[e] over the fixed double lanes of cpu::lane_total.
+template <typename T>
+BRAID_CPU_CLONES double row_dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+  constexpr int kL = cpu::kSumLanes;
+  double acc[kL] = {};
+  const int64_t body = n / kL * kL;
+  for (int64_t e = 0; e < body; e += kL)
+    for (int l = 0; l < kL; ++l) acc[l] += static_cast<double>(a[e + l]) * b[e + l];
+  for (int64_t e = body; e < n; ++e) acc[e - body] += static_cast<double>(a[e]) * b[e];
+  return cpu::lane_total(acc);
 }
 
 // Output indices of attention.
@@ -121,11 +156,11 @@ void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1
   for (int64_t r = 0; r < rows; ++r) {
     int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
     T* row = s + r * ncols;
-    T mx = row[0];
-    for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, row[j]);
-    T sum = 0;
+    const T mx = row_max(row, valid);
     for (int64_t j = 0; j < valid; ++j) row[j] = cpu::exp_of(row[j] - mx);  // vectorises (fast_math.h: 1 ulp)
-    for (int64_t j = 0; j < valid; ++j) sum += row[j];
+    double acc[cpu::kSumLanes] = {};
+    cpu::add_to_lanes(row, valid, acc);  // fixed lanes: the same sum for any vector width
+    const T sum = static_cast<T>(cpu::lane_total(acc));
     lse[(bi * n.h + hh) * n.t + i] = mx + std::log(sum);
     T inv = T(1) / sum;
     for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
@@ -319,8 +354,7 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
       int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
       T* g = sg + r * ncols;
       const T* prow = sp + r * ncols;
-      T dot = 0;
-      for (int64_t e = 0; e < n.dh; ++e) dot += dc[i * n.d + e] * o[i * n.d + e];
+      const T dot = static_cast<T>(row_dot(dc + i * n.d, o + i * n.d, n.dh));
       if (p > 0) {
         const T* zrow = sz + r * ncols;
         for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * ((zrow[j] != T(0) ? g[j] * keep_scale : T(0)) - dot);
