@@ -28,10 +28,10 @@ std::string str(int64_t v) { return std::to_string(v); }
 constexpr int64_t kMaxSlots = 32;  // units of work processed concurrently (each with its own scratch)
 
 // Query rows per unit of work: at most 64, and few enough that each per-unit GEMM stays under 2^19
-// multiply-adds (never under 8 rows): the GEMMs of a unit run on its thread (cpu::gemm inside a parallel region
-// is single-threaded), and rows x keys x dh of 2^19 keeps a unit's scores in its core's L2. The benchmark GPT
-// (T = 128, dh = 64): 64-row blocks, its attention_grad 9.9 -> 9.0 ms a step against 32-row blocks (2^18);
-// 128-row blocks (2^20) were slower, 10.3-10.5 ms (docs/benchmarks.md).
+// multiply-adds (never under 8 rows). The bound is measured: on the benchmark GPT (T = 128, dh = 64) 64-row
+// blocks ran its attention_grad in 9.0 ms a step, 32-row blocks (2^18) in 9.9 and 128-row blocks (2^20) in
+// 10.3-10.5 (docs/benchmarks.md). 2^18 had come from OpenBLAS, which threads GEMMs above it; a unit's GEMMs run
+// on its own thread on any library (cpu::gemm inside a parallel region is single-threaded).
 int64_t row_block(int64_t t, int64_t dh) {
   return std::min(t, std::clamp<int64_t>((int64_t{1} << 19) / (t * dh), 8, 64));
 }

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "core/parallel.h"
-
 #include "ops/cpu/kernel_util.h"
 #include "ops/defs/spatial_util.h"
 #include "ops/registry.h"
