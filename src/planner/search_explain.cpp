@@ -39,7 +39,6 @@ std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const grap
   Plan plan = plan_in;
   add_default_layers(plan, g);
   double base = predict_step_time(plan, g, model, ts);
-  std::map<std::string, int> stage_tp;
   auto fwd = forward_layers(g);
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < fwd.size(); ++i) index[fwd[i]->layer] = i;
@@ -71,13 +70,11 @@ std::vector<LayerAlternative> layer_alternatives(const Plan& plan_in, const grap
       trial.summary.tensor_parallel = max_tp;
       StepPrediction p = predict(trial, g, model, ts);
       double t = p.fits ? p.step_time_s : kInfeasible;
-      if (t < best || a.runner_up.empty()) {
-        if (t < best || best == kInfeasible) {
-          best = t;
-          a.runner_up = o.signature + (o.tensor_parallel > 1 ? " x" + std::to_string(o.tensor_parallel) : "");
-          a.runner_up_fits = p.fits;
-          a.delta_s = p.step_time_s - base;
-        }
+      if (t < best || a.runner_up.empty()) {  // the fastest that fits, else the first option
+        best = t;
+        a.runner_up = o.signature + (o.tensor_parallel > 1 ? " x" + std::to_string(o.tensor_parallel) : "");
+        a.runner_up_fits = p.fits;
+        a.delta_s = p.step_time_s - base;
       }
     }
     l = saved;

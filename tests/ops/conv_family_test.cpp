@@ -169,8 +169,10 @@ TEST(ConvFamily, MaxPoolFirstMaximumWinsAndNanPropagates) {
 // The float 2x2 / stride 2 max pool has a fast path of its own: it must choose what the generic window loop
 // (run here in double on the same values) chooses, with ties, NaN, -inf and odd sizes.
 TEST(ConvFamily, MaxPool2x2FastPathAgreesWithTheWindowLoop) {
-  // The last shape's planes (65 x 66 outputs) are too large for the fast path's table: the generic loop.
-  for (const Shape& shape : {Shape{3, 5, 8, 10}, Shape{2, 3, 9, 11}, Shape{64, 3, 4, 4}, Shape{1, 2, 130, 133}}) {
+  // 130 x 133: planes of 65 x 66 outputs, run in blocks of rows; 2 x 8196: rows too wide for a block, the generic
+  // loop.
+  for (const Shape& shape :
+       {Shape{3, 5, 8, 10}, Shape{2, 3, 9, 11}, Shape{64, 3, 4, 4}, Shape{1, 2, 130, 133}, Shape{1, 1, 2, 8196}}) {
     Tensor xf = Tensor::empty({shape, DType::f32}), xd = Tensor::empty({shape, DType::f64});
     for (int64_t i = 0; i < xf.numel(); ++i) {
       double v = static_cast<double>(i * 7919 % 13) - 6.0;  // many ties

@@ -7,6 +7,7 @@
 // Float avg_pool2d and its gradient run on oneDNN's pooling primitives where braid is built with it, unless
 // BRAID_POOL=loops (ops/cpu/onednn_spatial.h). max_pool2d stays on the loops: oneDNN's max pooling does not
 // propagate NaN (PyTorch's does), and its workspace is not PyTorch's argmax.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -64,13 +65,14 @@ std::vector<TensorDesc> infer_max_pool(const Attrs& a, std::span<const TensorDes
   return {TensorDesc{s, in[0].dtype}, TensorDesc{s, DType::i64}};
 }
 
-// One plane of the common 2x2, stride 2, unpadded float max pool: output j's window starts at input off[j] (its
-// row and column times 2), the four candidates read in window order, each taken when greater than the maximum so
-// far or NaN (the generic loop's choices, and PyTorch's: the first maximum, the last NaN). Branch-free over the
-// whole plane with 32-bit indices (widened at the store), compiled per vector width: a loop per output row had
-// left LeNet's short rows (12 and 4 outputs) to scalar remainders, 12% of its step (docs/benchmarks.md).
-BRAID_CPU_CLONES void max_pool_2x2_plane(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
-                                         float* __restrict y, int64_t* __restrict arg) {
+// A block of output rows of the common 2x2, stride 2, unpadded float max pool: output j's window starts at input
+// off[j] of the block (x: the block's first input row; `base`: that row's index in its plane, added to the argmax),
+// the four candidates read in window order, each taken when greater than the maximum so far or NaN (the generic
+// loop's choices, and PyTorch's: the first maximum, the last NaN). Branch-free over the whole block with 32-bit
+// offsets, compiled per vector width: a loop per output row had left LeNet's short rows (12 and 4 outputs) to
+// scalar remainders, 12% of its step (docs/benchmarks.md).
+BRAID_CPU_CLONES void max_pool_2x2_rows(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
+                                        int64_t base, float* __restrict y, int64_t* __restrict arg) {
   for (int64_t j = 0; j < n; ++j) {
     const int32_t o = off[j];
     const float a = x[o], b = x[o + 1], d = x[o + W], e = x[o + W + 1];
@@ -89,27 +91,33 @@ BRAID_CPU_CLONES void max_pool_2x2_plane(const float* __restrict x, const int32_
     m = t ? e : m;
     best = t ? o + W + 1 : best;
     y[j] = m;
-    arg[j] = best;
+    arg[j] = base + best;
   }
 }
 
-// Planes of at most this many outputs take the fast path (its table of window offsets lives on the stack).
+// Outputs per block of max_pool_2x2_rows (its table of window offsets lives on the stack): whole planes where they
+// fit, else blocks of rows.
 constexpr int64_t kMaxPoolTable = 4096;
 
 void max_pool_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   Window w = pool_window("max_pool2d", a, in[0].desc());
   if (out[0].dtype() == DType::f32 && w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 &&
-      w.out_plane() <= kMaxPoolTable) {
+      w.Ho > 0 && w.Wo > 0 && w.Wo <= kMaxPoolTable) {
     const float* x = in[0].data<float>();
     float* y = out[0].data<float>();
     int64_t* arg = out[1].data<int64_t>();
+    const int64_t rows = std::min<int64_t>(w.Ho, kMaxPoolTable / w.Wo);  // output rows per block
     int32_t off[kMaxPoolTable];
-    for (int64_t oh = 0; oh < w.Ho; ++oh)
+    for (int64_t oh = 0; oh < rows; ++oh)
       for (int64_t ow = 0; ow < w.Wo; ++ow) off[oh * w.Wo + ow] = static_cast<int32_t>(2 * oh * w.W + 2 * ow);
     const int32_t W = static_cast<int32_t>(w.W);
     parallel_for(w.B * w.C, plane_grain(w), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p)
-        max_pool_2x2_plane(x + p * w.in_plane(), off, w.out_plane(), W, y + p * w.out_plane(), arg + p * w.out_plane());
+        for (int64_t oh = 0; oh < w.Ho; oh += rows) {
+          const int64_t o = p * w.out_plane() + oh * w.Wo;
+          max_pool_2x2_rows(x + p * w.in_plane() + 2 * oh * w.W, off, std::min(rows, w.Ho - oh) * w.Wo, W,
+                            2 * oh * w.W, y + o, arg + o);
+        }
     });
     return;
   }
