@@ -71,3 +71,30 @@ TEST(Autodiff, DropoutOffPassesTheGradientThrough) {
     ASSERT_TRUE(g.params()[0].grad.valid());
   }
 }
+
+// relu's gradient reads relu's output (the same mask as its input: <= 0 exactly where the input is), so that relu
+// runs in place; gelu's reads its input, tanh's and sigmoid's their output.
+TEST(Autodiff, ActivationGradientsReadWhatTheirDerivativeNeeds) {
+  for (const char* act : {"relu", "gelu", "tanh", "sigmoid"}) {
+    Graph g(2);
+    ValueId x = g.add_input("x", TensorDesc{Shape{2, 3}});
+    ValueId w = g.add_param("lay", param("w", Shape{3}));
+    ValueId h = g.add_node(op("mul"), {}, {x, w}, 1, "lay", "lay", {}, false)[0];
+    ops::Attrs a;
+    ops::complete_attrs(op(act), a);
+    ValueId y = g.add_node(op(act), a, {h}, 1, "act", "act", {}, false)[0];
+    ValueId o = g.add_node(op("add"), {}, {y, y}, 2, "sum", "sum", {}, false)[0];
+    g.outputs.emplace_back("loss", o);
+    append_backward(g);
+    verify(g);
+    const std::string grad_op = std::string(act) + "_grad";
+    int found = 0;
+    for (const auto& n : g.nodes())
+      if (n.op->name == grad_op) {
+        ++found;
+        ASSERT_EQ(n.inputs.size(), 2u);
+        EXPECT_EQ(n.inputs[1], std::string(act) == "gelu" ? h : y) << act;
+      }
+    EXPECT_EQ(found, 1) << act;
+  }
+}

@@ -16,7 +16,7 @@ namespace braid::ops::cpu {
 
 // linear(x, W[, b]) -> z, then an activation (relu, gelu, tanh, sigmoid) of z -> y, float32: the activation
 // runs as the GEMM's epilogue on each thread's block of z while the block is in that core's cache. z is still
-// written (the activation's backward reads it).
+// written (gelu's backward reads it); y may be z's bytes (relu in place), rewritten block by block.
 void linear_activation(const Attrs& linear_attrs, const std::string& act_op, const Attrs& act_attrs,
                        std::span<const Tensor> in, const Tensor& z, const Tensor& y);
 
@@ -33,7 +33,8 @@ void linear_dx_activation_grad(const std::string& act_grad_op, const Attrs& act_
 
 // conv2d(x, W[, b]) -> z, then an activation of z -> y, float32: on oneDNN's convolution the activation runs on each
 // chunk of samples right after the chunk's convolution wrote it, on the same thread, while it is in that core's
-// cache; on im2col, after the convolution. z is still written (relu's and gelu's gradients read it).
+// cache; on im2col, after the convolution. z is still written (gelu's gradient reads it); y may be z's bytes (relu
+// runs in place where z dies at it, its gradient reading y).
 void conv2d_activation(const KernelCtx& ctx, const Attrs& conv_attrs, const std::string& act_op,
                        const Attrs& act_attrs, std::span<const Tensor> in, const Tensor& z, const Tensor& y);
 

@@ -67,7 +67,7 @@ void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int
 // attribute, tanh, sigmoid): the same code the ops run, so a fused epilogue gives the same bits.
 bool is_activation(const std::string& op);
 void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n);
-// <act>_grad ops (relu_grad, ...): dx = dy * act'(z), z the activation's input (relu, gelu) or output (tanh,
+// <act>_grad ops (relu_grad, ...): dx = dy * act'(z), z the activation's input (gelu) or output (relu, tanh,
 // sigmoid), as the op's kernel computes it; dx may be dy.
 bool is_activation_grad(const std::string& op);
 void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n);
