@@ -167,10 +167,18 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     o.in.push_back(sig ? to_layout(n.inputs[k], sig->inputs[k]) : kLayoutB);
     in.push_back(local_desc(n.inputs[k], o.in.back(), tp));
   }
+  // An in-place op (OpDef::in_place: relu) whose input is read by it alone writes its output over that input
+  // (exec/memory_plan.cpp): the two are one tensor, counted once, with the layer that made it.
+  bool over_input = false;
+  if (n.op->in_place && !n.inputs.empty() && !n.outputs.empty()) {
+    const graph::Value& x = g_.value(n.inputs[0]);
+    over_input = x.kind == graph::ValueKind::Activation && x.consumers.size() == 1 &&
+                 x.desc.bytes() == g_.value(n.outputs[0]).desc.bytes();
+  }
   for (size_t k = 0; k < n.outputs.size(); ++k) {
     o.out.push_back(sig ? to_layout(n.outputs[k], sig->outputs[k]) : kLayoutB);
     out.push_back(local_desc(n.outputs[k], o.out.back(), tp));
-    o.act_bytes += static_cast<double>(out.back().bytes());
+    if (!(k == 0 && over_input)) o.act_bytes += static_cast<double>(out.back().bytes());
   }
   o.forward_s = model_.forward_time(*n.op, n.attrs, in, out);
   if (n.op->differentiable) {

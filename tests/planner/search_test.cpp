@@ -749,3 +749,24 @@ TEST(Search, ZeroCommPartsComposeToTheSameFigures) {
         }
   }
 }
+
+// relu runs in place where its input is read by it alone (exec/memory_plan.cpp): the planner counts the two as one
+// tensor, the producer's; a relu whose input is also read elsewhere (the skip below) keeps its own bytes.
+TEST(LayerCost, AnInPlaceReluOverAnInputReadByItAloneAddsNoActivation) {
+  const std::string text =
+      "name: g\ninputs:\n  x: {shape: [16]}\n  y: {shape: [16]}\nlayers:\n"
+      "  - {name: fc0, op: linear, out: 16, from: x}\n"
+      "  - {name: a0, op: relu}\n"
+      "  - {name: fc1, op: linear, out: 16}\n"
+      "  - {name: a1, op: relu}\n"
+      "  - {name: skip, op: add, from: [a1, fc1]}\n"
+      "  - {name: loss, op: mse_loss, from: [skip, y]}\noutputs: [loss]\n";
+  graph::Graph g = graph_of(text, 8);
+  auto m = fake_cost_model(cpu_cluster(1, 1e9), FakeFigures{1e9, 1e9, 1e9, 0});
+  LayerCosts lc(g, *m, 8, 1, Group{1, 1});
+  std::map<std::string, double> act;
+  for (int l = 0; l < lc.layers(); ++l) act[lc.node(l).layer] = lc.options(l)[0].act_bytes;
+  EXPECT_EQ(act.at("fc0"), 8 * 16 * 4);
+  EXPECT_EQ(act.at("a0"), 0);           // over fc0's output, which only a0 reads
+  EXPECT_EQ(act.at("a1"), 8 * 16 * 4);  // fc1's output is read by the skip too
+}
