@@ -16,39 +16,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_panels.h"
+
 namespace {
 
+using bench::gemm;
 using Clock = std::chrono::steady_clock;
-
-void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-             int64_t ldb, float* c, int64_t ldc) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc) != dnnl_success) {
-    std::fprintf(stderr, "gemm_cold: dnnl_sgemm failed\n");
-    std::exit(1);
-  }
-  omp_set_num_threads(saved);
-}
-
-// braid's panels, as in scripts/bench/mlp_floor.cpp.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc) {
-  const int threads = omp_get_max_threads();
-  const bool by_rows = m >= n;
-  const int64_t dim = by_rows ? m : n;
-  constexpr int64_t kAlign = 16;
-  const int64_t parts = std::min<int64_t>(threads, dim / kAlign);
-  const int64_t per = (dim + parts - 1) / parts;
-  const int64_t step = (per + kAlign - 1) / kAlign * kAlign;
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(std::min<int64_t>(threads, parts)))
-  for (int64_t part = 0; part < parts; ++part) {
-    const int64_t lo = std::min(dim, part * step), hi = std::min(dim, lo + step);
-    if (hi <= lo) continue;
-    if (by_rows) sgemm_1(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, c + lo * ldc, ldc);
-    else sgemm_1(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, ldc);
-  }
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
