@@ -6,7 +6,6 @@
 // 7.3 MiB each, the 4.8 MiB arena, the batch), so its GEMMs run between the two.
 // Prints one JSON line: per GEMM, the median ms over `reps` calls at each sweep size.
 // usage: gemm_cold [reps=200] [S MiB ...=0 4 8 16 24 32 64]
-#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>

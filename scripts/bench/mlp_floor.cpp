@@ -8,7 +8,6 @@
 // GFLOP/s of the FLOPs `braid bench` counts for this model (forward, and backward without the first layer's
 // input gradient), and the median time of each GEMM and of the update in ms.
 // usage: mlp_floor [steps=300] [warmup=20] [window=10]
-#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
