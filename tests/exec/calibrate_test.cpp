@@ -10,11 +10,12 @@
 
 #include "exec/calibrate.h"
 #include "planner/cost_model.h"
+#include "temp_dir.h"
 
 using namespace braid;
 
 TEST(Calibrate, ShortRunGivesAUsableProfile) {
-  auto dir = std::filesystem::temp_directory_path() / "braid_calibrate_test";
+  auto dir = braid::testing::process_temp_dir() / "calibrate";
   std::filesystem::remove_all(dir);
   setenv("XDG_CACHE_HOME", dir.c_str(), 1);
   EXPECT_EQ(exec::cpu_cost_model(2).model->name(), "analytic");
@@ -98,7 +99,7 @@ TEST(Calibrate, TurnsOnACoreAreMeasuredOnlyWhereDevicesShareOne) {
 }
 
 TEST(Calibrate, MalformedProfileIsALocatedError) {
-  auto dir = std::filesystem::temp_directory_path() / "braid_calibrate_bad";
+  auto dir = braid::testing::process_temp_dir() / "calibrate_bad";
   std::filesystem::remove_all(dir);
   setenv("XDG_CACHE_HOME", dir.c_str(), 1);
   std::filesystem::create_directories(std::filesystem::path(exec::profile_path()).parent_path());

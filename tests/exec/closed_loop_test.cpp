@@ -15,13 +15,14 @@
 #include "planner/cluster.h"
 #include "planner/evaluate.h"
 #include "planner/search.h"
+#include "temp_dir.h"
 
 using namespace braid;
 
 namespace {
 
 std::string temp_file(const std::string& name, const std::string& text) {
-  auto p = std::filesystem::temp_directory_path() / ("braid_closed_loop_test_" + name);
+  auto p = braid::testing::process_temp_dir() / name;
   std::ofstream(p, std::ios::binary) << text;
   return p.string();
 }

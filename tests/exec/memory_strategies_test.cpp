@@ -23,6 +23,7 @@
 #include "graph/build.h"
 #include "io/run_config.h"
 #include "io/trace.h"
+#include "temp_dir.h"
 
 using namespace braid;
 using namespace braid::exec;
@@ -30,7 +31,7 @@ using namespace braid::exec;
 namespace {
 
 io::RunConfig run_of(const std::string& model, const std::string& vars) {
-  const auto dir = std::filesystem::temp_directory_path() / "braid_recompute_test";
+  const auto dir = braid::testing::process_temp_dir();
   std::filesystem::create_directories(dir);
   const std::string file = (dir / (model + ".yaml")).string();
   std::ofstream f(file);
@@ -267,14 +268,14 @@ TEST(Memory, TrainReportsWhatEachDeviceHolds) {
   cfg.devices = "cpu:2";
   cfg.train.steps = 2;
   cfg.log.every_steps = 1;
-  const auto metrics = std::filesystem::temp_directory_path() / "braid_recompute_test" / "metrics.jsonl";
+  const auto metrics = braid::testing::process_temp_dir() / "metrics.jsonl";
   std::filesystem::remove(metrics);
   cfg.log.metrics = metrics.string();
   TrainOptions o;
   o.progress = false;
-  const auto trace = std::filesystem::temp_directory_path() / "braid_recompute_test" / "trace.json";
+  const auto trace = braid::testing::process_temp_dir() / "trace.json";
   o.trace = trace.string();
-  const auto banner = std::filesystem::temp_directory_path() / "braid_recompute_test" / "banner.txt";
+  const auto banner = braid::testing::process_temp_dir() / "banner.txt";
   FILE* out = std::fopen(banner.string().c_str(), "w");
   o.out = out;
   train(cfg, o);
@@ -628,7 +629,7 @@ TEST(Zero, StageThreeCheckpointResumesOnOneDeviceAndUnderStageOneWithPipeline) {
 TEST(Zero, TrainCheckpointUnderZeroResumesOnOneDevice) {
   for (int zero : {1, 3}) {
     SCOPED_TRACE("zero " + std::to_string(zero));
-    const auto dir = std::filesystem::temp_directory_path() / "braid_recompute_test" / "zero_train";
+    const auto dir = braid::testing::process_temp_dir() / "zero_train";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const std::string plan = (dir / "plan.yaml").string();

@@ -9,13 +9,14 @@
 #include "core/error.h"
 #include "exec/run_plan.h"
 #include "io/run_config.h"
+#include "temp_dir.h"
 
 using namespace braid;
 
 namespace {
 
 std::string write_run() {
-  const auto dir = std::filesystem::temp_directory_path() / "braid_run_plan_test";
+  const auto dir = braid::testing::process_temp_dir();
   std::filesystem::create_directories(dir);
   const std::string file = (dir / "run.yaml").string();
   std::ofstream f(file);
@@ -93,7 +94,7 @@ TEST(RunPlan, GpuCostModelIsTheOneTrainPlansWith) {
 // A plan file whose stage cannot fit even with the plan's strategies (full recomputation, ZeRO 3): refused before
 // anything runs, at the stage's entry of the plan file, with what a device would hold and the levers left.
 TEST(RunPlan, AStageThatDoesNotFitEvenWithItsStrategiesIsRefusedAtItsEntry) {
-  const auto dir = std::filesystem::temp_directory_path() / "braid_run_plan_test";
+  const auto dir = braid::testing::process_temp_dir();
   std::filesystem::create_directories(dir);
   const std::string plan = (dir / "huge_plan.yaml").string();
   {

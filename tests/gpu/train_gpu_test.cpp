@@ -22,6 +22,7 @@
 #include "io/checkpoint.h"
 #include "gpu_util.h"
 #include "io/run_config.h"
+#include "temp_dir.h"
 
 using namespace braid;
 
@@ -35,7 +36,7 @@ struct TrainCase {
 // tiny_gpt (2 layers, d 64, seq 32, dropout 0.1) on synthetic data; `train` is the run file's train mapping.
 TrainCase write_run(const std::string& name, const std::string& train = "{batch: 8, micro_batch: 4, steps: 10, seed: 3}") {
   TrainCase c;
-  c.dir = std::filesystem::temp_directory_path() / ("braid_train_gpu_" + name);
+  c.dir = braid::testing::process_temp_dir() / ("train_gpu_" + name);
   std::filesystem::remove_all(c.dir);
   std::filesystem::create_directories(c.dir);
   c.run_file = (c.dir / "run.yaml").string();

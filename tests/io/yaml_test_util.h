@@ -10,32 +10,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "temp_dir.h"
 
 namespace braid::io::iotest {
 
-// A fresh folder under the system temp dir, removed when the object goes away.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "braid_io_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  // Writes `text` to `name` (folders created as needed) and returns the full path.
-  std::string write(const std::string& name, const std::string& text) const {
-    std::filesystem::path p = std::filesystem::path(path_) / name;
-    std::filesystem::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
-
- private:
-  std::string path_;
-};
+using ::braid::testing::TempDir;  // tests/temp_dir.h
 
 inline std::string dump(const std::vector<Diagnostic>& diags) {
   std::string out;
