@@ -44,7 +44,9 @@ TEST(Half, SoftPathFixedValues) {
   EXPECT_TRUE(std::isnan(f16_to_f32_soft(0x7C01)));
   for (uint32_t h = 0; h < 0x10000; ++h) {  // every value survives the round trip
     float f = f16_to_f32_soft(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) EXPECT_EQ(f32_to_f16_soft(f), h) << std::hex << h;
+    if (!std::isnan(f)) {
+      EXPECT_EQ(f32_to_f16_soft(f), h) << std::hex << h;
+    }
   }
 }
 
@@ -57,8 +59,11 @@ bool same(uint16_t a, uint16_t b) {
 TEST(Half, SoftPathMatchesFloat16) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     float a = f16_to_f32(static_cast<uint16_t>(h)), b = f16_to_f32_soft(static_cast<uint16_t>(h));
-    if (std::isnan(a)) EXPECT_TRUE(std::isnan(b)) << std::hex << h;
-    else EXPECT_EQ(to_bits(a), to_bits(b)) << std::hex << h;
+    if (std::isnan(a)) {
+      EXPECT_TRUE(std::isnan(b)) << std::hex << h;
+    } else {
+      EXPECT_EQ(to_bits(a), to_bits(b)) << std::hex << h;
+    }
     // The midpoint to the next value up and its f32 neighbours: every rounding decision.
     if (std::isnan(a) || std::isinf(a)) continue;
     float next = f16_to_f32(static_cast<uint16_t>(h + 1));

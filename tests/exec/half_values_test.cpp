@@ -95,14 +95,19 @@ TEST(HalfValues, BuilderCastsAsAutocast) {
       EXPECT_EQ(in0, DType::bf16) << n.name;  // GEMM ops read 16-bit values
       EXPECT_EQ(t.g.value(n.outputs[0]).desc.dtype, DType::bf16) << n.name;
     }
-    if (n.op->name == "layer_norm") EXPECT_EQ(in0, DType::f32) << n.name;
+    if (n.op->name == "layer_norm") {
+      EXPECT_EQ(in0, DType::f32) << n.name;
+    }
     if (n.op->name == "cross_entropy") {  // bf16 logits read as they are, an f32 loss
       EXPECT_EQ(in0, DType::bf16) << n.name;
       EXPECT_EQ(t.g.value(n.outputs[0]).desc.dtype, DType::f32) << n.name;
     }
-    if (n.op->name == "gelu" || n.op->name == "dropout") EXPECT_EQ(in0, DType::bf16) << n.name;  // follow
-    if (n.op->name == "add")  // the residual stream stays f32: the 16-bit branch is cast up
+    if (n.op->name == "gelu" || n.op->name == "dropout") {  // follow
+      EXPECT_EQ(in0, DType::bf16) << n.name;
+    }
+    if (n.op->name == "add") {  // the residual stream stays f32: the 16-bit branch is cast up
       for (ValueId v : n.inputs) EXPECT_EQ(t.g.value(v).desc.dtype, DType::f32) << n.name;
+    }
   }
   // Per block: ln1 -> attention, attention -> res1, ln2 -> fc, drop -> res2; then ln_f -> logits; each with its
   // backward cast. The dropout's backward draws its mask again and scales the 16-bit dy as the forward scaled x.
@@ -118,7 +123,9 @@ TEST(HalfValues, BuilderCastsAsAutocast) {
   // Master weights: every parameter and its gradient f32, the loss f32.
   for (const auto& p : t.g.params()) {
     EXPECT_EQ(t.g.value(p.value).desc.dtype, DType::f32) << p.name;
-    if (p.grad.valid()) EXPECT_EQ(t.g.value(p.grad).desc.dtype, DType::f32) << p.name;
+    if (p.grad.valid()) {
+      EXPECT_EQ(t.g.value(p.grad).desc.dtype, DType::f32) << p.name;
+    }
   }
   EXPECT_EQ(t.g.value(t.g.loss()).desc.dtype, DType::f32);
   // The point: the activations take less memory than in the f32 graph.
