@@ -387,7 +387,8 @@ planner::Profile calibrate(const CalibrateOptions& o) {
     std::fprintf(o.log, "  op measurements took %.1f s in all (--budget %.0f s); collectives, the optimizer and the "
                  "runner follow, outside the budget\n", seconds_since(start), o.budget_s);
   // 3. Collectives and point to point on the in-process backend.
-  p.collectives = measure_collectives(n, quiet);
+  // A collective's bytes are read and written at least once: no faster than the cache bandwidth's copy.
+  p.collectives = measure_collectives(n, quiet, p.cache_bandwidth > 0 ? 2 / p.cache_bandwidth : 0);
   if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {
     p.cpu.link_latency = it->second.first;
     p.cpu.link_bandwidth = it->second.second > 0 ? 1 / it->second.second : 5e9;

@@ -52,22 +52,7 @@ double measure_cache_bandwidth(int n) {
 }
 
 // ---- collectives -------------------------------------------------------------------------------------------------
-// Least squares of relative error (weights 1 / t^2, so small messages count as much as large ones):
-// t = c + beta x over the points; alpha = c / steps. Both clamped at >= 0.
 namespace {
-
-std::pair<double, double> fit(const std::vector<std::pair<double, double>>& xt, double steps) {
-  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
-  for (auto [x, t] : xt) {
-    double w = 1 / std::max(1e-12, t * t);
-    sw += w, sx += w * x, st += w * t, sxx += w * x * x, sxt += w * x * t;
-  }
-  double den = sw * sxx - sx * sx;
-  double beta = den > 0 ? (sw * sxt - sx * st) / den : 0;
-  beta = std::max(beta, 0.0);
-  double c = std::max(0.0, (st - beta * sx) / sw);
-  return {c / std::max(1.0, steps), beta};
-}
 
 // Seconds per call of collective `k` on every rank, for groups of g consecutive ranks of n, all at once.
 
@@ -131,7 +116,22 @@ std::vector<double> time_collective(int n, const std::string& k, int g, int64_t 
 // Key "all_reduce" for g = n, "all_reduce@g" for smaller groups.
 }  // namespace
 
-std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet) {
+std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, double>>& xt, double steps,
+                                         double min_s_per_byte) {
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (auto [x, t] : xt) {
+    double w = 1 / std::max(1e-12, t * t);
+    sw += w, sx += w * x, st += w * t, sxx += w * x * x, sxt += w * x * t;
+  }
+  if (sw == 0) return {0, std::max(0.0, min_s_per_byte)};
+  double den = sw * sxx - sx * sx;
+  double beta = den > 0 ? (sw * sxt - sx * st) / den : 0;
+  beta = std::max({beta, min_s_per_byte, 0.0});
+  double c = std::max(0.0, (st - beta * sx) / sw);  // the best intercept for that slope
+  return {c / std::max(1.0, steps), beta};
+}
+
+std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet, double min_s_per_byte) {
   FILE* log = quiet.log;
   std::map<std::string, std::pair<double, double>> out;
   if (n < 2) return out;
@@ -175,7 +175,7 @@ std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quie
     }
     double steps = k == "all_reduce" ? 2.0 * (g - 1) : k == "send_recv" ? 1.0 : g - 1.0;
     const std::string key = g == n ? name : name + "@" + std::to_string(g);
-    out[key] = fit(pts, steps);
+    out[key] = fit_alpha_beta(pts, steps, min_s_per_byte);
     if (log)
       std::fprintf(log, "  %-15s alpha %8.2f us per step, beta %6.2f GB/s\n", key.c_str(), out[key].first * 1e6,
                    out[key].second > 0 ? 1e-9 / out[key].second : 0.0);

@@ -93,8 +93,16 @@ double measure_bandwidth(int n);
 // The same over a buffer in each worker's half share of the last-level cache (cache_bytes / 2 / n, a and b half
 // of it each): Profile::cache_bandwidth.
 double measure_cache_bandwidth(int n);
-// Every collective's alpha/beta on an InProcWorld of n ranks (and its groups), keyed as Profile::collectives.
-std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet);
+// Every collective's alpha/beta on an InProcWorld of n ranks (and its groups), keyed as Profile::collectives;
+// beta never below min_s_per_byte (fit_alpha_beta).
+std::map<std::string, std::pair<double, double>> measure_collectives(int n, Quiet& quiet, double min_s_per_byte);
+// Least squares of relative error (weights 1 / t^2, so small messages count as much as large ones) of
+// t = c + beta x over the points (x bytes, t seconds); returns {alpha = c / steps, beta}, alpha >= 0 and
+// beta >= min_s_per_byte. A collective copies every byte of its traffic at least once, so beta has a floor: the
+// caller's is a read and a write at the cache bandwidth. Without it a loaded machine (the small messages slowed
+// by time-slicing more than the large ones) fitted all_gather with beta 0, as if its bytes were free.
+std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, double>>& xt, double steps,
+                                         double min_s_per_byte);
 // The last-level cache the cores share (sysfs), and a worker's share of it among n.
 double cache_bytes();
 size_t cache_share_bytes(int n);
