@@ -89,13 +89,14 @@ void explain_memory(const Plan& plan_in, const graph::Graph& g, const CostModel&
   for (size_t k = 0; k < p.stages.size(); ++k)
     if (!full || p.stages[k].memory_bytes > full->memory_bytes) full = &p.stages[k], at = k;
   if (!full) return;
-  const double temporaries =
-      full->memory_bytes - full->states.total() - full->activation_bytes;  // buffers, reshards, workspace, recompute
+  const double temporaries = full->memory_bytes - full->states.total() - full->activation_bytes -
+                             full->grad_transient_bytes;  // buffers, reshards, workspace, recompute
   std::fprintf(out,
                "  memory per device (stage %zu, the fullest): parameters %s, gradients %s, optimizer state %s, "
-               "activations %s (%d micro-batches in flight x %s), other %s\n",
+               "activations %s (%d micro-batches in flight x %s), backward's activation gradients %s, other %s\n",
                at, gib(full->states.weights).c_str(), gib(full->states.grads).c_str(), gib(full->states.optimizer).c_str(),
-               gib(full->activation_bytes).c_str(), full->in_flight, gib(full->act_bytes).c_str(), gib(temporaries).c_str());
+               gib(full->activation_bytes).c_str(), full->in_flight, gib(full->act_bytes).c_str(),
+               gib(full->grad_transient_bytes).c_str(), gib(temporaries).c_str());
   Plan plan = plan_in;
   add_default_layers(plan, g);
   const double base = p.step_time_s;

@@ -353,7 +353,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     // (compute and the reshards into it), to adjust once the stage's layers are known.
     struct Rc {
       std::string mode, block;
-      double act = 0, fwd = 0;
+      double act = 0, fwd = 0, grad = 0;
       bool cheap = false;
     };
     std::vector<Rc> rc;
@@ -371,6 +371,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       const size_t dot = n.layer.rfind('.');
       r1.block = dot == std::string::npos ? std::string() : n.layer.substr(0, dot);
       r1.act = o.act_bytes;
+      r1.grad = o.grad_bytes;
       r1.fwd = o.forward_s;
       r1.cheap = o.cheap;
       for (int q = 0; q < n.num_data_inputs; ++q) {
@@ -402,24 +403,34 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     // selective: a cheap layer's outputs are dropped and its forward runs again in the backward; full: a group of
     // consecutive layers of one block (as lowering groups them) keeps only its inputs, runs its forward again in
     // the backward, and holds its activations meanwhile (a temporary).
+    // The backward's activation gradients (LayerOption::grad_bytes) beyond what it has freed: walking the layers
+    // forward, `excess` is the most any layer so far needs above the bytes kept after it (search_intervals.h
+    // keeps Entry::e the same way: each kept byte added lowers it, each layer raises it to its own gradients).
+    double excess = 0;
+    auto keep = [&](double bytes, double grad) { excess = std::max(excess - bytes, grad); };
     for (size_t k = 0; k < rc.size();) {
       if (rc[k].mode == "selective" && rc[k].cheap) {
         sp.act_bytes -= rc[k].act;
         sp.recompute_s += rc[k].fwd;
+        keep(0, rc[k].grad);
       }
       if (rc[k].mode != "full") {
+        if (!(rc[k].mode == "selective" && rc[k].cheap)) keep(rc[k].act, rc[k].grad);
         ++k;
         continue;
       }
       size_t e = k + 1;
       while (e < rc.size() && rc[e].mode == "full" && rc[e].block == rc[k].block) ++e;
       double act = 0, fwd = 0;
-      for (size_t q = k; q < e; ++q) act += rc[q].act, fwd += rc[q].fwd;
-      sp.act_bytes += lc.group_input_bytes(a + static_cast<int>(k), a + static_cast<int>(e)) - act;
+      const double inputs = lc.group_input_bytes(a + static_cast<int>(k), a + static_cast<int>(e));
+      excess -= inputs;
+      for (size_t q = k; q < e; ++q) act += rc[q].act, fwd += rc[q].fwd, keep(0, rc[q].grad);
+      sp.act_bytes += inputs - act;
       sp.recompute_s += fwd;
       buf = std::max(buf, act);
       k = e;
     }
+    sp.grad_transient_bytes = std::max(0.0, excess);
     sp.backward_s += sp.recompute_s;
     work.backward_compute_s += sp.recompute_s;
     sp.compute_s += sp.recompute_s;
@@ -481,7 +492,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
     sp.states = model_states(sp.param_bytes, ts, zero, sh.dp);
     sp.activation_bytes = sp.in_flight * sp.act_bytes;
-    sp.memory_bytes += sp.states.total() + sp.activation_bytes + buf;
+    sp.memory_bytes += sp.states.total() + sp.activation_bytes + sp.grad_transient_bytes + buf;
     r.fits &= sp.memory_bytes <= r.memory_limit_bytes;
     device_memory[static_cast<size_t>(s % p)] += sp.memory_bytes;
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);

@@ -66,6 +66,9 @@ struct StagePrediction {
   double recompute_s = 0;    // of backward_s: the forwards recomputed (full and selective), per micro-batch
   ModelStates states;        // what the device holds for its parameters under the plan's ZeRO stage
   double activation_bytes = 0;  // in_flight x act_bytes: the activations held at the peak
+  // The backward's peak of activation gradients beyond the activations it has freed by then: max over the stage's
+  // layers i of (i's grad_bytes - the kept bytes of the layers after i), at least 0 (docs/planner.md, "Memory").
+  double grad_transient_bytes = 0;
   double zero_comm_s = 0;    // of forward_s + backward_s: ZeRO 2/3's exposed per-micro-batch collectives
   double memory_bytes = 0;   // peak per device: params, grads, optimizer state, activations x in flight, buffers
   int in_flight = 0;         // micro-batches whose activations are held at once

@@ -180,6 +180,17 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     out.push_back(local_desc(n.outputs[k], o.out.back(), tp));
     if (!(k == 0 && over_input)) o.act_bytes += static_cast<double>(out.back().bytes());
   }
+  // Backward: the gradient of the first output (the one gradients flow into: attention's other outputs, a batch
+  // norm's statistics, a dropout's mask are kept for the backward, not differentiated) and of each activation
+  // input that takes one; memory_plan.cpp writes an in-place op's input gradient over its output's.
+  if (n.op->differentiable && !out.empty() && is_float(out[0].dtype)) {
+    const double dy = static_cast<double>(out[0].bytes());
+    double dx = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (g_.value(n.inputs[k]).kind == graph::ValueKind::Activation && needs_grad(n, static_cast<int>(k)))
+        dx += static_cast<double>(in[k].bytes());
+    o.grad_bytes = n.op->in_place ? std::max(dy, dx) : dy + dx;
+  }
   o.forward_s = model_.forward_time(*n.op, n.attrs, in, out);
   if (n.op->differentiable) {
     o.backward_s = model_.backward_time(*n.op, n.attrs, in, out);

@@ -39,6 +39,10 @@ struct LayerOption {
   int param_tensors = 0;     // trainable parameter tensors (the same in every option of a layer)
   double buffer_bytes = 0;   // non-trained state on one device
   double act_bytes = 0;      // outputs kept for backward, one micro-batch, one device
+  // The activation gradients its backward holds at once, one micro-batch, one device: its output's and those of
+  // its inputs that take one (an in-place op writes the one over the other: the larger). They come on top of the
+  // activations still kept at that point of the backward (docs/planner.md, "Memory").
+  double grad_bytes = 0;
   double workspace_bytes = 0;
   double flops = 0;          // forward FLOPs on one device (for reports)
   bool cheap = false;        // OpDef::cheap_recompute: recomputed under `recompute: selective`

@@ -555,7 +555,7 @@ class Searcher {
             EntryCosts& ec = costs_of[q];
             if (!ec.known)
               ec = entry_costs_of(e, c, dp_group, S, tensors_before[static_cast<size_t>(j)] - tensors_before[static_cast<size_t>(i)]);
-            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + e.buf;
+            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + std::max(0.0, e.e) + e.buf;
             if (mem > limit) {
               *memory_limited = true;
               continue;

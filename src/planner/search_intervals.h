@@ -60,13 +60,16 @@ struct Entry {
   // Under full recomputation of the unit being built: its activations so far (held while its backward
   // recomputes them: a temporary at the unit's end); 0 otherwise and between units.
   double ua = 0;
+  // The backward's activation gradients beyond the activations kept after them (StagePrediction::
+  // grad_transient_bytes): max over the layers so far of grad_bytes less the bytes kept after that layer.
+  double e = 0;
   int ch = -1;  // its last choice record, -1: none
 };
 
 // Without branches (each comparison's outcome is hard to predict): the same truth value as the && chain.
 inline bool dominates(const Entry& x, const Entry& y) {
   return (x.t <= y.t) & (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) &
-         (x.ua <= y.ua);
+         (x.ua <= y.ua) & (x.e <= y.e);
 }
 // dominates(x, y) where x.t <= y.t is known (the layer DP's inner loop): the same truth value. tb first, alone: in
 // the fronts sorted by t it rules out about 97% of the pairs the insertion tries (GPT-3 175B on 1,024 A100s), a
@@ -79,9 +82,10 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
   const __m128d pa = _mm_cmple_pd(_mm_loadu_pd(&x.p), _mm_loadu_pd(&y.p));
   const __m128d bb = _mm_cmple_pd(_mm_loadu_pd(&x.buf), _mm_loadu_pd(&y.buf));
   const __m128d tu = _mm_cmple_pd(_mm_set_pd(x.ua, y.tb), _mm_set_pd(y.ua, x.tb));  // y.tb <= x.tb, x.ua <= y.ua
-  return _mm_movemask_pd(_mm_and_pd(_mm_and_pd(pa, bb), tu)) == 3;
+  return (_mm_movemask_pd(_mm_and_pd(_mm_and_pd(pa, bb), tu)) == 3) & (x.e <= y.e);
 #else
-  return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua);
+  return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua) &
+         (x.e <= y.e);
 #endif
 }
 
@@ -154,13 +158,13 @@ constexpr int kRecomputeSelective = -1;
 constexpr int kRecomputeFull = -2;
 
 // Keeps at most `cap` of a front sorted by t: the cap / 2 with the least t, and of the others those with the
-// least memory (4 p + a + buf + buffers: a pipeline stage holds several micro-batches' activations), so that a
+// least memory (4 p + a + buf + buffers + e: a pipeline stage holds several micro-batches' activations), so that a
 // capped front still holds the plans that fit. Stays sorted by t.
 // The result of std::stable_sort by memory, resize, std::stable_sort by t of the rest, computed as a selection: the
 // kept rest is the cap - cap / 2 least by (memory, position), ordered by (t, memory, position), both total orders.
 inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
   if (static_cast<int>(front.size()) <= cap) return;
-  auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
+  auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers + std::max(0.0, x.e); };
   struct Key {
     double mem, t;
     size_t at;
@@ -415,7 +419,8 @@ class Intervals {
           key += "[" + o.signature + "," + std::to_string(o.tensor_parallel) + ",";
           for (Layout x : o.in) key += std::to_string(x) + ",";
           for (Layout x : o.out) key += std::to_string(x) + ",";
-          for (double x : {o.forward_s, o.backward_s, o.param_bytes, o.buffer_bytes, o.act_bytes, o.workspace_bytes})
+          for (double x : {o.forward_s, o.backward_s, o.param_bytes, o.buffer_bytes, o.act_bytes, o.workspace_bytes,
+                           o.grad_bytes})
             key += num(x);
         }
       }
@@ -476,8 +481,10 @@ class Intervals {
             x.t += f + o.forward_s;
             x.tb += f + o.forward_s;
             if (mode == kRecomputeFull) x.ua += o.act_bytes;
+            x.e = std::max(x.e, o.grad_bytes);
           } else {
             x.a += o.act_bytes;
+            x.e = std::max(x.e - o.act_bytes, o.grad_bytes);
           }
           insert(dst, std::move(x), cap_, &capped, [&](Entry& y) {
             choices_.push_back(Choice{l - start, static_cast<int>(k), e.ch});
@@ -516,7 +523,10 @@ class Intervals {
         auto& dst = out[ns];
         for (const Entry& e : entries) {
           Entry x = e;
-          if (m == kRecomputeFull) x.a += in_bytes_[static_cast<size_t>(k)];
+          if (m == kRecomputeFull) {
+            x.a += in_bytes_[static_cast<size_t>(k)];
+            x.e -= in_bytes_[static_cast<size_t>(k)];
+          }
           insert(dst, std::move(x), cap_, &capped, [&](Entry& y) {
             if (m == 0) return;
             choices_.push_back(Choice{first, m, e.ch});
