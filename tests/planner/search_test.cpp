@@ -755,30 +755,42 @@ TEST(Search, ZeroCommPartsComposeToTheSameFigures) {
   }
 }
 
+namespace {
+// A model of inputs x [16] and y [16] and `layers`, its graph at batch 8.
+graph::Graph chain_graph(const std::string& layers) {
+  return graph_of("name: g\ninputs:\n  x: {shape: [16]}\n  y: {shape: [16]}\nlayers:\n" + layers + "outputs: [loss]\n", 8);
+}
+std::unique_ptr<CostModel> one_fake_device() {
+  return fake_cost_model(cpu_cluster(1, 1e9), FakeFigures{1e9, 1e9, 1e9, 0});
+}
+// One figure of every layer's replicated option on one device, micro-batch 8, by layer name.
+std::map<std::string, double> per_layer(const graph::Graph& g, const CostModel& m, double LayerOption::*figure) {
+  LayerCosts lc(g, m, 8, 1, Group{1, 1});
+  std::map<std::string, double> out;
+  for (int l = 0; l < lc.layers(); ++l) out[lc.node(l).layer] = lc.options(l)[0].*figure;
+  return out;
+}
+}  // namespace
+
 // relu runs in place where its input is read by it alone (exec/memory_plan.cpp): the planner counts the two as one
 // tensor, the producer's; a relu whose input is also read elsewhere (the skip below) keeps its own bytes.
 TEST(LayerCost, AnInPlaceReluOverAnInputReadByItAloneAddsNoActivation) {
-  const std::string text =
-      "name: g\ninputs:\n  x: {shape: [16]}\n  y: {shape: [16]}\nlayers:\n"
+  const graph::Graph g = chain_graph(
       "  - {name: fc0, op: linear, out: 16, from: x}\n"
       "  - {name: a0, op: relu}\n"
       "  - {name: fc1, op: linear, out: 16}\n"
       "  - {name: a1, op: relu}\n"
       "  - {name: skip, op: add, from: [a1, fc1]}\n"
-      "  - {name: loss, op: mse_loss, from: [skip, y]}\noutputs: [loss]\n";
-  graph::Graph g = graph_of(text, 8);
-  auto m = fake_cost_model(cpu_cluster(1, 1e9), FakeFigures{1e9, 1e9, 1e9, 0});
-  LayerCosts lc(g, *m, 8, 1, Group{1, 1});
-  std::map<std::string, double> act;
-  for (int l = 0; l < lc.layers(); ++l) act[lc.node(l).layer] = lc.options(l)[0].act_bytes;
+      "  - {name: loss, op: mse_loss, from: [skip, y]}\n");
+  const auto act = per_layer(g, *one_fake_device(), &LayerOption::act_bytes);
   EXPECT_EQ(act.at("fc0"), 8 * 16 * 4);
   EXPECT_EQ(act.at("a0"), 0);           // over fc0's output, which only a0 reads
   EXPECT_EQ(act.at("a1"), 8 * 16 * 4);  // fc1's output is read by the skip too
 }
 
-// The backward's activation gradients (docs/planner.md, "Memory per device"): while a layer's backward runs, its
-// output's gradient and its activation inputs' exist beside the activations of the layers up to it (those after it
-// are freed by then). By hand for the chain below, batch 8, f32 (bytes):
+// The backward's activation gradients (docs/planner.md, "Cost model": memory per device): while a layer's backward
+// runs, its output's gradient and its activation inputs' exist beside the activations of the layers up to it (those
+// after it are freed by then). By hand for the chain below, batch 8, f32 (bytes):
 //   layer  kept  grad_bytes                        e = max(e - kept, grad_bytes)
 //   fc0    2048  dy 2048 (x is an input: no dx)    2048
 //   a0        0  relu in place: max(2048, 2048)    2048
@@ -786,26 +798,20 @@ TEST(LayerCost, AnInPlaceReluOverAnInputReadByItAloneAddsNoActivation) {
 //   a1      512  tanh: dy 512 + dx 512             max(2048, 1024) = 2048
 //   loss      4  dy 4 + dx 512 (y: an input)       max(2044, 516) = 2044
 TEST(LayerCost, TheBackwardsActivationGradientsComeOnTopOfWhatIsStillKept) {
-  const std::string text =
-      "name: g\ninputs:\n  x: {shape: [16]}\n  y: {shape: [16]}\nlayers:\n"
+  const graph::Graph g = chain_graph(
       "  - {name: fc0, op: linear, out: 64, from: x}\n"
       "  - {name: a0, op: relu}\n"
       "  - {name: fc1, op: linear, out: 16}\n"
       "  - {name: a1, op: tanh}\n"
-      "  - {name: loss, op: mse_loss, from: [a1, y]}\noutputs: [loss]\n";
-  graph::Graph g = graph_of(text, 8);
-  auto m = fake_cost_model(cpu_cluster(1, 1e9), FakeFigures{1e9, 1e9, 1e9, 0});
-  LayerCosts lc(g, *m, 8, 1, Group{1, 1});
-  std::map<std::string, double> grad;
-  for (int l = 0; l < lc.layers(); ++l) grad[lc.node(l).layer] = lc.options(l)[0].grad_bytes;
+      "  - {name: loss, op: mse_loss, from: [a1, y]}\n");
+  const auto m = one_fake_device();
+  const auto grad = per_layer(g, *m, &LayerOption::grad_bytes);
   EXPECT_EQ(grad.at("fc0"), 2048);
   EXPECT_EQ(grad.at("a0"), 2048);
   EXPECT_EQ(grad.at("fc1"), 512 + 2048);
   EXPECT_EQ(grad.at("a1"), 512 + 512);
   EXPECT_EQ(grad.at("loss"), 4 + 512);
-  Plan plan = single_device_plan(g, 8, 8);
-  const TrainSettings ts{};
-  const StepPrediction p = predict(plan, g, *m, ts);
+  const StepPrediction p = predict(single_device_plan(g, 8, 8), g, *m, TrainSettings{});
   ASSERT_EQ(p.stages.size(), 1u);
   EXPECT_EQ(p.stages[0].grad_transient_bytes, 2044);
   EXPECT_EQ(p.stages[0].act_bytes, 2048 + 512 + 512 + 4);
