@@ -348,7 +348,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     work.devices = static_cast<int>(st.devices.size());
     int a = first[static_cast<size_t>(s)], b = first[static_cast<size_t>(s) + 1];
     std::map<ValueId, Layout> layout;
-    double buf = 0, tp_comm = 0;
+    double buf = 0, tp_comm = 0, largest_param = 0;
     // Recomputation (docs/planner.md, "Memory"): per layer its mode, its option's activations and its forward
     // (compute and the reshards into it), to adjust once the stage's layers are known.
     struct Rc {
@@ -393,6 +393,7 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
       tp_comm += o.grad_sync_s;
       sp.param_bytes += o.param_bytes;
       sp.param_tensors += o.param_tensors;
+      largest_param = std::max(largest_param, o.largest_param_bytes);
       sp.act_bytes += o.act_bytes;
       sp.flops += o.flops;
       buf = std::max(buf, o.workspace_bytes);
@@ -492,7 +493,8 @@ StepPrediction predict(const Plan& plan_in, const graph::Graph& g, const CostMod
     sp.in_flight = in_flight(sum.schedule, s, p, v, sum.micro_batches);
     sp.states = model_states(sp.param_bytes, ts, zero, sh.dp);
     sp.activation_bytes = sp.in_flight * sp.act_bytes;
-    sp.memory_bytes += sp.states.total() + sp.activation_bytes + sp.grad_transient_bytes + buf;
+    sp.gathered_bytes = zero >= 3 ? 2 * largest_param : 0;
+    sp.memory_bytes += sp.states.total() + sp.activation_bytes + sp.grad_transient_bytes + sp.gathered_bytes + buf;
     r.fits &= sp.memory_bytes <= r.memory_limit_bytes;
     device_memory[static_cast<size_t>(s % p)] += sp.memory_bytes;
     if (sp.time() > max_t) max_t = sp.time(), busiest = static_cast<size_t>(s);

@@ -69,6 +69,9 @@ struct StagePrediction {
   // The backward's peak of activation gradients beyond the activations it has freed by then: max over the stage's
   // layers i of (i's grad_bytes - the kept bytes of the layers after i), at least 0 (docs/planner.md, "Memory").
   double grad_transient_bytes = 0;
+  // ZeRO 3: the parameter tensors gathered whole at once, the one in use and the next, prefetched (exec/node_loop.cpp):
+  // twice the stage's largest trainable tensor on one device; 0 otherwise.
+  double gathered_bytes = 0;
   double zero_comm_s = 0;    // of forward_s + backward_s: ZeRO 2/3's exposed per-micro-batch collectives
   double memory_bytes = 0;   // peak per device: params, grads, optimizer state, activations x in flight, buffers
   int in_flight = 0;         // micro-batches whose activations are held at once

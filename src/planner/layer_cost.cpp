@@ -206,6 +206,7 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
       const graph::ParamInfo* p = g_.find_param(v.name);
       if (p && !p->spec.buffer) {
         o.param_bytes += static_cast<double>(in[k].bytes());
+        o.largest_param_bytes = std::max(o.largest_param_bytes, static_cast<double>(in[k].bytes()));
         ++o.param_tensors;
       } else {
         o.buffer_bytes += static_cast<double>(in[k].bytes());

@@ -43,6 +43,7 @@ struct LayerOption {
   // its inputs that take one (an in-place op writes the one over the other: the larger). They come on top of the
   // activations still kept at that point of the backward (docs/planner.md, "Memory").
   double grad_bytes = 0;
+  double largest_param_bytes = 0;  // its largest trainable parameter tensor on one device (ZeRO 3 gathers it whole)
   double workspace_bytes = 0;
   double flops = 0;          // forward FLOPs on one device (for reports)
   bool cheap = false;        // OpDef::cheap_recompute: recomputed under `recompute: selective`

@@ -555,7 +555,8 @@ class Searcher {
             EntryCosts& ec = costs_of[q];
             if (!ec.known)
               ec = entry_costs_of(e, c, dp_group, S, tensors_before[static_cast<size_t>(j)] - tensors_before[static_cast<size_t>(i)]);
-            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + std::max(0.0, e.e) + e.buf;
+            double mem = e.buffers + ec.states + inflight * (e.a + in_bytes) + std::max(0.0, e.e) + e.buf +
+                         (c.zero >= 3 && c.dp > 1 ? 2 * e.pm : 0);  // as predict(): gathered_bytes
             if (mem > limit) {
               *memory_limited = true;
               continue;

@@ -63,13 +63,14 @@ struct Entry {
   // The backward's activation gradients beyond the activations kept after them (StagePrediction::
   // grad_transient_bytes): max over the layers so far of grad_bytes less the bytes kept after that layer.
   double e = 0;
+  double pm = 0;  // the largest trainable parameter tensor on one device (StagePrediction::gathered_bytes)
   int ch = -1;  // its last choice record, -1: none
 };
 
 // Without branches (each comparison's outcome is hard to predict): the same truth value as the && chain.
 inline bool dominates(const Entry& x, const Entry& y) {
   return (x.t <= y.t) & (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) &
-         (x.ua <= y.ua) & (x.e <= y.e);
+         (x.ua <= y.ua) & (x.e <= y.e) & (x.pm <= y.pm);
 }
 // dominates(x, y) where x.t <= y.t is known (the layer DP's inner loop): the same truth value. tb first, alone: in
 // the fronts sorted by t it rules out about 97% of the pairs the insertion tries (GPT-3 175B on 1,024 A100s), a
@@ -82,10 +83,10 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
   const __m128d pa = _mm_cmple_pd(_mm_loadu_pd(&x.p), _mm_loadu_pd(&y.p));
   const __m128d bb = _mm_cmple_pd(_mm_loadu_pd(&x.buf), _mm_loadu_pd(&y.buf));
   const __m128d tu = _mm_cmple_pd(_mm_set_pd(x.ua, y.tb), _mm_set_pd(y.ua, x.tb));  // y.tb <= x.tb, x.ua <= y.ua
-  return (_mm_movemask_pd(_mm_and_pd(_mm_and_pd(pa, bb), tu)) == 3) & (x.e <= y.e);
+  return (_mm_movemask_pd(_mm_and_pd(_mm_and_pd(pa, bb), tu)) == 3) & (x.e <= y.e) & (x.pm <= y.pm);
 #else
   return (x.tb >= y.tb) & (x.p <= y.p) & (x.a <= y.a) & (x.buf <= y.buf) & (x.buffers <= y.buffers) & (x.ua <= y.ua) &
-         (x.e <= y.e);
+         (x.e <= y.e) & (x.pm <= y.pm);
 #endif
 }
 
@@ -420,7 +421,7 @@ class Intervals {
           for (Layout x : o.in) key += std::to_string(x) + ",";
           for (Layout x : o.out) key += std::to_string(x) + ",";
           for (double x : {o.forward_s, o.backward_s, o.param_bytes, o.buffer_bytes, o.act_bytes, o.workspace_bytes,
-                           o.grad_bytes})
+                           o.grad_bytes, o.largest_param_bytes})
             key += num(x);
         }
       }
@@ -474,6 +475,7 @@ class Intervals {
           x.t += f + b + o.forward_s + o.backward_s;
           x.tb += b + o.backward_s;
           x.p += o.param_bytes;
+          x.pm = std::max(x.pm, o.largest_param_bytes);
           x.buf = std::max(x.buf, buf);
           x.buffers += o.buffer_bytes;
           // Recomputed (full: every layer; selective: the cheap ones): not kept, its forward again in the backward.

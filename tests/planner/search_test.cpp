@@ -555,9 +555,11 @@ TEST(Search, FitsOnlyWithRecomputationGetsTheCheapest) {
 
 // A model whose states fit only when ZeRO-3 shards the weights too gets stage 3 (data_parallel pinned to 4, so that
 // neither tensor nor pipeline parallelism can help): f32 AdamW holds 16 bytes per parameter unsharded, 10 under
-// stage 1, 7 under stage 2 and 4 under stage 3 over 4 replicas.
+// stage 1, 7 under stage 2 and 4 under stage 3 over 4 replicas, plus under stage 3 two weights gathered whole (the
+// one in use and the next; StagePrediction::gathered_bytes): 2 x 4 bytes x 1/16 of the parameters of 16 equal
+// layers, 0.5 bytes per parameter. (Of 2 layers they would be the whole model: no saving at all.)
 TEST(Search, FitsOnlyWithZero3GetsIt) {
-  graph::Graph g = graph_of(mlp(512, 2), 8);
+  graph::Graph g = graph_of(mlp(512, 16), 8);
   double params = 0;
   for (const auto& p : g.params()) params += static_cast<double>(p.spec.desc.numel()) * 4;
   Plan pins;
@@ -570,7 +572,7 @@ TEST(Search, FitsOnlyWithZero3GetsIt) {
   SearchOptions so;
   so.pins = &pins;
   so.max_zero = 3;
-  for (auto [bytes_per_param, stage] : {std::pair<double, int>{17, 0}, {10.5, 1}, {7.5, 2}, {4.5, 3}}) {
+  for (auto [bytes_per_param, stage] : {std::pair<double, int>{17, 0}, {10.5, 1}, {7.5, 2}, {5.0, 3}}) {
     SCOPED_TRACE(bytes_per_param);
     auto m = fake_cost_model(cpu_cluster(4, params / 4 * bytes_per_param), FakeFigures{1e9, 1e9, 1e9, 1e-6});
     SearchResult r = search(g, *m, TrainSettings{8, 2}, so);
@@ -584,7 +586,8 @@ TEST(Search, FitsOnlyWithZero3GetsIt) {
     }
     EXPECT_TRUE(r.prediction.fits);
   }
-  auto m = fake_cost_model(cpu_cluster(4, params / 4 * 3.5), FakeFigures{1e9, 1e9, 1e9, 1e-6});
+  // Between the sharded states and those with the two gathered weights: no plan, where without them stage 3 fit.
+  auto m = fake_cost_model(cpu_cluster(4, params / 4 * 4.3), FakeFigures{1e9, 1e9, 1e9, 1e-6});
   EXPECT_FALSE(search(g, *m, TrainSettings{8, 2}, so).found);
 }
 
@@ -598,6 +601,7 @@ std::vector<search_detail::Entry> random_front(std::mt19937& rng, int n) {
     search_detail::Entry e;
     e.t = v(rng), e.tb = v(rng), e.p = v(rng), e.a = v(rng), e.buf = v(rng), e.buffers = v(rng), e.ua = v(rng);
     e.e = v(rng) - 1;  // may be negative (a full recomputation's unit inputs come off it)
+    e.pm = v(rng);
     e.ch = q;
     f.push_back(e);
   }
@@ -633,10 +637,11 @@ TEST(Search, DominanceEqualsTheFieldByFieldComparison) {
     if (round % 97 == 0) two[0].a = nan;
     if (round % 89 == 0) two[1].ua = nan;
     if (round % 83 == 0) two[round % 2].e = nan;
+    if (round % 79 == 0) two[round % 2].pm = nan;
     const auto& x = two[0];
     const auto& y = two[1];
     const bool plain = x.t <= y.t && x.tb >= y.tb && x.p <= y.p && x.a <= y.a && x.buf <= y.buf &&
-                       x.buffers <= y.buffers && x.ua <= y.ua && x.e <= y.e;
+                       x.buffers <= y.buffers && x.ua <= y.ua && x.e <= y.e && x.pm <= y.pm;
     EXPECT_EQ(search_detail::dominates(x, y), plain);
     EXPECT_EQ(x.t <= y.t && search_detail::dominates_rest(x, y), plain);
   }
@@ -811,6 +816,11 @@ TEST(LayerCost, TheBackwardsActivationGradientsComeOnTopOfWhatIsStillKept) {
   EXPECT_EQ(grad.at("fc1"), 512 + 2048);
   EXPECT_EQ(grad.at("a1"), 512 + 512);
   EXPECT_EQ(grad.at("loss"), 4 + 512);
+  // ZeRO 3 gathers each weight whole: the largest tensor of fc0 is its weight [64, 16], of fc1 [16, 64].
+  const auto largest = per_layer(g, *m, &LayerOption::largest_param_bytes);
+  EXPECT_EQ(largest.at("fc0"), 64 * 16 * 4);
+  EXPECT_EQ(largest.at("fc1"), 16 * 64 * 4);
+  EXPECT_EQ(largest.at("a0"), 0);
   const StepPrediction p = predict(single_device_plan(g, 8, 8), g, *m, TrainSettings{});
   ASSERT_EQ(p.stages.size(), 1u);
   EXPECT_EQ(p.stages[0].grad_transient_bytes, 2044);
