@@ -159,13 +159,16 @@ constexpr int kRecomputeSelective = -1;
 constexpr int kRecomputeFull = -2;
 
 // Keeps at most `cap` of a front sorted by t: the cap / 2 with the least t, and of the others those with the
-// least memory (4 p + a + buf + buffers + e: a pipeline stage holds several micro-batches' activations), so that a
-// capped front still holds the plans that fit. Stays sorted by t.
+// least memory (4 p + a + buf + buffers: a pipeline stage holds several micro-batches' activations), so that a
+// capped front still holds the plans that fit. Not e (the backward's gradients): under full recomputation little is
+// kept after a layer, so e stays near the stage's largest gradients, and counting it here trimmed away the fully
+// recomputed entries the largest runs need (GPT-3 175B at seq 16384 on 1,024 A100s then found only a plan 53%
+// slower than one that fits; docs/planner.md). Stays sorted by t.
 // The result of std::stable_sort by memory, resize, std::stable_sort by t of the rest, computed as a selection: the
 // kept rest is the cap - cap / 2 least by (memory, position), ordered by (t, memory, position), both total orders.
 inline void trim(std::vector<Entry>& front, int cap, bool* capped) {
   if (static_cast<int>(front.size()) <= cap) return;
-  auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers + std::max(0.0, x.e); };
+  auto mem = [](const Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
   struct Key {
     double mem, t;
     size_t at;

@@ -616,7 +616,7 @@ TEST(Search, TrimKeepsWhatStableSortingKept) {
     const int cap = 2 + round % 40;
     auto front = random_front(rng, cap + 1 + round % 50);
     auto want = front;
-    auto mem = [](const search_detail::Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers + std::max(0.0, x.e); };
+    auto mem = [](const search_detail::Entry& x) { return 4 * x.p + x.a + x.buf + x.buffers; };
     auto rest = want.begin() + cap / 2;
     std::stable_sort(rest, want.end(), [&](const auto& a, const auto& b) { return mem(a) < mem(b); });
     want.resize(static_cast<size_t>(cap));
