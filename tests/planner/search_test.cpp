@@ -429,6 +429,40 @@ TEST(Search, Gpt175bAtSeq16384FitsNowhereAndSaysWhyQuickly) {
   std::printf("175B seq 16384: %.2f s: %s\n", s, r.why_none.c_str());
 }
 
+// With recomputation and ZeRO allowed, seq 16384 fits, and the search's plan is close to the best uniform one it
+// knows of: dp 32 x tp 8 x pp 4, 48 micro-batches of 1, full recomputation everywhere, ZeRO 3 (4,553 s predicted,
+// 2026-12-07). A version of the fronts' trim that ranked entries by the backward's gradient term too dropped the
+// fully recomputed entries and chose a plan at 6,945 s (1.53x).
+TEST(Search, Gpt175bAtSeq16384KeepsTheFullyRecomputedPlans) {
+  graph::Graph g = graph_with_vars("/models/bench/gpt3_175b.yaml", {{"seq", "16384"}});
+  auto m = analytic_cost_model(cluster_preset("dgx-a100-80gb:128", {}));
+  TrainSettings ts{1536, 2};
+  ts.head_parallel_attention = true;  // as braid plan --cluster plans it
+  SearchOptions all;
+  all.max_zero = 3;
+  SearchResult free = search(g, *m, ts, all);
+  ASSERT_TRUE(free.found) << free.why_none;
+  Plan pins;
+  auto pin = [&](const char* key) { pins.summary.pinned.set(key, {}); };
+  pins.summary.devices = 1024, pin("devices");
+  pins.summary.data_parallel = 32, pin("data_parallel");
+  pins.summary.tensor_parallel = 8, pin("tensor_parallel");
+  pins.summary.pipeline_stages = 4, pin("pipeline_stages");
+  pins.summary.micro_batch = 1, pin("micro_batch");
+  pins.summary.micro_batches = 48, pin("micro_batches");
+  pins.summary.schedule = "1f1b", pin("schedule");
+  pins.summary.recompute = "full", pin("recompute");
+  pins.summary.zero = 3, pin("zero");
+  SearchOptions so = all;
+  so.pins = &pins;
+  SearchResult uniform = search(g, *m, ts, so);
+  ASSERT_TRUE(uniform.found) << uniform.why_none;
+  std::printf("175B seq 16384: the search's plan dp %d x tp %d x pp %d, ZeRO %d, %.1f s; uniform full + ZeRO 3 %.1f s\n",
+              free.plan.summary.data_parallel, free.plan.summary.tensor_parallel, free.plan.summary.pipeline_stages,
+              free.plan.summary.zero, free.prediction.step_time_s, uniform.prediction.step_time_s);
+  EXPECT_LT(free.prediction.step_time_s, 1.05 * uniform.prediction.step_time_s);
+}
+
 // The second scale target: a 24-layer GPT (d 1024) on 64 A100s in < 1 s.
 TEST(Search, Plans24LayerGptFor64A100sQuickly) {
   graph::Graph g = graph_with_vars("/models/tiny_gpt.yaml", {{"n_layer", "24"}, {"d", "1024"}, {"heads", "16"}});
