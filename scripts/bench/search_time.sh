@@ -4,8 +4,8 @@
 # a slow or busy machine could fail; the tests keep the functional checks (a plan found, it fits, why none).
 #   GPT-3 175B seq 512 on 1,024 A100s (dgx-a100-80gb:128, batch 1536)   target < 10 s
 #   GPT-3 175B seq 2048, same cluster (fits)                             target < 20 s
-#   GPT-3 175B seq 16384, same cluster (fits only with recomputation    target < 10 s
-#     and ZeRO 3; "nothing fits" before they were searched)
+#   GPT-3 175B seq 16384, same cluster (fits only with recomputation;   target < 10 s
+#     "nothing fits" before recomputation was searched)
 #   24-layer GPT (d 1024) on 64 A100s (dgx-a100-80gb:8, batch 512)      target < 1 s
 #   GPT-3 175B seq 2048 bf16, 1,024 A100s (issue 22)                     target < 5 s
 #   1T GPT (models/bench/gpt_1t.yaml) seq 2048 bf16, 3,072 A100s
@@ -51,7 +51,7 @@ while IFS='|' read -r name file cluster target sets; do
 done <<'CASES'
 GPT-3 175B seq 512, 1024 A100|gpt3|dgx-a100-80gb:128|10|--set vars.seq=512
 GPT-3 175B seq 2048, 1024 A100|gpt3|dgx-a100-80gb:128|20|
-GPT-3 175B seq 16384 (recompute, ZeRO 3), 1024 A100|gpt3|dgx-a100-80gb:128|10|--set vars.seq=16384
+GPT-3 175B seq 16384 (recomputed), 1024 A100|gpt3|dgx-a100-80gb:128|10|--set vars.seq=16384
 24-layer GPT d 1024, 64 A100|gpt24|dgx-a100-80gb:8|1|--set vars.n_layer=24 --set vars.d=1024 --set vars.heads=16
 GPT-3 175B seq 2048 bf16, 1024 A100|gpt3bf|dgx-a100-80gb:128|5|
 1T GPT seq 2048 bf16, 3072 A100|gpt1t|dgx-a100-80gb:384|10|
