@@ -8,21 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-// Marks a function whose loops should also be compiled for AVX-512 and AVX2, picked at load time by the CPU
-// (GCC function multi-versioning), so that one binary runs everywhere and uses the widest vectors the machine
-// has. Results do not depend on the version taken: braid compiles without contraction (-ffp-contract=off, set
-// explicitly: GCC's C++ default contracts into fused multiply-adds wherever the target has them, as the AVX-512
-// clone does) or reassociation (CMakeLists.txt), so every lane does the same IEEE operations in the same order
-// as scalar code.
-// Not under ThreadSanitizer: the clones' ifunc resolvers run while the dynamic loader relocates, before TSan's
-// runtime is up, and an instrumented resolver crashes there (scripts/sanitize.sh --thread).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
-    !defined(__SANITIZE_THREAD__)
-#define BRAID_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define BRAID_CPU_CLONES
-#endif
-
 namespace braid {
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n); runs inline when n <= grain.

@@ -1,5 +1,6 @@
 // SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU), one pass over
 // each parameter, split across the OpenMP threads.
+#include "core/cpu_isa.h"
 #include "exec/optimizer.h"
 
 #include <algorithm>
@@ -30,7 +31,7 @@ Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store, std::func
 
 // The loop body with the options as compile-time constants, so that the loop has no branch and vectorises.
 template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
-BRAID_CPU_CLONES void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t b, int64_t e, T wd,
+void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t b, int64_t e, T wd,
                                 T mom, T damp, T lrt) {
   for (int64_t i = b; i < e; ++i) {
     T d = g[i];
@@ -46,11 +47,11 @@ BRAID_CPU_CLONES void sgd_range(T* __restrict p, const T* __restrict g, T* __res
 }
 
 // The loop body with the options as compile-time constants, so that the loop has no branch and vectorises
-// (per vector width: BRAID_CPU_CLONES).
+// (per vector width: cpu_vec, core/cpu_isa.h).
 template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
 static void sgd_loop(T* p, const T* g, T* buf, int64_t n, T wd, T mom, T damp, T lrt) {
   parallel_for(n, kGrain, [=](int64_t b, int64_t e) {
-    sgd_range<T, kDecay, kMomentum, kNesterov, kFirst>(p, g, buf, b, e, wd, mom, damp, lrt);
+    cpu_vec([&] { sgd_range<T, kDecay, kMomentum, kNesterov, kFirst>(p, g, buf, b, e, wd, mom, damp, lrt); });
   });
 }
 
@@ -71,7 +72,7 @@ static void sgd_update(T* p, const T* g, T* buf, int64_t n, const io::OptimizerS
 }
 
 template <typename T>
-BRAID_CPU_CLONES void adamw_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t b,
+void adamw_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t b,
                                   int64_t e, T b1, T b2, T eps, T decay, T step_size, T bc2_sqrt) {
   for (int64_t i = b; i < e; ++i) {
     p[i] = p[i] * decay;
@@ -90,7 +91,7 @@ static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const io::Opti
   const double bc2 = 1 - std::pow(s.betas[1], static_cast<double>(t));
   const T step_size = T(lr / bc1), bc2_sqrt = T(std::sqrt(bc2));
   parallel_for(n, kGrain, [=](int64_t b, int64_t e) {  // by value: pointers and constants hoisted
-    adamw_range(p, g, m, v, b, e, b1, b2, eps, decay, step_size, bc2_sqrt);
+    cpu_vec([&] { adamw_range(p, g, m, v, b, e, b1, b2, eps, decay, step_size, bc2_sqrt); });
   });
 }
 
@@ -114,7 +115,7 @@ void Optimizer::step(double lr) {
 namespace {
 // Sum of squares of g[b, e) in double over 8 lanes (element i into lane i mod 8, lanes added in order).
 template <typename T>
-BRAID_CPU_CLONES double sum_squares(const T* __restrict g, int64_t b, int64_t e) {
+double sum_squares(const T* __restrict g, int64_t b, int64_t e) {
   const int64_t body = b + (e - b) / 8 * 8;
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t i = b; i < body; i += 8)
@@ -126,7 +127,7 @@ BRAID_CPU_CLONES double sum_squares(const T* __restrict g, int64_t b, int64_t e)
 }
 
 template <typename T>
-BRAID_CPU_CLONES void scale_range(T* __restrict g, int64_t b, int64_t e, T k) {
+void scale_range(T* __restrict g, int64_t b, int64_t e, T k) {
   for (int64_t i = b; i < e; ++i) g[i] = g[i] * k;
 }
 
@@ -139,7 +140,7 @@ double tensor_sum_squares(const T* g, int64_t n) {
   const int64_t per = (n + pieces - 1) / pieces;
   double part[kPieces];
   parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t q = p0; q < p1; ++q) part[q] = sum_squares(g, std::min(n, q * per), std::min(n, (q + 1) * per));
+    for (int64_t q = p0; q < p1; ++q) part[q] = cpu_vec([&] { return sum_squares(g, std::min(n, q * per), std::min(n, (q + 1) * per)); });
   });
   double s = 0;
   for (int64_t q = 0; q < pieces; ++q) s += part[q];
@@ -157,7 +158,7 @@ void scale_in_place(Tensor& g, double coef) {
   ops::cpu::dispatch_float(g.dtype(), [&]<typename T>() {
     T* p = g.data<T>();
     const T k = T(coef);
-    parallel_for(g.numel(), kGrain, [p, k](int64_t b, int64_t e) { scale_range(p, b, e, k); });
+    parallel_for(g.numel(), kGrain, [p, k](int64_t b, int64_t e) { cpu_vec([&] { scale_range(p, b, e, k); }); });
   });
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_isa.h"
 #include "planner/layer_cost.h"
 
 namespace braid::planner::search_detail {
@@ -95,7 +96,7 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
 // the cell dominates x"), or x0 <= mt[q], x1 <= st[q] and x2 <= me[q] (dominates_some: "x dominates some item"),
 // over the cell's fields packed: W items per step in GCC's vector extensions, no early exit; the same truth value
 // as the loop over the items that stops at the first (<= is false on NaN alike, in vectors as in scalars). One
-// version per instruction set, chosen once by the CPU (not target_clones: GCC lowers a clone's vector extensions
+// version per instruction set, chosen once by cpu_isa() (core/cpu_isa.h; not target_clones: GCC lowers a clone's vector extensions
 // for the default target, one element at a time).
 typedef double V2d __attribute__((vector_size(16)));
 typedef long long V2l __attribute__((vector_size(16)));
@@ -145,8 +146,8 @@ struct DominanceFns {
 inline const DominanceFns& dominance_fns() {
   static const DominanceFns fns = []() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-    if (__builtin_cpu_supports("avx512f")) return DominanceFns{some_dominates_avx512, dominates_some_avx512};
-    if (__builtin_cpu_supports("avx2")) return DominanceFns{some_dominates_avx2, dominates_some_avx2};
+    if (cpu_isa() == CpuIsa::avx512) return DominanceFns{some_dominates_avx512, dominates_some_avx512};
+    if (cpu_isa() == CpuIsa::avx2) return DominanceFns{some_dominates_avx2, dominates_some_avx2};
 #endif
     return DominanceFns{some_dominates_base, dominates_some_base};
   }();

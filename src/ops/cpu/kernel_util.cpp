@@ -1,4 +1,5 @@
 // BLAS GEMM (OpenBLAS, row-major CBLAS) and broadcasting index tables.
+#include "core/cpu_isa.h"
 #include "ops/cpu/kernel_util.h"
 
 #include <cblas.h>
@@ -21,11 +22,13 @@ namespace {
 // Float GEMM, chosen once per process by BRAID_SGEMM (default: onednn where built, else openblas):
 //   onednn           oneDNN's sgemm, single-threaded, on braid's panels (below)
 //   openblas         OpenBLAS's sgemm, single-threaded, on braid's panels
-//   openblas-threads OpenBLAS with its own threading (braid's behaviour before the panels; for A/B runs)
-// Panels: braid splits C into one block of rows (or columns) per OpenMP thread and each thread runs one
-// single-threaded GEMM on its block, so no thread waits on another inside a GEMM and the result of every
-// element does not depend on the thread count (both libraries give the same bits for a block as for the
-// whole matrix; checked by tests/ops/gemm_test.cpp). Measured in docs/benchmarks.md ("GEMM library").
+//   openblas-threads OpenBLAS with its own threading (braid's behaviour before the panels; for A/B runs; its bits
+//                    depend on the thread count)
+// Panels: braid cuts C into blocks of rows (or columns) fixed by the shape alone and runs one single-threaded
+// library GEMM per block, the blocks shared out among the OpenMP threads: no thread waits on another inside a
+// GEMM, and the result of every element does not depend on the thread count because the library calls do not.
+// Neither library gives a block the bits of the same rows inside the whole product (see gemm()). Measured in
+// docs/benchmarks.md ("GEMM library").
 enum class Sgemm { OneDnn, OpenBlas, OpenBlasThreads };
 Sgemm sgemm_choice() {
   static const Sgemm choice = [] {
@@ -48,14 +51,15 @@ Sgemm sgemm_choice() {
   return choice;
 }
 
-// One single-threaded GEMM (OpenBLAS's OpenMP build runs single-threaded inside a parallel region; oneDNN's
-// sgemm is held to one thread by the calling task's thread count, restored after).
+// One single-threaded GEMM: both libraries take their thread count from the OpenMP ICV of the calling task
+// (OpenBLAS's OpenMP build also runs single-threaded inside a parallel region), so it is held to one thread
+// here and restored after.
 void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int saved = omp_get_max_threads();
+  if (saved != 1) omp_set_num_threads(1);
 #ifdef BRAID_HAVE_ONEDNN
   if (sgemm_choice() == Sgemm::OneDnn) {
-    const int saved = omp_get_max_threads();
-    if (saved != 1) omp_set_num_threads(1);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (saved != 1) omp_set_num_threads(saved);
     BRAID_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status ", static_cast<int>(st), " (", m, "x", n, "x", k,
@@ -66,9 +70,32 @@ void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
               beta, c, static_cast<int>(ldc));
+  if (saved != 1) omp_set_num_threads(saved);
 }
 
 }  // namespace
+
+GemmPanels gemm_panels(int64_t m, int64_t n, int64_t k) {
+  // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself: one call does it all.
+  constexpr double kSplitMinFlops = 2e6;
+  // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels; two of AVX2's 8-wide ones).
+  constexpr int64_t kAlign = 16;
+  // At most 8 panels: the thread counts of 1, 2, 4 and 8 share them out evenly. A GEMM of f MFLOP gets at most
+  // f panels (a power of two), so a small one is not cut into calls too short to pay for their packing.
+  constexpr int64_t kMaxPanels = 8;
+  GemmPanels p;
+  p.by_rows = m >= n;
+  const int64_t dim = p.by_rows ? m : n;
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  if (flops < kSplitMinFlops || dim < 2 * kAlign) return p;
+  const int64_t most = std::min<int64_t>({kMaxPanels, dim / kAlign, static_cast<int64_t>(flops / 1e6)});
+  int64_t parts = 1;
+  while (parts * 2 <= most) parts *= 2;
+  const int64_t per = (dim + parts - 1) / parts;
+  p.step = (per + kAlign - 1) / kAlign * kAlign;
+  p.parts = (dim + p.step - 1) / p.step;
+  return p;
+}
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -79,31 +106,21 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& ep) {
   if (m == 0 || n == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself: one thread does it all.
-  constexpr double kSplitMinFlops = 2e6;
-  const bool by_rows = m >= n;
-  const int64_t dim = by_rows ? m : n;
-  // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels). That matters for the bits:
-  // a block cut at an arbitrary column (1, 49, n - 7) may come out of a library's edge kernels with other
-  // roundings than inside the whole product (measured for both libraries), so callers must not split C
-  // themselves where results must not depend on the thread count.
-  constexpr int64_t kAlign = 16;
-  // OpenBLAS 0.3.21's Haswell kernels (also what it runs on AVX-512 Zen 4) give a block other bits than the same
-  // rows inside the whole product (Gemm.OpenBlasPanels on an AMD EPYC, 2026-12-02), so on OpenBLAS the panels
-  // are fixed by the shape alone (kFixedPanels of them, whatever the thread count, run in turn by one thread):
-  // the bits are those of the panels on any thread count. oneDNN's sgemm gives a block the bits of the whole,
-  // and keeps one panel per thread.
-  constexpr int64_t kFixedPanels = 8;
-  const bool fixed = sgemm_choice() == Sgemm::OpenBlas;
-  const bool small = 2.0 * double(m) * double(n) * double(k) < kSplitMinFlops || dim < 2 * kAlign;
-  if (sgemm_choice() == Sgemm::OpenBlasThreads || small || (threads <= 1 && !fixed)) {
+  if (sgemm_choice() == Sgemm::OpenBlasThreads) {  // the library's own threading: bits depend on the thread count
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                beta, c, static_cast<int>(ldc));
+    if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
+    return;
+  }
+  const GemmPanels plan = gemm_panels(m, n, k);
+  if (plan.parts == 1) {
     sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
     return;
   }
-  const int64_t parts = std::min<int64_t>(fixed ? kFixedPanels : threads, dim / kAlign);
-  const int64_t per = (dim + parts - 1) / parts;
-  const int64_t step = (per + kAlign - 1) / kAlign * kAlign;
+  const bool by_rows = plan.by_rows;
+  const int64_t dim = by_rows ? m : n, parts = plan.parts, step = plan.step;
 #pragma omp parallel for schedule(static) num_threads(static_cast<int>(std::min<int64_t>(threads, parts)))
   for (int64_t part = 0; part < parts; ++part) {
     const int64_t lo = std::min(dim, part * step), hi = std::min(dim, lo + step);
@@ -129,7 +146,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 
 namespace {
 template <typename T>
-BRAID_CPU_CLONES void add_to_lanes_t(const T* __restrict v, int64_t n, double* __restrict acc) {
+void add_to_lanes_t(const T* __restrict v, int64_t n, double* __restrict acc) {
   const int64_t body = n / kSumLanes * kSumLanes;
   for (int64_t e = 0; e < body; e += kSumLanes)
     for (int l = 0; l < kSumLanes; ++l) acc[l] += v[e + l];
@@ -137,8 +154,8 @@ BRAID_CPU_CLONES void add_to_lanes_t(const T* __restrict v, int64_t n, double* _
 }
 }  // namespace
 
-void add_to_lanes(const float* v, int64_t n, double* acc) { add_to_lanes_t(v, n, acc); }
-void add_to_lanes(const double* v, int64_t n, double* acc) { add_to_lanes_t(v, n, acc); }
+void add_to_lanes(const float* v, int64_t n, double* acc) { cpu_vec([&] { add_to_lanes_t(v, n, acc); }); }
+void add_to_lanes(const double* v, int64_t n, double* acc) { cpu_vec([&] { add_to_lanes_t(v, n, acc); }); }
 
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   int r = std::max(a.rank(), b.rank());

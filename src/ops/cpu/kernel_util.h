@@ -37,6 +37,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
+// How a float GEMM of this shape is cut: `parts` blocks of `step` rows of C (by_rows) or columns (the last one
+// shorter), fixed by (m, n, k) alone so that the bits never depend on the thread count. parts == 1: one call.
+struct GemmPanels {
+  bool by_rows = true;
+  int64_t parts = 1, step = 0;
+};
+GemmPanels gemm_panels(int64_t m, int64_t n, int64_t k);
+
 // A GEMM epilogue: fn(ctx, r0, r1, c0, c1) runs on the block rows [r0, r1) x columns [c0, c1) of C right after
 // the thread that computed the block finished it (the block still in that core's cache). Float only.
 struct GemmEpilogue {

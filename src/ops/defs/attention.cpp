@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/fast_math.h"
@@ -38,7 +39,7 @@ int64_t row_block(int64_t t, int64_t dh) {
 
 // A row's maximum over 16 lanes (exact in any order; a NaN score ends as NaN probabilities either way).
 template <typename T>
-BRAID_CPU_CLONES T row_max(const T* __restrict x, int64_t n) {
+T row_max(const T* __restrict x, int64_t n) {
   constexpr int64_t kL = 16;
   T m = x[0];
   if (n >= kL) {
@@ -58,7 +59,7 @@ BRAID_CPU_CLONES T row_max(const T* __restrict x, int64_t n) {
 
 // sum_e a[e] b[e] over the fixed double lanes of cpu::lane_total.
 template <typename T>
-BRAID_CPU_CLONES double row_dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+double row_dot(const T* __restrict a, const T* __restrict b, int64_t n) {
   constexpr int kL = cpu::kSumLanes;
   double acc[kL] = {};
   const int64_t body = n / kL * kL;
@@ -156,7 +157,7 @@ void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1
   for (int64_t r = 0; r < rows; ++r) {
     int64_t i = r0 + r, valid = causal ? i + 1 : n.t;
     T* row = s + r * ncols;
-    const T mx = row_max(row, valid);
+    const T mx = cpu_vec([&] { return row_max(row, valid); });
     for (int64_t j = 0; j < valid; ++j) row[j] = cpu::exp_of(row[j] - mx);  // vectorises (fast_math.h: 1 ulp)
     double acc[cpu::kSumLanes] = {};
     cpu::add_to_lanes(row, valid, acc);  // fixed lanes: the same sum for any vector width
@@ -354,7 +355,7 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
       int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
       T* g = sg + r * ncols;
       const T* prow = sp + r * ncols;
-      const T dot = static_cast<T>(row_dot(dc + i * n.d, o + i * n.d, n.dh));
+      const T dot = static_cast<T>(cpu_vec([&] { return row_dot(dc + i * n.d, o + i * n.d, n.dh); }));
       if (p > 0) {
         const T* zrow = sz + r * ncols;
         for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * ((zrow[j] != T(0) ? g[j] * keep_scale : T(0)) - dot);

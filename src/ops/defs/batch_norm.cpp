@@ -7,6 +7,7 @@
 // each plane into lane e % kSumLanes): results do not depend on the thread count or the vector width.
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/defs/spatial_util.h"
@@ -60,7 +61,7 @@ using cpu::lane_total;
 
 // Each loop runs over one channel: its B planes of S elements, `stride` apart (x points at plane 0).
 template <typename T>
-BRAID_CPU_CLONES double channel_sum_t(const T* __restrict x, int64_t B, int64_t S, int64_t stride) {
+double channel_sum_t(const T* __restrict x, int64_t B, int64_t S, int64_t stride) {
   const int64_t body = S / kLanes * kLanes;
   double acc[kLanes] = {};
   for (int64_t b = 0; b < B; ++b, x += stride) {
@@ -72,7 +73,7 @@ BRAID_CPU_CLONES double channel_sum_t(const T* __restrict x, int64_t B, int64_t 
 }
 
 template <typename T>
-BRAID_CPU_CLONES double channel_sqdev_t(const T* __restrict x, int64_t B, int64_t S, int64_t stride, double m) {
+double channel_sqdev_t(const T* __restrict x, int64_t B, int64_t S, int64_t stride, double m) {
   const int64_t body = S / kLanes * kLanes;
   double acc[kLanes] = {};
   for (int64_t b = 0; b < B; ++b, x += stride) {
@@ -85,7 +86,7 @@ BRAID_CPU_CLONES double channel_sqdev_t(const T* __restrict x, int64_t B, int64_
 
 // sum dy and sum dy * xhat, xhat = (x - m) * inv.
 template <typename T>
-BRAID_CPU_CLONES std::pair<double, double> channel_grad_sums_t(const T* __restrict dy, const T* __restrict x, int64_t B,
+std::pair<double, double> channel_grad_sums_t(const T* __restrict dy, const T* __restrict x, int64_t B,
                                                                int64_t S, int64_t stride, double m, double inv) {
   const int64_t body = S / kLanes * kLanes;
   double sdy[kLanes] = {}, sdyx[kLanes] = {};
@@ -104,7 +105,7 @@ BRAID_CPU_CLONES std::pair<double, double> channel_grad_sums_t(const T* __restri
 }
 
 template <typename T>
-BRAID_CPU_CLONES void channel_affine_t(const T* __restrict x, T* __restrict y, int64_t B, int64_t S, int64_t stride,
+void channel_affine_t(const T* __restrict x, T* __restrict y, int64_t B, int64_t S, int64_t stride,
                                        double scale, double shift) {
   for (int64_t b = 0; b < B; ++b, x += stride, y += stride)
     for (int64_t e = 0; e < S; ++e) y[e] = static_cast<T>(x[e] * scale + shift);
@@ -113,7 +114,7 @@ BRAID_CPU_CLONES void channel_affine_t(const T* __restrict x, T* __restrict y, i
 // dx = k (dy - (sdy + xhat sdyx) / n) in training, k dy in eval (inv_n = 1 / n: a multiply per element, not a
 // division).
 template <typename T>
-BRAID_CPU_CLONES void channel_dx_t(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t B, int64_t S,
+void channel_dx_t(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t B, int64_t S,
                                    int64_t stride, double m, double inv, double k, double sdy, double sdyx,
                                    double inv_n, bool train) {
   for (int64_t b = 0; b < B; ++b, x += stride, dy += stride, dx += stride) {
@@ -127,12 +128,12 @@ BRAID_CPU_CLONES void channel_dx_t(const T* __restrict dy, const T* __restrict x
 
 template <typename T>
 double channel_sum(const Layout& l, int64_t c, const T* x) {
-  return channel_sum_t(x + l.at(0, c), l.B, l.S, l.C * l.S);
+  return cpu_vec([&] { return channel_sum_t(x + l.at(0, c), l.B, l.S, l.C * l.S); });
 }
 
 template <typename T>
 double channel_sqdev(const Layout& l, int64_t c, const T* x, double m) {
-  return channel_sqdev_t(x + l.at(0, c), l.B, l.S, l.C * l.S, m);
+  return cpu_vec([&] { return channel_sqdev_t(x + l.at(0, c), l.B, l.S, l.C * l.S, m); });
 }
 
 // y = (x - m) * inv * w + b over channel c; the statistics used are saved for backward.
@@ -142,7 +143,7 @@ void normalise_channel(const Layout& l, int64_t c, double m, double inv, const T
   mean[c] = static_cast<T>(m);
   invstd[c] = static_cast<T>(inv);
   const double scale = w[c] * inv, shift = bias[c] - m * scale;
-  channel_affine_t(x + l.at(0, c), y + l.at(0, c), l.B, l.S, l.C * l.S, scale, shift);
+  cpu_vec([&] { channel_affine_t(x + l.at(0, c), y + l.at(0, c), l.B, l.S, l.C * l.S, scale, shift); });
 }
 
 void count_batch(const Tensor& nbt) {
@@ -155,7 +156,7 @@ void count_batch(const Tensor& nbt) {
 // Channel c's sums of dy and of dy * xhat, xhat = (x - m) * inv.
 template <typename T>
 std::pair<double, double> grad_sums(const Layout& l, int64_t c, const T* dy, const T* x, double m, double inv) {
-  return channel_grad_sums_t(dy + l.at(0, c), x + l.at(0, c), l.B, l.S, l.C * l.S, m, inv);
+  return cpu_vec([&] { return channel_grad_sums_t(dy + l.at(0, c), x + l.at(0, c), l.B, l.S, l.C * l.S, m, inv); });
 }
 
 // dx over channel c: k (dy - (sdy + xhat sdyx) / n) in training (the statistics depend on x), k dy in eval;
@@ -163,8 +164,10 @@ std::pair<double, double> grad_sums(const Layout& l, int64_t c, const T* dy, con
 template <typename T>
 void write_dx(const Layout& l, int64_t c, const T* dy, const T* x, double m, double inv, double k, double sdy,
               double sdyx, double n, bool train, T* dx) {
-  channel_dx_t(dy + l.at(0, c), x + l.at(0, c), dx + l.at(0, c), l.B, l.S, l.C * l.S, m, inv, k, sdy, sdyx, 1.0 / n,
-               train);
+  cpu_vec([&] {
+    channel_dx_t(dy + l.at(0, c), x + l.at(0, c), dx + l.at(0, c), l.B, l.S, l.C * l.S, m, inv, k, sdy, sdyx, 1.0 / n,
+                 train);
+  });
 }
 
 std::vector<ParamSpec> bn_params(const Attrs&, std::span<const TensorDesc> data) {

@@ -5,6 +5,7 @@
 // In float, tanh and exp are cpu/fast_math.h's branch-free versions (1 ulp, vectorisable); double uses std::.
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
@@ -212,17 +213,17 @@ void with_act(Act k, F&& fn) {
   }
 }
 
-// The loops, compiled per vector width (BRAID_CPU_CLONES): gelu's tanh is arithmetic-bound, so AVX-512
+// The loops, compiled per vector width (cpu_vec, core/cpu_isa.h): gelu's tanh is arithmetic-bound, so AVX-512
 // lanes cut its time roughly by the width ratio against the SSE2 baseline.
 // y may be x (relu runs in place, OpDef::in_place): no __restrict; element i is read before it is written.
 template <Act K, typename T>
-BRAID_CPU_CLONES void act_fwd_loop(const T* x, T* y, int64_t b, int64_t e) {
+void act_fwd_loop(const T* x, T* y, int64_t b, int64_t e) {
 #pragma omp simd
   for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
 }
 template <Act K, typename T>
 // dx may be dy (OpDef::in_place): no __restrict on them; element i is read before it is written.
-BRAID_CPU_CLONES void act_bwd_loop(const T* dy, const T* x, const T* y, T* dx, int64_t b, int64_t e) {
+void act_bwd_loop(const T* dy, const T* x, const T* y, T* dx, int64_t b, int64_t e) {
 #pragma omp simd
   for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
 }
@@ -232,7 +233,7 @@ void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> 
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
-      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) { act_fwd_loop<K>(x, y, b, e); });
+      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) { cpu_vec([&] { act_fwd_loop<K>(x, y, b, e); }); });
     });
   });
 }
@@ -246,7 +247,7 @@ void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor>
     T* dx = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
       parallel_for(out[0].numel(), 1 << 14,
-                   [dy, x, y, dx](int64_t b, int64_t e) { act_bwd_loop<K>(dy, x, y, dx, b, e); });
+                   [dy, x, y, dx](int64_t b, int64_t e) { cpu_vec([&] { act_bwd_loop<K>(dy, x, y, dx, b, e); }); });
     });
   });
 }
@@ -257,7 +258,7 @@ namespace cpu {
 bool is_activation(const std::string& op) { return op == "relu" || op == "gelu" || op == "tanh" || op == "sigmoid"; }
 
 void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n) {
-  with_act(act_of(op, a), [&]<Act K>() { act_fwd_loop<K>(x, y, 0, n); });
+  with_act(act_of(op, a), [&]<Act K>() { cpu_vec([&] { act_fwd_loop<K>(x, y, 0, n); }); });
 }
 
 bool is_activation_grad(const std::string& op) {
@@ -265,7 +266,7 @@ bool is_activation_grad(const std::string& op) {
 }
 
 void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n) {
-  with_act(act_of(op.substr(0, op.size() - 5), a), [&]<Act K>() { act_bwd_loop<K>(dy, z, z, dx, 0, n); });
+  with_act(act_of(op.substr(0, op.size() - 5), a), [&]<Act K>() { cpu_vec([&] { act_bwd_loop<K>(dy, z, z, dx, 0, n); }); });
 }
 }  // namespace cpu
 

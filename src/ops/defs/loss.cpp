@@ -6,6 +6,7 @@
 // Per-position terms go to the workspace and are summed in order, so results never depend on threads.
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
@@ -86,17 +87,17 @@ std::vector<TensorDesc> infer_cross_entropy(const Attrs&, std::span<const Tensor
 // Float rows: the maximum, then e_j = exp(x_j - max) by the vectorisable fast_expf (1 ulp) written to `e`
 // and added into the double lanes of cpu::add_to_lanes (summed by cpu::lane_total), so the result is the same
 // for every vector width.
-BRAID_CPU_CLONES float row_max_f32(const float* __restrict x, int64_t c) {
+float row_max_f32(const float* __restrict x, int64_t c) {
   float mx = x[0];
   for (int64_t j = 1; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
   return mx;
 }
-BRAID_CPU_CLONES void exp_add_f32(const float* __restrict x, float* __restrict e, int64_t c, float mx,
+void exp_add_f32(const float* __restrict x, float* __restrict e, int64_t c, float mx,
                                   double* __restrict acc) {
   for (int64_t j = 0; j < c; ++j) e[j] = cpu::fast_expf(x[j] - mx);
   cpu::add_to_lanes(e, c, acc);
 }
-BRAID_CPU_CLONES void scale_row_f32(float* __restrict e, int64_t c, float k) {
+void scale_row_f32(float* __restrict e, int64_t c, float k) {
   for (int64_t j = 0; j < c; ++j) e[j] *= k;
 }
 
@@ -112,10 +113,10 @@ void cross_entropy_cpu(const KernelCtx& ctx, const Attrs&, std::span<const Tenso
         float e[1024];  // exponentials of a block of the row (their sum is what is kept)
         for (int64_t r = r0; r < r1; ++r) {
           const float* xr = x + r * c;
-          const float mx = row_max_f32(xr, c);
+          const float mx = cpu_vec([&] { return row_max_f32(xr, c); });
           double acc[cpu::kSumLanes] = {};
           for (int64_t j0 = 0; j0 < c; j0 += 1024)
-            exp_add_f32(xr + j0, e, std::min<int64_t>(1024, c - j0), mx, acc);
+            cpu_vec([&] { exp_add_f32(xr + j0, e, std::min<int64_t>(1024, c - j0), mx, acc); });
           row_loss[r] = static_cast<double>(mx) + std::log(cpu::lane_total(acc)) - xr[cpu::int_at(in[1], r)];
         }
       });
@@ -149,10 +150,11 @@ void cross_entropy_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tens
         for (int64_t r = r0; r < r1; ++r) {
           float* dr = dx + r * c;
           const float* xr = x + r * c;
-          const float mx = row_max_f32(xr, c);
+          const float mx = cpu_vec([&] { return row_max_f32(xr, c); });
           double acc[cpu::kSumLanes] = {};
-          exp_add_f32(xr, dr, c, mx, acc);
-          scale_row_f32(dr, c, static_cast<float>(scale / cpu::lane_total(acc)));
+          cpu_vec([&] { exp_add_f32(xr, dr, c, mx, acc); });
+          const float k = static_cast<float>(scale / cpu::lane_total(acc));
+          cpu_vec([&] { scale_row_f32(dr, c, k); });
           int64_t t = cpu::int_at(in[2], r);
           dr[t] = static_cast<float>(static_cast<double>(dr[t]) - scale);
         }

@@ -5,6 +5,7 @@
 // torch.softmax(x, dim). Statistics are accumulated in double for both float and double tensors.
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
 
@@ -64,7 +65,7 @@ constexpr int kLanes = cpu::kSumLanes;
 using cpu::lane_total;
 
 template <typename T>
-BRAID_CPU_CLONES void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
+void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
                                       T* __restrict y, T* __restrict mean, T* __restrict rstd, int64_t d, double eps,
                                       int64_t r0, int64_t r1) {
   const int64_t body = d / kLanes * kLanes;
@@ -95,7 +96,7 @@ void layer_norm_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in
     T *y = out[0].data<T>(), *mean = out[1].data<T>(), *rstd = out[2].data<T>();
     int64_t d = in[0].shape().back(), rows = in[0].numel() / std::max<int64_t>(d, 1);
     parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
-      layer_norm_rows(x, w, b, y, mean, rstd, d, eps, r0, r1);
+      cpu_vec([&] { layer_norm_rows(x, w, b, y, mean, rstd, d, eps, r0, r1); });
     });
   });
 }
@@ -108,7 +109,7 @@ std::vector<TensorDesc> infer_layer_norm_grad(const Attrs&, std::span<const Tens
 }
 
 template <typename T>
-BRAID_CPU_CLONES void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* __restrict w,
+void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* __restrict w,
                                          const T* __restrict mean, const T* __restrict rstd, T* __restrict dx,
                                          int64_t d, int64_t r0, int64_t r1) {
   const int64_t body = d / kLanes * kLanes;
@@ -140,7 +141,7 @@ BRAID_CPU_CLONES void layer_norm_dx_rows(const T* __restrict dy, const T* __rest
 // row side by side (contiguous, vectorised).
 constexpr int64_t kColBlock = 256;
 template <typename T>
-BRAID_CPU_CLONES void layer_norm_dwb_cols(const T* __restrict dy, const T* __restrict x, const T* __restrict mean,
+void layer_norm_dwb_cols(const T* __restrict dy, const T* __restrict x, const T* __restrict mean,
                                           const T* __restrict rstd, T* __restrict dw, T* __restrict db, int64_t d,
                                           int64_t rows, int64_t j0, int64_t j1) {
   double sw[kColBlock], sb[kColBlock];
@@ -168,14 +169,14 @@ void layer_norm_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor>
     T *dx = out[0].data<T>(), *dw = out[1].data<T>(), *db = out[2].data<T>();
     int64_t d = in[1].shape().back(), rows = in[1].numel() / std::max<int64_t>(d, 1);
     parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(d, 1)), [&](int64_t r0, int64_t r1) {
-      layer_norm_dx_rows(dy, x, w, mean, rstd, dx, d, r0, r1);
+      cpu_vec([&] { layer_norm_dx_rows(dy, x, w, mean, rstd, dx, d, r0, r1); });
     });
     // Parameter gradients: blocks of columns in parallel, rows summed in order (deterministic).
     const int64_t per_thread_cols = std::max<int64_t>(16, (d + num_threads() - 1) / num_threads());
     const int64_t width = std::min(kColBlock, (per_thread_cols + 15) / 16 * 16);
     parallel_for((d + width - 1) / width, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
-        layer_norm_dwb_cols(dy, x, mean, rstd, dw, db, d, rows, c * width, std::min(d, (c + 1) * width));
+        cpu_vec([&] { layer_norm_dwb_cols(dy, x, mean, rstd, dw, db, d, rows, c * width, std::min(d, (c + 1) * width)); });
     });
   });
 }

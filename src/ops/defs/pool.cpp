@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cpu_isa.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/onednn_spatial.h"
 #include "ops/defs/spatial_util.h"
@@ -71,7 +72,7 @@ std::vector<TensorDesc> infer_max_pool(const Attrs& a, std::span<const TensorDes
 // loop's choices, and PyTorch's: the first maximum, the last NaN). Branch-free over the whole block with 32-bit
 // offsets, compiled per vector width: a loop per output row had left LeNet's short rows (12 and 4 outputs) to
 // scalar remainders, 12% of its step (docs/benchmarks.md).
-BRAID_CPU_CLONES void max_pool_2x2_rows(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
+void max_pool_2x2_rows(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
                                         int64_t base, float* __restrict y, int64_t* __restrict arg) {
   for (int64_t j = 0; j < n; ++j) {
     const int32_t o = off[j];
@@ -115,8 +116,10 @@ void max_pool_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, 
       for (int64_t p = p0; p < p1; ++p)
         for (int64_t oh = 0; oh < w.Ho; oh += rows) {
           const int64_t o = p * w.out_plane() + oh * w.Wo;
-          max_pool_2x2_rows(x + p * w.in_plane() + 2 * oh * w.W, off, std::min(rows, w.Ho - oh) * w.Wo, W,
-                            2 * oh * w.W, y + o, arg + o);
+          cpu_vec([&] {
+            max_pool_2x2_rows(x + p * w.in_plane() + 2 * oh * w.W, off, std::min(rows, w.Ho - oh) * w.Wo, W,
+                              2 * oh * w.W, y + o, arg + o);
+          });
         }
     });
     return;
