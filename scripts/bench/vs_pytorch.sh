@@ -15,12 +15,15 @@
 #
 # usage: scripts/bench/vs_pytorch.sh [--steps N] [--warmup W] [--window K] [--rounds R] [--models "mlp lenet gpt"]
 #        [--summarise-only] (rebuild the CSV and table from the raw files of the last run)
+#        [--isa avx2|baseline] (both systems capped to that instruction set: braid's loops by BRAID_CPU_ISA,
+#        PyTorch's by ATEN_CPU_CAPABILITY, and for both, and the SGEMM ceiling, oneDNN by ONEDNN_MAX_CPU_ISA and
+#        OpenBLAS by OPENBLAS_CORETYPE: how an AVX-512 machine measures the AVX2 path side by side)
 #        BRAID=path/to/braid overrides build/braid; BRAID_ENV="OMP_NUM_THREADS=1 ..." sets braid's environment.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BRAID=${BRAID:-$ROOT/build/braid}
 PY=/usr/bin/python3
-STEPS=30 WARMUP=5 WINDOW=5 ROUNDS=1 MODELS="mlp lenet gpt" MEASURE=1
+STEPS=30 WARMUP=5 WINDOW=5 ROUNDS=1 MODELS="mlp lenet gpt" MEASURE=1 ISA=
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -29,9 +32,20 @@ while [ $# -gt 0 ]; do
     --models) MODELS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --summarise-only) MEASURE=0; shift ;;
+    --isa) ISA=$2; shift 2 ;;
     *) echo "vs_pytorch.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+CAP=() BRAID_CAP=() TORCH_CAP=()
+case "$ISA" in
+  "") ;;
+  avx2) CAP=(ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell)
+        BRAID_CAP=(BRAID_CPU_ISA=avx2) TORCH_CAP=(ATEN_CPU_CAPABILITY=avx2) ;;
+  baseline) CAP=(ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41 OPENBLAS_CORETYPE=Nehalem)
+        BRAID_CAP=(BRAID_CPU_ISA=baseline) TORCH_CAP=(ATEN_CPU_CAPABILITY=default) ;;
+  *) echo "vs_pytorch.sh: --isa takes avx2 or baseline, not '$ISA'" >&2; exit 2 ;;
+esac
+[ -z "$ISA" ] || echo "vs_pytorch.sh: both systems capped to $ISA: ${CAP[*]} ${BRAID_CAP[*]} ${TORCH_CAP[*]}"
 [ -x "$BRAID" ] || { echo "vs_pytorch.sh: $BRAID not found; build it first (ninja braid) or set BRAID" >&2; exit 2; }
 OUT=$ROOT/scripts/bench/out
 RAW=$OUT/raw
@@ -47,9 +61,9 @@ for m in $MODELS; do
   [ $MEASURE = 1 ] || break
   for r in $(seq 1 "$ROUNDS"); do
     echo "== $m round $r: SGEMM ceiling"
-    OMP_NUM_THREADS=${CEILING_THREADS:-$(nproc)} "$CEILING" 5 | tee "$RAW/ceiling_${m}_r$r.json"
+    env "${CAP[@]}" OMP_NUM_THREADS=${CEILING_THREADS:-$(nproc)} "$CEILING" 5 | tee "$RAW/ceiling_${m}_r$r.json"
     echo "== $m round $r: braid"
-    env ${BRAID_ENV:-} /usr/bin/time -f %M -o "$RAW/braid_${m}_r$r.rss" \
+    env "${CAP[@]}" "${BRAID_CAP[@]}" ${BRAID_ENV:-} /usr/bin/time -f %M -o "$RAW/braid_${m}_r$r.rss" \
       "$BRAID" bench "$ROOT/configs/bench/$m.yaml" --steps "$STEPS" --warmup "$WARMUP" --window "$WINDOW" \
       --json "$RAW/braid_${m}_r$r.json" | tee "$RAW/braid_${m}_r$r.txt" | grep -E "OpenMP wait|samples/s" | tail -n 3
     for setting in default 1 2passive; do
@@ -59,7 +73,7 @@ for m in $MODELS; do
         1) env=(); threads=1 ;;
         2passive) env=(OMP_WAIT_POLICY=passive); threads=2 ;;
       esac
-      env "${env[@]}" /usr/bin/time -f %M -o "$RAW/torch_${m}_${setting}_r$r.rss" \
+      env "${CAP[@]}" "${TORCH_CAP[@]}" "${env[@]}" /usr/bin/time -f %M -o "$RAW/torch_${m}_${setting}_r$r.rss" \
         $PY "$ROOT/scripts/bench/torch_bench.py" "$m" --threads "$threads" --steps "$STEPS" --warmup "$WARMUP" \
         --window "$WINDOW" --json "$RAW/torch_${m}_${setting}_r$r.json"
     done

@@ -21,3 +21,12 @@ add_test(NAME Checkpoint.ExactResumeAndCrashSafety
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/resume_test.py $<TARGET_FILE:braid>
                  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/ckpt_test --trials 20)
 set_tests_properties(Checkpoint.ExactResumeAndCrashSafety PROPERTIES TIMEOUT 900 LABELS "e2e;slow")
+
+# SameBits.Checkpoints.<cap> (scripts/same_bits.sh): 20 steps of each shipped model family at 1, 2 and 3 threads
+# give the same checksums of every checkpoint tensor, natively and with braid, oneDNN and OpenBLAS capped to AVX2
+# and to the baseline (docs/testing.md).
+foreach(_cap native avx2 baseline)
+  add_test(NAME SameBits.Checkpoints.${_cap}
+           COMMAND ${CMAKE_SOURCE_DIR}/scripts/same_bits.sh --build ${CMAKE_BINARY_DIR} --caps ${_cap})
+  set_tests_properties(SameBits.Checkpoints.${_cap} PROPERTIES LABELS e2e TIMEOUT 900)
+endforeach()
