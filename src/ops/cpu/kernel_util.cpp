@@ -19,7 +19,8 @@ namespace braid::ops::cpu {
 
 namespace {
 
-// Float GEMM, chosen once per process by BRAID_SGEMM (default: onednn where built, else openblas):
+// Float GEMM, chosen once per process by BRAID_SGEMM (default: onednn where built and running its AVX-512
+// kernels, else openblas):
 //   onednn           oneDNN's sgemm, single-threaded, on braid's panels (below)
 //   openblas         OpenBLAS's sgemm, single-threaded, on braid's panels
 //   openblas-threads OpenBLAS with its own threading (braid's behaviour before the panels; for A/B runs; its bits
@@ -37,10 +38,17 @@ Sgemm sgemm_choice() {
     if (s == "openblas") return Sgemm::OpenBlas;
     if (s == "openblas-threads") return Sgemm::OpenBlasThreads;
 #ifdef BRAID_HAVE_ONEDNN
-    if (!s.empty() && s != "onednn")
+    if (s == "onednn") return Sgemm::OneDnn;
+    // By default oneDNN where it runs its AVX-512 kernels, OpenBLAS below that. oneDNN 2.6's AVX2 sgemm falls off
+    // a cliff on some shapes the models run (single-threaded, on a Zen 4 capped to AVX2: 1024x256x2048 TN, a GPT
+    // weight gradient, 44 GFLOP/s against OpenBLAS Haswell's 103; row blocks of 256 of 1024x1024x256 TN, an MLP's,
+    // 2.9x slower than the whole) where OpenBLAS's Haswell kernels run evenly at 100-110 on every shape and block
+    // (docs/benchmarks.md, "GEMM library at AVX2").
+    const bool avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+    if (!s.empty())
       std::fprintf(stderr, "braid: warning: BRAID_SGEMM=%s is not one of onednn, openblas, openblas-threads; "
-                   "using onednn\n", v);
-    return Sgemm::OneDnn;
+                   "using %s\n", v, avx512 ? "onednn" : "openblas");
+    return avx512 ? Sgemm::OneDnn : Sgemm::OpenBlas;
 #else
     if (!s.empty())
       std::fprintf(stderr, "braid: warning: BRAID_SGEMM=%s: %s; using openblas\n", v,
@@ -80,9 +88,11 @@ GemmPanels gemm_panels(int64_t m, int64_t n, int64_t k) {
   constexpr double kSplitMinFlops = 2e6;
   // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels; two of AVX2's 8-wide ones).
   constexpr int64_t kAlign = 16;
-  // At most 8 panels: the thread counts of 1, 2, 4 and 8 share them out evenly. A GEMM of f MFLOP gets at most
-  // f panels (a power of two), so a small one is not cut into calls too short to pay for their packing.
-  constexpr int64_t kMaxPanels = 8;
+  // At most 4 panels: the thread counts of 1, 2 and 4 share them out evenly, and each library call stays large:
+  // 8 blocks cost OpenBLAS's Haswell kernels 1-12% against the whole product, 4 blocks 0-8% (single-threaded,
+  // the models' shapes; docs/benchmarks.md). A GEMM of f MFLOP gets at most f panels (a power of two),
+  // so a small one is not cut into calls too short to pay for their packing.
+  constexpr int64_t kMaxPanels = 4;
   GemmPanels p;
   p.by_rows = m >= n;
   const int64_t dim = p.by_rows ? m : n;
