@@ -1,11 +1,11 @@
 // SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU), one pass over
 // each parameter, split across the OpenMP threads.
-#include "core/cpu_isa.h"
 #include "exec/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "ops/cpu/kernel_util.h"
 
 namespace braid::exec {
@@ -31,8 +31,8 @@ Optimizer::Optimizer(const io::OptimizerSpec& spec, ParamStore& store, std::func
 
 // The loop body with the options as compile-time constants, so that the loop has no branch and vectorises.
 template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
-void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t b, int64_t e, T wd,
-                                T mom, T damp, T lrt) {
+void sgd_range(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t b, int64_t e, T wd, T mom, T damp,
+               T lrt) {
   for (int64_t i = b; i < e; ++i) {
     T d = g[i];
     if constexpr (kDecay) d = d + wd * p[i];
@@ -72,8 +72,8 @@ static void sgd_update(T* p, const T* g, T* buf, int64_t n, const io::OptimizerS
 }
 
 template <typename T>
-void adamw_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t b,
-                                  int64_t e, T b1, T b2, T eps, T decay, T step_size, T bc2_sqrt) {
+void adamw_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t b, int64_t e, T b1,
+                 T b2, T eps, T decay, T step_size, T bc2_sqrt) {
   for (int64_t i = b; i < e; ++i) {
     p[i] = p[i] * decay;
     m[i] = m[i] * b1 + g[i] * (T(1) - b1);  // torch 1.13: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
@@ -140,7 +140,8 @@ double tensor_sum_squares(const T* g, int64_t n) {
   const int64_t per = (n + pieces - 1) / pieces;
   double part[kPieces];
   parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t q = p0; q < p1; ++q) part[q] = cpu_vec([&] { return sum_squares(g, std::min(n, q * per), std::min(n, (q + 1) * per)); });
+    for (int64_t q = p0; q < p1; ++q)
+      part[q] = cpu_vec([&] { return sum_squares(g, std::min(n, q * per), std::min(n, (q + 1) * per)); });
   });
   double s = 0;
   for (int64_t q = 0; q < pieces; ++q) s += part[q];

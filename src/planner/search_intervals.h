@@ -96,8 +96,8 @@ inline bool dominates_rest(const Entry& x, const Entry& y) {
 // the cell dominates x"), or x0 <= mt[q], x1 <= st[q] and x2 <= me[q] (dominates_some: "x dominates some item"),
 // over the cell's fields packed: W items per step in GCC's vector extensions, no early exit; the same truth value
 // as the loop over the items that stops at the first (<= is false on NaN alike, in vectors as in scalars). One
-// version per instruction set, chosen once by cpu_isa() (core/cpu_isa.h; not target_clones: GCC lowers a clone's vector extensions
-// for the default target, one element at a time).
+// version per instruction set, chosen once by cpu_isa() (core/cpu_isa.h; not target_clones: GCC lowers a clone's vector
+// extensions for the default target, one element at a time).
 typedef double V2d __attribute__((vector_size(16)));
 typedef long long V2l __attribute__((vector_size(16)));
 typedef double V4d __attribute__((vector_size(32)));

@@ -1,9 +1,8 @@
 // The instruction-set switch (core/cpu_isa.h) and the libraries' own caps: CTest runs the thread-count and
 // same-bits suites again under BRAID_CPU_ISA=avx2 and =baseline with oneDNN and OpenBLAS capped alike
 // (tests/CMakeLists.txt); this test checks that each cap took effect, so those runs check what they say.
-#include <gtest/gtest.h>
-
 #include <cblas.h>
+#include <gtest/gtest.h>
 #ifdef BRAID_HAVE_ONEDNN
 #include <dnnl.h>
 #endif
@@ -44,6 +43,7 @@ TEST(CpuIsa, TheCapIsHonouredByBraidAndTheLibraries) {
 #endif
   const std::string core = lower(openblas_get_corename());
   note += ", OpenBLAS core " + core;
-  if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct && used != native) EXPECT_EQ(core, lower(ct)) << note;
+  if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct && used != native)
+    EXPECT_EQ(core, lower(ct)) << note;
   std::printf("%s\n", note.c_str());
 }

@@ -1,5 +1,4 @@
 // BLAS GEMM (OpenBLAS, row-major CBLAS) and broadcasting index tables.
-#include "core/cpu_isa.h"
 #include "ops/cpu/kernel_util.h"
 
 #include <cblas.h>
@@ -14,6 +13,8 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+
+#include "core/cpu_isa.h"
 
 namespace braid::ops::cpu {
 
@@ -46,8 +47,10 @@ Sgemm sgemm_choice() {
     // (docs/benchmarks.md, "GEMM library at AVX2").
     const bool avx512 = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
     if (!s.empty())
-      std::fprintf(stderr, "braid: warning: BRAID_SGEMM=%s is not one of onednn, openblas, openblas-threads; "
-                   "using %s\n", v, avx512 ? "onednn" : "openblas");
+      std::fprintf(stderr,
+                   "braid: warning: BRAID_SGEMM=%s is not one of onednn, openblas, openblas-threads; "
+                   "using %s\n",
+                   v, avx512 ? "onednn" : "openblas");
     return avx512 ? Sgemm::OneDnn : Sgemm::OpenBlas;
 #else
     if (!s.empty())
@@ -57,6 +60,13 @@ Sgemm sgemm_choice() {
 #endif
   }();
   return choice;
+}
+
+void openblas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
 }
 
 // One single-threaded GEMM: both libraries take their thread count from the OpenMP ICV of the calling task
@@ -75,9 +85,7 @@ void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
     return;
   }
 #endif
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-              beta, c, static_cast<int>(ldc));
+  openblas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (saved != 1) omp_set_num_threads(saved);
 }
 
@@ -86,7 +94,9 @@ void sgemm_1(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 GemmPanels gemm_panels(int64_t m, int64_t n, int64_t k) {
   // Below about 2 MFLOP a GEMM is over before a parallel region pays for itself: one call does it all.
   constexpr double kSplitMinFlops = 2e6;
-  // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels; two of AVX2's 8-wide ones).
+  // Panels start at multiples of 16 (whole micro-panels of the AVX-512 kernels; two of AVX2's 8-wide ones): a
+  // block cut at an arbitrary column (1, 49, n - 7) comes out of a library's edge kernels with other roundings, so
+  // callers must not split C themselves where results must not depend on the thread count.
   constexpr int64_t kAlign = 16;
   // At most 4 panels: the thread counts of 1, 2 and 4 share them out evenly, and each library call stays large:
   // 8 blocks cost OpenBLAS's Haswell kernels 1-12% against the whole product, 4 blocks 0-8% (single-threaded,
@@ -116,17 +126,13 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const GemmEpilogue& ep) {
   if (m == 0 || n == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (sgemm_choice() == Sgemm::OpenBlasThreads) {  // the library's own threading: bits depend on the thread count
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                beta, c, static_cast<int>(ldc));
-    if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
-    return;
-  }
+  const bool library_threads = sgemm_choice() == Sgemm::OpenBlasThreads;  // bits depend on the thread count
   const GemmPanels plan = gemm_panels(m, n, k);
-  if (plan.parts == 1) {
-    sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (ep.fn) parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
+  if (library_threads || plan.parts == 1) {  // one call for the whole product
+    if (library_threads) openblas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else sgemm_1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (ep.fn)
+      parallel_for(m, std::max<int64_t>(1, 8192 / n), [&](int64_t r0, int64_t r1) { ep.fn(ep.ctx, r0, r1, 0, n); });
     return;
   }
   const bool by_rows = plan.by_rows;
@@ -164,8 +170,12 @@ void add_to_lanes_t(const T* __restrict v, int64_t n, double* __restrict acc) {
 }
 }  // namespace
 
-void add_to_lanes(const float* v, int64_t n, double* acc) { cpu_vec([&] { add_to_lanes_t(v, n, acc); }); }
-void add_to_lanes(const double* v, int64_t n, double* acc) { cpu_vec([&] { add_to_lanes_t(v, n, acc); }); }
+void add_to_lanes(const float* v, int64_t n, double* acc) {
+  cpu_vec([&] { add_to_lanes_t(v, n, acc); });
+}
+void add_to_lanes(const double* v, int64_t n, double* acc) {
+  cpu_vec([&] { add_to_lanes_t(v, n, acc); });
+}
 
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   int r = std::max(a.rank(), b.rank());

@@ -86,8 +86,8 @@ double channel_sqdev_t(const T* __restrict x, int64_t B, int64_t S, int64_t stri
 
 // sum dy and sum dy * xhat, xhat = (x - m) * inv.
 template <typename T>
-std::pair<double, double> channel_grad_sums_t(const T* __restrict dy, const T* __restrict x, int64_t B,
-                                                               int64_t S, int64_t stride, double m, double inv) {
+std::pair<double, double> channel_grad_sums_t(const T* __restrict dy, const T* __restrict x, int64_t B, int64_t S,
+                                              int64_t stride, double m, double inv) {
   const int64_t body = S / kLanes * kLanes;
   double sdy[kLanes] = {}, sdyx[kLanes] = {};
   for (int64_t b = 0; b < B; ++b, x += stride, dy += stride) {
@@ -105,8 +105,8 @@ std::pair<double, double> channel_grad_sums_t(const T* __restrict dy, const T* _
 }
 
 template <typename T>
-void channel_affine_t(const T* __restrict x, T* __restrict y, int64_t B, int64_t S, int64_t stride,
-                                       double scale, double shift) {
+void channel_affine_t(const T* __restrict x, T* __restrict y, int64_t B, int64_t S, int64_t stride, double scale,
+                      double shift) {
   for (int64_t b = 0; b < B; ++b, x += stride, y += stride)
     for (int64_t e = 0; e < S; ++e) y[e] = static_cast<T>(x[e] * scale + shift);
 }
@@ -114,9 +114,8 @@ void channel_affine_t(const T* __restrict x, T* __restrict y, int64_t B, int64_t
 // dx = k (dy - (sdy + xhat sdyx) / n) in training, k dy in eval (inv_n = 1 / n: a multiply per element, not a
 // division).
 template <typename T>
-void channel_dx_t(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t B, int64_t S,
-                                   int64_t stride, double m, double inv, double k, double sdy, double sdyx,
-                                   double inv_n, bool train) {
+void channel_dx_t(const T* __restrict dy, const T* __restrict x, T* __restrict dx, int64_t B, int64_t S, int64_t stride,
+                  double m, double inv, double k, double sdy, double sdyx, double inv_n, bool train) {
   for (int64_t b = 0; b < B; ++b, x += stride, dy += stride, dx += stride) {
     if (!train) {
       for (int64_t e = 0; e < S; ++e) dx[e] = static_cast<T>(k * static_cast<double>(dy[e]));

@@ -84,8 +84,7 @@ Span valid_outputs(int64_t tap, int64_t stride, int64_t pad, int64_t size, int64
 // matches the weight's (C, kh, kw) flattening; ld = G Ho Wo for a group (the sample's column offset is
 // already in col).
 template <typename T>
-void im2col_channel_unpadded(const T* __restrict x, const Window& w, int64_t c, T* __restrict col,
-                                              int64_t ld) {
+void im2col_channel_unpadded(const T* __restrict x, const Window& w, int64_t c, T* __restrict col, int64_t ld) {
   // Stride 1, no padding: every row of the window is inside, each output row a contiguous copy.
   for (int64_t i = 0; i < w.kh; ++i)
     for (int64_t j = 0; j < w.kw; ++j) {
@@ -98,7 +97,8 @@ void im2col_channel_unpadded(const T* __restrict x, const Window& w, int64_t c, 
 
 template <typename T>
 void im2col_channel(const T* x, const Window& w, int64_t c, T* col, int64_t ld) {
-  if (w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0) return cpu_vec([&] { im2col_channel_unpadded(x, w, c, col, ld); });
+  if (w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0)
+    return cpu_vec([&] { im2col_channel_unpadded(x, w, c, col, ld); });
   for (int64_t i = 0; i < w.kh; ++i) {
     Span rows = valid_outputs(i, w.sh, w.ph, w.H, w.Ho);
     for (int64_t j = 0; j < w.kw; ++j) {

@@ -233,7 +233,8 @@ void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> 
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
     with_act(act_of(op, a), [&]<Act K>() {
-      parallel_for(out[0].numel(), 1 << 14, [x, y](int64_t b, int64_t e) { cpu_vec([&] { act_fwd_loop<K>(x, y, b, e); }); });
+      parallel_for(out[0].numel(), 1 << 14,
+                   [x, y](int64_t b, int64_t e) { cpu_vec([&] { act_fwd_loop<K>(x, y, b, e); }); });
     });
   });
 }
@@ -266,7 +267,8 @@ bool is_activation_grad(const std::string& op) {
 }
 
 void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n) {
-  with_act(act_of(op.substr(0, op.size() - 5), a), [&]<Act K>() { cpu_vec([&] { act_bwd_loop<K>(dy, z, z, dx, 0, n); }); });
+  with_act(act_of(op.substr(0, op.size() - 5), a),
+           [&]<Act K>() { cpu_vec([&] { act_bwd_loop<K>(dy, z, z, dx, 0, n); }); });
 }
 }  // namespace cpu
 

@@ -92,8 +92,7 @@ float row_max_f32(const float* __restrict x, int64_t c) {
   for (int64_t j = 1; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
   return mx;
 }
-void exp_add_f32(const float* __restrict x, float* __restrict e, int64_t c, float mx,
-                                  double* __restrict acc) {
+void exp_add_f32(const float* __restrict x, float* __restrict e, int64_t c, float mx, double* __restrict acc) {
   for (int64_t j = 0; j < c; ++j) e[j] = cpu::fast_expf(x[j] - mx);
   cpu::add_to_lanes(e, c, acc);
 }

@@ -65,9 +65,8 @@ constexpr int kLanes = cpu::kSumLanes;
 using cpu::lane_total;
 
 template <typename T>
-void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b,
-                                      T* __restrict y, T* __restrict mean, T* __restrict rstd, int64_t d, double eps,
-                                      int64_t r0, int64_t r1) {
+void layer_norm_rows(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y,
+                     T* __restrict mean, T* __restrict rstd, int64_t d, double eps, int64_t r0, int64_t r1) {
   const int64_t body = d / kLanes * kLanes;
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * d;
@@ -109,9 +108,8 @@ std::vector<TensorDesc> infer_layer_norm_grad(const Attrs&, std::span<const Tens
 }
 
 template <typename T>
-void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* __restrict w,
-                                         const T* __restrict mean, const T* __restrict rstd, T* __restrict dx,
-                                         int64_t d, int64_t r0, int64_t r1) {
+void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* __restrict w, const T* __restrict mean,
+                        const T* __restrict rstd, T* __restrict dx, int64_t d, int64_t r0, int64_t r1) {
   const int64_t body = d / kLanes * kLanes;
   for (int64_t r = r0; r < r1; ++r) {
     const T *xr = x + r * d, *dyr = dy + r * d;
@@ -142,8 +140,8 @@ void layer_norm_dx_rows(const T* __restrict dy, const T* __restrict x, const T* 
 constexpr int64_t kColBlock = 256;
 template <typename T>
 void layer_norm_dwb_cols(const T* __restrict dy, const T* __restrict x, const T* __restrict mean,
-                                          const T* __restrict rstd, T* __restrict dw, T* __restrict db, int64_t d,
-                                          int64_t rows, int64_t j0, int64_t j1) {
+                         const T* __restrict rstd, T* __restrict dw, T* __restrict db, int64_t d, int64_t rows,
+                         int64_t j0, int64_t j1) {
   double sw[kColBlock], sb[kColBlock];
   const int64_t n = j1 - j0;
   for (int64_t j = 0; j < n; ++j) sw[j] = sb[j] = 0;
@@ -176,7 +174,8 @@ void layer_norm_grad_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor>
     const int64_t width = std::min(kColBlock, (per_thread_cols + 15) / 16 * 16);
     parallel_for((d + width - 1) / width, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
-        cpu_vec([&] { layer_norm_dwb_cols(dy, x, mean, rstd, dw, db, d, rows, c * width, std::min(d, (c + 1) * width)); });
+        cpu_vec(
+            [&] { layer_norm_dwb_cols(dy, x, mean, rstd, dw, db, d, rows, c * width, std::min(d, (c + 1) * width)); });
     });
   });
 }

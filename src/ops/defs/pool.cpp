@@ -72,8 +72,8 @@ std::vector<TensorDesc> infer_max_pool(const Attrs& a, std::span<const TensorDes
 // loop's choices, and PyTorch's: the first maximum, the last NaN). Branch-free over the whole block with 32-bit
 // offsets, compiled per vector width: a loop per output row had left LeNet's short rows (12 and 4 outputs) to
 // scalar remainders, 12% of its step (docs/benchmarks.md).
-void max_pool_2x2_rows(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W,
-                                        int64_t base, float* __restrict y, int64_t* __restrict arg) {
+void max_pool_2x2_rows(const float* __restrict x, const int32_t* __restrict off, int64_t n, int32_t W, int64_t base,
+                       float* __restrict y, int64_t* __restrict arg) {
   for (int64_t j = 0; j < n; ++j) {
     const int32_t o = off[j];
     const float a = x[o], b = x[o + 1], d = x[o + W], e = x[o + W + 1];
