@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   // Before any thread exists: SIGINT/SIGTERM reach one thread that runs no kernel (exec/signals.h: a
   // signal inside oneDNN 2.x's JIT sgemm corrupts the heap).
   braid::exec::route_signals_to_one_thread();
+  // A write past the file-size limit (ulimit -f) fails with EFBIG, handled as a full disk (exit 1, the
+  // temporary removed, core/resource_error.h), instead of killing braid with SIGXFSZ mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"braid: train neural networks described in YAML"};
   app.require_subcommand(1);
   // Which backends this braid has: the CPU's is built in; the CUDA one is a module, looked for, not loaded.

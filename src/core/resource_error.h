@@ -18,14 +18,17 @@ class ResourceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The errno values ResourceError stands for: no space, over quota, the device's I/O error. (EFBIG, a file
-// over the process's RLIMIT_FSIZE or its file system's largest, stays a UserError: a limit the user set or
-// chose.)
-inline bool is_resource_errno(int err) { return err == ENOSPC || err == EDQUOT || err == EIO; }
+// The errno values ResourceError stands for: no space, over quota, a file over the size limit (EFBIG: the
+// process's RLIMIT_FSIZE, `ulimit -f`, or the file system's largest file; braid ignores SIGXFSZ so that such
+// a write fails instead of killing it), the device's I/O error. All are the machine's, as a full disk is.
+inline bool is_resource_errno(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO; }
 
-// True when a library's error text (HDF5's, which quotes the system's) says the disk is full or over quota.
+// True when a library's error text (HDF5's, which quotes the system's) says the disk is full, over quota,
+// or the file over its size limit.
 inline bool says_disk_full(const std::string& text) {
-  return text.find(std::strerror(ENOSPC)) != std::string::npos || text.find(std::strerror(EDQUOT)) != std::string::npos;
+  for (int err : {ENOSPC, EDQUOT, EFBIG})
+    if (text.find(std::strerror(err)) != std::string::npos) return true;
+  return false;
 }
 
 // A failed system call on `at`'s path: ResourceError for is_resource_errno(err), else UserError at `at`.

@@ -17,11 +17,22 @@ std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph
   return out;
 }
 
+namespace {
+// The file a data source reads, as a message names it: "'data/train.h5'", "synthetic".
+std::string describe_source(const io::DataSourceSpec& d) {
+  if (d.format == "synthetic") return "(synthetic)";
+  if (d.format == "idx") return "'" + d.images + "'";
+  return "'" + d.path + "'";
+}
+}  // namespace
+
 std::unique_ptr<io::Dataset> open_train_data(const io::RunConfig& cfg, const std::vector<io::DatasetInput>& inputs) {
   auto data = io::open_dataset(cfg.data.train, inputs, cfg.train.seed);
   if (data->size() < cfg.train.batch)
-    throw UserError(cfg.data.train.loc, "the training set has " + std::to_string(data->size()) +
-                                            " samples, fewer than one batch of " + std::to_string(cfg.train.batch));
+    throw UserError(cfg.data.train.loc, "the training set " + describe_source(cfg.data.train) + " has " +
+                                            std::to_string(data->size()) + " samples, fewer than one batch of " +
+                                            std::to_string(cfg.train.batch),
+                    "use a smaller train.batch or more data");
   return data;
 }
 

@@ -32,6 +32,45 @@ io::Checkpoint weights_of(const io::RunConfig& cfg, const ParamStore& store) {
   return c;
 }
 
+
+// The small state of checkpoint `path` belongs to this run: the random streams are exactly the run's three,
+// with the keys its seed gives and counters its step and epoch give, and the step counts agree. (The streams
+// are recomputed from the step when training goes on; a checkpoint whose streams say otherwise was altered.)
+void check_state(const io::Checkpoint& c, const std::string& path, const io::RunConfig& cfg) {
+  const uint64_t seed = cfg.train.seed;
+  const int64_t step = c.meta.step;
+  auto refuse = [&](const std::string& what) {
+    throw UserError(SourceLoc{path, 0, 0}, what, "the checkpoint was altered or comes from another run");
+  };
+  if (step < 0 || c.optimizer_steps < 0 || c.optimizer_steps > step)
+    refuse("its optimizer has taken " + std::to_string(c.optimizer_steps) + " steps at step " + std::to_string(step));
+  std::map<std::string, const io::RngStream*> streams;
+  for (const auto& r : c.rng)
+    if (!streams.emplace(r.name, &r).second) refuse("random stream '" + r.name + "' is there twice");
+  auto expect = [&](const char* name, uint64_t key, bool (*counter_ok)(uint64_t counter, const io::Checkpoint&),
+                    const std::string& counter_rule) {
+    auto it = streams.find(name);
+    if (it == streams.end()) refuse(std::string("random stream '") + name + "' is missing");
+    const io::RngStream& r = *it->second;
+    if (r.key != key || !counter_ok(r.counter, c))
+      refuse(std::string("random stream '") + name + "' (key " + std::to_string(r.key) + ", counter " +
+             std::to_string(r.counter) + ") is not the run's: seed " + std::to_string(seed) + " at step " +
+             std::to_string(step) + " gives key " + std::to_string(key) + " and " + counter_rule);
+    streams.erase(it);
+  };
+  // Dropout: step * micro-batches of the plan that ran (any plan: a multiple of the step, at least the step).
+  expect("dropout", hash_key(seed, 0),
+         [](uint64_t n, const io::Checkpoint& k) {
+           const auto s = static_cast<uint64_t>(k.meta.step);
+           return s == 0 ? n == 0 : n >= s && n % s == 0;
+         },
+         "a counter that is a multiple of the step");
+  expect("shuffle", seed, [](uint64_t n, const io::Checkpoint& k) { return n == static_cast<uint64_t>(k.data.epoch); },
+         "the data cursor's epoch " + std::to_string(c.data.epoch) + " as its counter");
+  expect("init", seed, [](uint64_t n, const io::Checkpoint&) { return n == 0; }, "counter 0");
+  if (!streams.empty()) refuse("random stream '" + streams.begin()->first + "' belongs to no part of a run");
+}
+
 }  // namespace
 
 void refuse_non_finite(const io::Checkpoint& c, const io::RunConfig& cfg, int64_t step) {
@@ -84,10 +123,14 @@ StepState restore(const io::Checkpoint& c, const std::string& path, const io::Ru
     throw UserError(SourceLoc{path, 0, 0}, "the checkpoint was trained with seed " + std::to_string(c.data.seed) +
                                               " but the run says " + std::to_string(cfg.train.seed),
                     "an exact resume needs the same train.seed");
-  for (const auto& group : {&c.params, &c.buffers})
-    for (const auto& [name, t] : *group) copy_into(t, *store.find(name), path);
+  check_state(c, path, cfg);
+  // Every optimizer state of the run is in the checkpoint, and nothing else is (a state of a parameter the
+  // model lacks, or a state this optimizer does not keep, is foreign: the file was altered or is another run's).
   std::map<std::pair<std::string, std::string>, const Tensor*> saved;
-  for (const auto& e : c.optimizer) saved[{e.param, e.state}] = &e.value;
+  for (const auto& e : c.optimizer)
+    if (!saved.emplace(std::pair{e.param, e.state}, &e.value).second)
+      throw UserError(SourceLoc{path, 0, 0}, "optimizer state '" + e.param + "/" + e.state + "' is there twice");
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;  // made once everything is checked
   for (auto& [param, states] : opt.state())
     for (auto& [name, t] : states) {
       auto it = saved.find({param, name});
@@ -96,11 +139,28 @@ StepState restore(const io::Checkpoint& c, const std::string& path, const io::Ru
       if (it->second->desc() != t.desc())
         throw UserError(SourceLoc{path, 0, 0}, "optimizer state '" + param + "/" + name + "' is " +
                                                   it->second->desc().str() + ", expected " + t.desc().str());
-      t.copy_from(*it->second);
+      copies.emplace_back(&t, it->second);
+      saved.erase(it);
     }
+  if (!saved.empty()) {
+    const auto& [key, t] = *saved.begin();
+    throw UserError(SourceLoc{path, 0, 0},
+                    "optimizer state '" + key.first + "/" + key.second + "' (" + t->desc().str() +
+                        ") belongs to no parameter of the run's " + cfg.optimizer.type + " optimizer" +
+                        (saved.size() > 1 ? " (and " + std::to_string(saved.size() - 1) + " more)" : ""),
+                    "the checkpoint was altered or comes from another run");
+  }
+  try {
+    sampler.restore(c.data.epoch, c.data.position);
+  } catch (const UserError& e) {  // the sampler knows no file: name the checkpoint whose cursor it is
+    const Diagnostic& d = e.diagnostics().front();
+    throw UserError(SourceLoc{path, 0, 0}, "its data cursor: " + d.message, d.hint);
+  }
+  for (const auto& group : {&c.params, &c.buffers})
+    for (const auto& [name, t] : *group) copy_into(t, *store.find(name), path);
+  for (auto& [t, src] : copies) t->copy_from(*src);
   opt.set_steps_taken(c.optimizer_steps);
   opt.loss_scale = LossScaleState{c.loss_scale, c.loss_scale_growth_tracker};
-  sampler.restore(c.data.epoch, c.data.position);
   StepState s;
   s.step = c.meta.step;
   s.wall_time_s = c.meta.wall_time_s;

@@ -10,6 +10,8 @@
 #include <sys/statvfs.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -19,9 +21,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "core/parallel.h"
 #include "io/checkpoint_header.h"
+#include "io/checkpoint_index.h"
 #include "io/checkpoint_internal.h"
 #include "io/crc32.h"
 #include "io/h5util.h"
@@ -179,6 +183,8 @@ using namespace ckpt;
 struct ToWrite {
   std::string name;  // absolute HDF5 path
   const Tensor* t;
+  int group;         // as in the index (checkpoint_index.h)
+  std::string rel;   // the name in its group
 };
 
 void check_name(const std::string& path, const std::string& what, const std::string& name) {
@@ -190,26 +196,28 @@ void check_name(const std::string& path, const std::string& what, const std::str
 std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, std::vector<Tensor>& rng_tensors) {
   std::vector<ToWrite> out;
   std::set<std::string> seen;
-  auto add = [&](const std::string& name, const Tensor& t) {
+  auto add = [&](int group, const std::string& rel, const Tensor& t) {
+    static const char* const kGroups[] = {"/params/", "/buffers/", "/optimizer/", "/rng/"};
+    const std::string name = kGroups[group] + rel;
     if (!seen.insert(name).second) bad_file(path, "tensor '" + name + "' is written twice");
     if (!t.defined()) bad_file(path, "tensor '" + name + "' has no data");
     if (h5::file_type(t.dtype()) < 0)
       bad_file(path, "tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) +
                          "; checkpoints store f32, f64, i32 and i64 tensors");
-    out.push_back(ToWrite{name, &t});
+    out.push_back(ToWrite{name, &t, group, rel});
   };
   for (const auto& [name, t] : c.params) {
     check_name(path, "parameter", name);
-    add("/params/" + name, t);
+    add(0, name, t);
   }
   for (const auto& [name, t] : c.buffers) {
     check_name(path, "buffer", name);
-    add("/buffers/" + name, t);
+    add(1, name, t);
   }
   for (const auto& e : c.optimizer) {
     check_name(path, "optimizer parameter", e.param);
     check_name(path, "optimizer state", e.state);
-    add("/optimizer/" + e.param + "/" + e.state, e.value);
+    add(2, e.param + "/" + e.state, e.value);
   }
   rng_tensors.clear();
   rng_tensors.reserve(c.rng.size());
@@ -220,7 +228,7 @@ std::vector<ToWrite> datasets_of(const std::string& path, const Checkpoint& c, s
     std::memcpy(t.data<int64_t>() + 1, &r.counter, 8);
     rng_tensors.push_back(t);
   }
-  for (size_t i = 0; i < c.rng.size(); ++i) add("/rng/" + c.rng[i].name, rng_tensors[i]);
+  for (size_t i = 0; i < c.rng.size(); ++i) add(3, c.rng[i].name, rng_tensors[i]);
   return out;
 }
 
@@ -238,6 +246,23 @@ void write_plan(hid_t file, const std::string& path, const std::string& text) {
                               path, what);
   const char* s = text.c_str();
   if (H5Dwrite(ds.get(), ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &s) < 0) h5::fail(path, what);
+}
+
+// The checkpoint index (checkpoint_index.h) as the contiguous u8 dataset /index; returns where its bytes lie.
+ckpt_header::Range write_index(hid_t file, const std::string& path, const std::string& bytes) {
+  const std::string what = "cannot write dataset '/index'";
+  const hsize_t n = bytes.size();
+  h5::Handle sp = h5::space(H5Screate_simple(1, &n, nullptr), path, what);
+  h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), path, what);
+  if (H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS) < 0 || H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY) < 0)
+    h5::fail(path, what);
+  h5::Handle ds = h5::dataset(H5Dcreate2(file, "/index", H5T_STD_U8LE, sp.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                              path, what);
+  if (H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0) h5::fail(path, what);
+  const haddr_t addr = H5Dget_offset(ds.get());  // absolute
+  if (addr == HADDR_UNDEF || H5Dget_storage_size(ds.get()) != n) h5::fail(path, what);
+  if (!ds.close()) h5::fail(path, what);
+  return {addr, n};
 }
 
 // Chunks of about 4 MiB: few enough index entries for fast whole-tensor I/O, small enough for slices.
@@ -260,14 +285,20 @@ void write_meta(hid_t file, const std::string& path, const CheckpointMeta& m) {
   write_attr(g.get(), path, "model_hash", m.model_hash);
 }
 
-// Where a written dataset's bytes lie in the file (every chunk, or the contiguous block), for the header.
-void collect_ranges(hid_t ds, const std::string& path, const std::string& name, uint64_t userblock,
-                    std::vector<ckpt_header::Range>& out) {
+// Where a written dataset's bytes lie in the file: every chunk, or the contiguous block, for the header
+// (`out`), and the tensor's bytes in memory order for the index (`pieces`: an edge chunk's valid bytes are
+// its prefix, since braid's chunks split only the outer axes, h5::chunk_dims).
+void collect_ranges(hid_t ds, const std::string& path, const std::string& name, size_t elem, uint64_t userblock,
+                    std::vector<ckpt_header::Range>& out, std::vector<ckpt_index::FileRange>& pieces) {
   const std::string what = "cannot locate the data of dataset '" + name + "'";
   h5::Handle dcpl = h5::plist(H5Dget_create_plist(ds), path, what);
   if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
     haddr_t addr = H5Dget_offset(ds);  // absolute
-    if (addr != HADDR_UNDEF) out.push_back({addr, H5Dget_storage_size(ds)});
+    const hsize_t size = H5Dget_storage_size(ds);
+    if (addr != HADDR_UNDEF && size > 0) {
+      out.push_back({addr, size});
+      pieces.push_back({addr, size});
+    }
     return;
   }
   std::optional<bool> relative = chunk_addresses_are_relative({std::filesystem::path(path).parent_path().string()});
@@ -283,8 +314,13 @@ void collect_ranges(hid_t ds, const std::string& path, const std::string& name, 
     unsigned mask = 0;
     haddr_t addr = HADDR_UNDEF;
     hsize_t size = 0;
-    if (H5Dget_chunk_info_by_coord(ds, at.data(), &mask, &addr, &size) < 0) h5::fail(path, what);
-    if (addr != HADDR_UNDEF) out.push_back({addr + shift, size});
+    if (H5Dget_chunk_info_by_coord(ds, at.data(), &mask, &addr, &size) < 0 || addr == HADDR_UNDEF) h5::fail(path, what);
+    out.push_back({addr + shift, size});
+    uint64_t valid = elem;
+    for (int a = 0; a < rank; ++a)
+      valid *= std::min(chunk[static_cast<size_t>(a)], dims[static_cast<size_t>(a)] - at[static_cast<size_t>(a)]);
+    BRAID_ASSERT(valid <= size, "chunk of dataset '", name, "' smaller than its data");
+    pieces.push_back({addr + shift, valid});
     int a = rank - 1;
     for (; a >= 0; --a) {
       at[static_cast<size_t>(a)] += chunk[static_cast<size_t>(a)];
@@ -338,7 +374,9 @@ std::string text_hash(const std::string& text) {
 std::string tensor_checksum(const Tensor& t) { return ckpt::checksum_text(ckpt::crc32_of(t.raw(), t.bytes())); }
 
 void write_checkpoint(const std::string& path, const Checkpoint& in) {
+  static_assert(std::endian::native == std::endian::little, "the index and the direct reads assume little-endian");
   Checkpoint c = in;  // shares the tensors' memory; only the meta is completed
+  c.meta.format_version = kCheckpointFormat;  // whatever the meta was read from: this braid writes its format
   if (c.meta.created.empty()) c.meta.created = now_iso8601();
   if (c.meta.run_hash.empty()) c.meta.run_hash = text_hash(c.meta.run_text);
   if (c.meta.model_hash.empty()) c.meta.model_hash = text_hash(c.meta.model_text);
@@ -347,13 +385,23 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
   size_t ranges_bound = 0;
   for (const auto& w : datasets) ranges_bound += max_ranges(*w.t, kChunkBytes);
   std::vector<ckpt_header::Range> ranges;
+  ckpt_header::Range index_at;
+  uint32_t index_crc = 0;
   h5::AtomicWrite how;
   how.format = h5::FileFormat::V110;
   how.userblock = ckpt_header::reserve_bytes(ranges_bound);
   how.after_close = [&](const std::string& tmp) {
-    ckpt_header::write(tmp, path, c.meta.format_version, ranges, how.userblock);
+    ckpt_header::write(tmp, path, c.meta.format_version, ranges, how.userblock, index_at, index_crc);
   };
   check_free_space(path, datasets, how.userblock);
+  ckpt_index::Index index;
+  index.meta = c.meta;
+  index.optimizer_type = c.optimizer_type;
+  index.optimizer_steps = c.optimizer_steps;
+  index.loss_scale = c.loss_scale > 0 ? c.loss_scale : 0;
+  index.loss_scale_growth_tracker = c.loss_scale > 0 ? c.loss_scale_growth_tracker : 0;
+  index.data = c.data;
+  index.plan_text = c.plan_text;
   auto guard = h5::lock();
   h5::write_atomically(path, how, [&](hid_t file) {
     write_attr(file, path, "format", std::string("braid-checkpoint"));
@@ -373,12 +421,13 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
     int* fd = nullptr;
     if (H5Fget_vfd_handle(file, H5P_DEFAULT, reinterpret_cast<void**>(&fd)) < 0) fd = nullptr;
     for (const auto& w : datasets) {
-      const std::string checksum = tensor_checksum(*w.t);
+      ckpt_index::TensorEntry e{w.group, w.rel, w.t->desc(), crc32_of(w.t->raw(), w.t->bytes()), {}};
       h5::Handle ds = h5::write_dataset(file, path, w.name, *w.t, kChunkBytes);
-      write_attr(ds.get(), path, "checksum", checksum);
+      write_attr(ds.get(), path, "checksum", checksum_text(e.crc));
       if (fd && w.t->bytes() >= (size_t{1} << 20)) ::sync_file_range(*fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-      collect_ranges(ds.get(), path, w.name, how.userblock, ranges);
+      collect_ranges(ds.get(), path, w.name, dtype_size(w.t->dtype()), how.userblock, ranges, e.pieces);
       if (!ds.close()) h5::fail(path, "cannot write dataset '" + w.name + "'");
+      index.tensors.push_back(std::move(e));
     }
     {
       h5::Handle data = make_group(file, path, "/data");
@@ -387,6 +436,16 @@ void write_checkpoint(const std::string& path, const Checkpoint& in) {
       write_attr(data.get(), path, "seed", c.data.seed);
     }
     write_plan(file, path, c.plan_text);
+    // In the order HDF5 lists them (by group, then name level by level), as a reader through HDF5 returns them.
+    auto key = [](const ckpt_index::TensorEntry& e) {
+      const size_t slash = e.rel.find('/');
+      return std::make_tuple(e.group, e.rel.substr(0, slash), slash == std::string::npos ? "" : e.rel.substr(slash + 1));
+    };
+    std::stable_sort(index.tensors.begin(), index.tensors.end(),
+                     [&](const auto& a, const auto& b) { return key(a) < key(b); });
+    const std::string bytes = ckpt_index::encode(index);
+    index_crc = crc32(0, bytes.data(), bytes.size());
+    index_at = write_index(file, path, bytes);
   });
 }
 

@@ -15,7 +15,7 @@
 namespace braid::io {
 
 // The layout version this braid writes. A reader refuses files of a newer version.
-inline constexpr int kCheckpointFormat = 1;
+inline constexpr int kCheckpointFormat = 2;
 
 struct CheckpointMeta {
   int format_version = kCheckpointFormat;

@@ -24,6 +24,7 @@
 #include "io/checkpoint.h"
 #include "core/finite.h"
 #include "io/checkpoint_header.h"
+#include "io/checkpoint_index.h"
 #include "io/checkpoint_internal.h"
 #include "io/crc32.h"
 #include "io/h5util.h"
@@ -36,7 +37,7 @@ using namespace ckpt;
 
 // Refuses, with a message naming the file, what HDF5 should not be asked to open: a missing, empty or
 // non-HDF5 file, and (when verifying) one whose header, size or HDF5 structure does not match what was written.
-void precheck(const std::string& path, bool verify) {
+std::optional<ckpt_header::Header> precheck(const std::string& path, bool verify) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) bad_file(path, "is a folder, not a checkpoint file");
@@ -54,7 +55,8 @@ void precheck(const std::string& path, bool verify) {
     if (is_h5 < 0) h5::fail(path, "cannot open for reading");
     if (is_h5 == 0) bad_file(path, "is not an HDF5 file (no HDF5 signature), so not a braid checkpoint");
   }
-  if (verify) ckpt_header::verify(path, kCheckpointFormat);
+  if (!verify) return std::nullopt;
+  return ckpt_header::verify(path, kCheckpointFormat);
 }
 
 bool has_link(hid_t loc, const std::string& path, const std::string& name) {
@@ -351,16 +353,9 @@ std::vector<Item> read_items(h5::Handle file, std::unique_lock<std::recursive_mu
   return items;
 }
 
-}  // namespace
-
-Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
-  auto guard = h5::lock();
-  precheck(path, o.verify_checksums);
-  h5::Handle file = h5::open_read_only(path);
-  Checkpoint c;
-  c.meta = read_meta(file.get(), path);
-  read_small_state(file.get(), path, c);
-  for (Item& it : read_items(std::move(file), guard, path, o.verify_checksums, o.weights_only)) {
+// Fills `c`'s tensors, streams and optimizer state from the checked `items`.
+void take_items(const std::string& path, const ReadOptions& o, std::vector<Item>& items, Checkpoint& c) {
+  for (Item& it : items) {
     if (!o.allow_non_finite && it.group <= 2) {
       const NonFinite nf = find_non_finite(it.t);
       if (nf.count > 0)
@@ -389,12 +384,99 @@ Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
       }
     }
   }
+}
+
+// The index of a verified format-2 file: read, checked against the header's CRC, decoded.
+ckpt_index::Index read_index(const std::string& path, const ckpt_header::Header& h) {
+  std::string bytes(static_cast<size_t>(h.index.size), '\0');
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t r = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(h.index.offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += static_cast<size_t>(r);
+  }
+  const int err = errno;
+  ::close(fd);
+  if (done < bytes.size()) bad_file(path, std::string("cannot read its index: ") + (done ? std::strerror(err) : "end of file"));
+  if (crc32(0, bytes.data(), bytes.size()) != h.index_crc)
+    bad_file(path, "is corrupt: its index fails its checksum",
+             "the file was damaged after it was written; resume from an older checkpoint");
+  return ckpt_index::decode(bytes, path, h.size, h.userblock);
+}
+
+const char* const kGroupPaths[] = {"/params/", "/buffers/", "/optimizer/", "/rng/"};
+
+// A format-2 checkpoint, through its index alone: no HDF5 call parses the file.
+Checkpoint read_indexed(const std::string& path, const ckpt_header::Header& h, const ReadOptions& o) {
+  ckpt_index::Index x = read_index(path, h);
+  Checkpoint c;
+  c.meta = std::move(x.meta);
+  c.optimizer_type = std::move(x.optimizer_type);
+  c.optimizer_steps = x.optimizer_steps;
+  c.loss_scale = x.loss_scale;
+  c.loss_scale_growth_tracker = x.loss_scale_growth_tracker;
+  c.data = x.data;
+  c.plan_text = std::move(x.plan_text);
+  std::vector<Item> items;
+  std::vector<Piece> pieces;
+  for (ckpt_index::TensorEntry& e : x.tensors) {
+    if (o.weights_only && e.group >= 2) continue;
+    Item it;
+    it.group = e.group;
+    it.rel = std::move(e.rel);
+    it.shown = kGroupPaths[e.group] + it.rel;
+    it.desc = e.desc;
+    it.stored = checksum_text(e.crc);
+    it.first_piece = pieces.size();
+    size_t mem = 0;
+    for (const ckpt_index::FileRange& r : e.pieces) {
+      // Pieces of at most kPieceBytes, so that large tensors are read on several threads.
+      for (uint64_t off = 0; off < r.bytes; off += kPieceBytes) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, r.bytes - off));
+        pieces.push_back(Piece{items.size(), r.offset + off, n, mem, 0});
+        mem += n;
+      }
+    }
+    it.pieces = pieces.size() - it.first_piece;
+    if (it.pieces == 0) it.t = Tensor::empty(it.desc);  // empty tensors
+    items.push_back(std::move(it));
+  }
+  read_pieces(path, items, pieces, true);
+  for (const Item& it : items)
+    if (checksum_text(it.crc) != it.stored)
+      throw UserError(SourceLoc{}, "tensor '" + it.shown + "' in " + path + " is corrupt (checksum mismatch: stored " +
+                                       it.stored + ", data " + checksum_text(it.crc) + ")",
+                      "the file was damaged after it was written; resume from an older checkpoint");
+  take_items(path, o, items, c);
+  return c;
+}
+
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path, const ReadOptions& o) {
+  auto guard = h5::lock();
+  std::optional<ckpt_header::Header> header = precheck(path, o.verify_checksums);
+  if (header && header->has_index) {
+    guard.unlock();
+    return read_indexed(path, *header, o);
+  }
+  // Format 1 (checked by its header first), or a file read without checks: through HDF5.
+  h5::Handle file = h5::open_read_only(path);
+  Checkpoint c;
+  c.meta = read_meta(file.get(), path);
+  read_small_state(file.get(), path, c);
+  std::vector<Item> items = read_items(std::move(file), guard, path, o.verify_checksums, o.weights_only);
+  take_items(path, o, items, c);
   return c;
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   auto guard = h5::lock();
-  precheck(path, true);
+  std::optional<ckpt_header::Header> header = precheck(path, true);
+  if (header->has_index) return read_index(path, *header).meta;
   h5::Handle file = h5::open_read_only(path);
   Checkpoint c;
   c.meta = read_meta(file.get(), path);

@@ -155,7 +155,7 @@ void reserve_for_close(hid_t f, const std::string& tmp, const std::string& path,
   }
   const hsize_t end = std::max<hsize_t>(eoa + userblock, size);
   const off_t len = static_cast<off_t>(end + end / 1000 + (hsize_t{64} << 10));
-  if (::fallocate(*fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0 && (errno == ENOSPC || errno == EDQUOT))
+  if (::fallocate(*fd, FALLOC_FL_KEEP_SIZE, 0, len) != 0 && is_resource_errno(errno) && errno != EIO)
     throw ResourceError("HDF5 file '" + path + "': cannot write '" + tmp + "': " + std::strerror(errno));
 }
 }  // namespace

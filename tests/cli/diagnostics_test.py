@@ -147,5 +147,23 @@ r = run(["train", small, "--no-progress", "--set", "log.metrics=/dev/full", "--s
 case("a full disk while writing the metrics: exit 1 naming it",
      r.returncode == 1 and "No space left on device" in r.stderr and "/dev/full" in r.stderr, f"{r.returncode}: {r.stderr}")
 
+# A save past the file-size limit (`ulimit -f`): braid ignores SIGXFSZ, so the write fails as on a full disk:
+# exit 1 naming the checkpoint, no temporary left, the previous checkpoint and `latest` intact.
+import resource
+ck4 = os.path.join(work, "ckpt4")
+r = run(["train", small, "--no-progress", "--set", "checkpoint.dir=" + ck4, "--set", "checkpoint.every_steps=1",
+         "--set", "train.steps=1"])
+first = os.path.join(ck4, "step_00000001.h5")
+limit = os.path.getsize(first) // 2 if r.returncode == 0 else 1 << 20
+r = subprocess.run([braid, "train", small, "--no-progress", "--set", "checkpoint.dir=" + ck4, "--set",
+                    "checkpoint.every_steps=1", "--set", "train.steps=3", "--resume", first],
+                   capture_output=True, text=True, timeout=300,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+left = sorted(f for f in os.listdir(ck4) if not f.startswith("metrics"))
+case("a save past `ulimit -f`: exit 1 naming it, no temporary, the previous checkpoint intact",
+     r.returncode == 1 and "File too large" in r.stderr and "step_00000002.h5" in r.stderr
+     and left == ["latest", "step_00000001.h5"] and open(os.path.join(ck4, "latest")).read().strip() == "step_00000001.h5",
+     f"exit {r.returncode}: {r.stderr} {left}")
+
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

@@ -330,7 +330,7 @@ TEST(Checkpoint, H5pyReadsTheLayoutAndVerifiesChecksums) {
   write_file(script, R"(import sys, zlib, h5py
 f = h5py.File(sys.argv[1], "r")
 m = f["meta"].attrs
-assert int(m["format_version"]) == 1 and int(m["step"]) == 42 and m["run_path"] == "configs/tiny.yaml", dict(m)
+assert int(m["format_version"]) == 2 and int(m["step"]) == 42 and m["run_path"] == "configs/tiny.yaml", dict(m)
 n = 0
 def check(name, obj):
     global n
