@@ -175,8 +175,8 @@ class ExprParser {
   std::optional<Number> unary() {
     skip_ws();
     size_t op = p_;
-    if (depth_ >= kMaxExprDepth)
-      return fail(op, "expression nests deeper than " + std::to_string(kMaxExprDepth) + " levels",
+    if (depth_ > kMaxExprDepth)  // the outermost unary() is level 0, the expression itself; report the opener
+      return fail(opener_, "expression nests deeper than " + std::to_string(kMaxExprDepth) + " levels",
                   "parentheses, calls and signs count as levels; split it with vars");
     struct Level {
       int& d;
@@ -184,13 +184,17 @@ class ExprParser {
       ~Level() { --d; }
     } level(depth_);
     if (accept("-")) {
+      opener_ = op;
       auto v = unary();
       if (!v) return std::nullopt;
       if (!v->is_int) return Number::of_float(-v->f);
       if (v->i == std::numeric_limits<int64_t>::min()) return overflow(op);
       return Number::of_int(-v->i);
     }
-    if (accept("+")) return unary();
+    if (accept("+")) {
+      opener_ = op;
+      return unary();
+    }
     return primary();
   }
 
@@ -201,6 +205,7 @@ class ExprParser {
     size_t start = p_;
     char c = t_[p_];
     if (c == '(') {
+      opener_ = start;
       ++p_;
       auto v = expr();
       if (!v) return std::nullopt;
@@ -271,6 +276,7 @@ class ExprParser {
   std::optional<Number> call(const std::string& name, size_t start) {
     if (std::find(kFunctions.begin(), kFunctions.end(), name) == kFunctions.end())
       return fail(start, "unknown function '" + name + "'", did_you_mean_hint(name, kFunctions));
+    opener_ = start;
     accept("(");
     std::vector<Number> args;
     skip_ws();
@@ -307,7 +313,8 @@ class ExprParser {
   const VarSites* sites_;  // may be null
   Diagnostics& diags_;
   size_t p_ = 0;
-  int depth_ = 0;  // unary() calls in progress
+  int depth_ = 0;      // unary() calls in progress: one more than the nesting levels entered
+  size_t opener_ = 0;  // offset of the last '(', call or sign read: the one that opens a level too many
 };
 
 // A plain numeric literal such as 5, -2.5 or 1e-3 (no operators, vars or calls).
