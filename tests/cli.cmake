@@ -12,6 +12,12 @@ if(TARGET braid)
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/diagnostics_test.py $<TARGET_FILE:braid>
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/diagnostics_test)
   set_tests_properties(Cli.Diagnostics PROPERTIES TIMEOUT 600 LABELS e2e)
+  # Issue 42: hostile model and run files (names of any length, 100,000-long var chains, C1 names), each refused
+  # within 512 MiB and a time bound: 2 s asked, 4 s here so that a loaded machine does not fail it.
+  add_test(NAME Cli.HostileModels
+           COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/hostile_models_test.py $<TARGET_FILE:braid>
+                   ${CMAKE_BINARY_DIR}/hostile_models_test --max-seconds 4 --max-rss-mib 512)
+  set_tests_properties(Cli.HostileModels PROPERTIES TIMEOUT 300 LABELS e2e)
 endif()
 # The benchmark sweep script end to end, tiny: a one-device row (no prediction) beside a cpu:2 row (predicted);
 # sweep.sh prints each row from bench's CSV and plot.py draws both panels and the predicted plot.

@@ -87,6 +87,9 @@ class Diagnostics {
   void error(const SourceLoc& loc, std::string message, std::string hint = "");
   bool empty() const { return diags_.empty(); }
   size_t size() const { return diags_.size(); }
+  // True once error() keeps no more: callers skip building hints (candidate lists, did-you-mean) then, so a
+  // file of a hundred thousand mistakes costs what fifty do.
+  bool full() const { return diags_.size() >= kMaxErrors; }
   const std::vector<Diagnostic>& all() const { return diags_; }
   void merge(const UserError& e);
   void throw_if_any() const;
@@ -97,7 +100,10 @@ class Diagnostics {
   std::vector<Diagnostic> diags_;
 };
 
-// The closest candidate by edit distance, or "" if none is close enough to suggest.
+// The closest candidate by edit distance, or "" if none is close enough to suggest. Close enough: at most a
+// third of the longer name's length in edits (at least one). Names longer than kMaxSuggestLength get no
+// suggestion and are never suggested, so a hostile name costs time linear in the candidates' total length.
+constexpr size_t kMaxSuggestLength = 256;
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 // "did you mean 'x'?" or "" (convenience for hints).
 std::string did_you_mean_hint(const std::string& word, const std::vector<std::string>& candidates);

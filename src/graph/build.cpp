@@ -132,7 +132,7 @@ struct Builder {
     const ops::OpDef* op = reg.find(l.op);
     if (!op || op->internal) {
       diags.error(l.op_loc, "unknown op '" + l.op + "' in layer '" + l.name + "'",
-                  did_you_mean_hint(l.op, reg.public_names()));
+                  diags.full() ? "" : did_you_mean_hint(l.op, reg.public_names()));
       return nullptr;
     }
     bool ok = true;

@@ -33,8 +33,9 @@ std::string fmt_number(const Number& n) {
 
 class ExprParser {
  public:
-  ExprParser(const std::string& text, const SourceLoc& loc, const VarEnv& vars, Diagnostics& diags)
-      : t_(text), loc_(loc), vars_(vars), diags_(diags) {}
+  ExprParser(const std::string& text, const SourceLoc& loc, const VarEnv& vars, const VarSites* sites,
+             Diagnostics& diags)
+      : t_(text), loc_(loc), vars_(vars), sites_(sites), diags_(diags) {}
 
   std::optional<Number> run() {
     skip_ws();
@@ -174,8 +175,8 @@ class ExprParser {
   std::optional<Number> unary() {
     skip_ws();
     size_t op = p_;
-    if (depth_ >= kMaxExprDepth)
-      return fail(op, "expression nests deeper than " + std::to_string(kMaxExprDepth) + " levels",
+    if (depth_ > kMaxExprDepth)  // the outermost unary() is level 0, the expression itself; report the opener
+      return fail(opener_, "expression nests deeper than " + std::to_string(kMaxExprDepth) + " levels",
                   "parentheses, calls and signs count as levels; split it with vars");
     struct Level {
       int& d;
@@ -183,13 +184,17 @@ class ExprParser {
       ~Level() { --d; }
     } level(depth_);
     if (accept("-")) {
+      opener_ = op;
       auto v = unary();
       if (!v) return std::nullopt;
       if (!v->is_int) return Number::of_float(-v->f);
       if (v->i == std::numeric_limits<int64_t>::min()) return overflow(op);
       return Number::of_int(-v->i);
     }
-    if (accept("+")) return unary();
+    if (accept("+")) {
+      opener_ = op;
+      return unary();
+    }
     return primary();
   }
 
@@ -200,6 +205,7 @@ class ExprParser {
     size_t start = p_;
     char c = t_[p_];
     if (c == '(') {
+      opener_ = start;
       ++p_;
       auto v = expr();
       if (!v) return std::nullopt;
@@ -215,12 +221,17 @@ class ExprParser {
       if (std::find(kFunctions.begin(), kFunctions.end(), name) != kFunctions.end())
         return fail(start, "'" + name + "' is a function", "write " + name + "(...)");
       auto it = vars_.find(name);
-      if (it == vars_.end()) {
-        std::vector<std::string> names;
-        for (const auto& [k, v] : vars_) names.push_back(k);
-        return fail(start, "unknown var '" + name + "'", did_you_mean_hint(name, names));
-      }
-      return it->second;
+      if (it != vars_.end()) return it->second;
+      if (sites_)
+        if (auto later = sites_->find(name); later != sites_->end())
+          return fail(start, "var '" + name + "' is used before its definition",
+                      "it is defined at line " + std::to_string(later->second.line) + ", column " +
+                          std::to_string(later->second.col) +
+                          "; vars are evaluated in order, each over the vars above it");
+      if (diags_.full()) return std::nullopt;  // the error would not be kept: skip its hint's search
+      std::vector<std::string> names;
+      for (const auto& [k, v] : vars_) names.push_back(k);
+      return fail(start, "unknown var '" + name + "'", did_you_mean_hint(name, names));
     }
     return fail(start, "unexpected '" + token_text(start) + "' in expression '" + t_ + "'",
                 "expected a number, a var or '('");
@@ -265,6 +276,7 @@ class ExprParser {
   std::optional<Number> call(const std::string& name, size_t start) {
     if (std::find(kFunctions.begin(), kFunctions.end(), name) == kFunctions.end())
       return fail(start, "unknown function '" + name + "'", did_you_mean_hint(name, kFunctions));
+    opener_ = start;
     accept("(");
     std::vector<Number> args;
     skip_ws();
@@ -298,9 +310,11 @@ class ExprParser {
   const std::string& t_;
   SourceLoc loc_;
   const VarEnv& vars_;
+  const VarSites* sites_;  // may be null
   Diagnostics& diags_;
   size_t p_ = 0;
-  int depth_ = 0;  // unary() calls in progress
+  int depth_ = 0;      // unary() calls in progress: one more than the nesting levels entered
+  size_t opener_ = 0;  // offset of the last '(', call or sign read: the one that opens a level too many
 };
 
 // A plain numeric literal such as 5, -2.5 or 1e-3 (no operators, vars or calls).
@@ -334,7 +348,7 @@ bool is_bool_or_null_word(const std::string& s) {
 
 // The scalar of `n` as an expression, with checks shared by eval_number/int/float.
 std::optional<Number> eval_scalar(const YNode& n, const VarEnv& vars, const std::string& what,
-                                  const std::string& expected, Diagnostics& diags) {
+                                  const std::string& expected, Diagnostics& diags, const VarSites* sites = nullptr) {
   if (!n.is_scalar()) {
     diags.error(n.loc, "expected " + expected + " for " + what + ", got " + n.kind_name());
     return std::nullopt;
@@ -350,18 +364,19 @@ std::optional<Number> eval_scalar(const YNode& n, const VarEnv& vars, const std:
   }
   SourceLoc loc = n.loc;
   if (n.quoted && loc.line > 0 && n.scalar.find('\n') == std::string::npos) loc.col += 1;  // past the quote
-  return eval_expr(n.scalar, loc, vars, diags);
+  return eval_expr(n.scalar, loc, vars, diags, sites);
 }
 
 }  // namespace
 
 std::optional<Number> eval_expr(const std::string& text, const SourceLoc& loc, const VarEnv& vars,
-                                Diagnostics& diags) {
-  return ExprParser(text, loc, vars, diags).run();
+                                Diagnostics& diags, const VarSites* sites) {
+  return ExprParser(text, loc, vars, sites, diags).run();
 }
 
-std::optional<Number> eval_number(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags) {
-  return eval_scalar(n, vars, what, "a number", diags);
+std::optional<Number> eval_number(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags,
+                                  const VarSites* sites) {
+  return eval_scalar(n, vars, what, "a number", diags, sites);
 }
 
 std::optional<int64_t> eval_int(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <variant>
 
 #include "core/error.h"
@@ -24,15 +25,20 @@ struct Number {
 };
 
 using VarEnv = std::map<std::string, Number>;
+// Where each var of a model file is defined. Vars are evaluated in order, each over the vars above it; given
+// the sites, a var used before its definition is reported as such (with the line of the definition) rather
+// than as unknown. Evaluating them in one pass is linear: no var is ever looked up by search or recursion.
+using VarSites = std::unordered_map<std::string, SourceLoc>;
 
 // Evaluates `text` (which starts at `loc`). Errors go to diags with the column of the offending token.
 std::optional<Number> eval_expr(const std::string& text, const SourceLoc& loc, const VarEnv& vars,
-                                Diagnostics& diags);
+                                Diagnostics& diags, const VarSites* sites = nullptr);
 
 // Node helpers: a scalar that must be an integer / a number / a bool / a string. `what` names the value
 // in messages ("attribute 'out' of layer 'fc'"). Return nullopt after reporting an error.
 // A number (integer or float) for `what`: the scalar evaluated as an expression.
-std::optional<Number> eval_number(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
+std::optional<Number> eval_number(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags,
+                                  const VarSites* sites = nullptr);
 std::optional<int64_t> eval_int(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
 std::optional<double> eval_float(const YNode& n, const VarEnv& vars, const std::string& what, Diagnostics& diags);
 std::optional<bool> eval_bool(const YNode& n, const std::string& what, Diagnostics& diags);

@@ -18,18 +18,45 @@ constexpr int64_t kSat = std::numeric_limits<int64_t>::max();
 int64_t add_sat(int64_t a, int64_t b) { return a > kSat - b ? kSat : a + b; }
 int64_t mul_sat(int64_t a, int64_t b) { return (b != 0 && a > kSat / b) ? kSat : a * b; }
 
+// Length of the UTF-8 sequence at s[i] (1-4), or 0 where none starts (a stray or overlong byte, a surrogate).
+size_t utf8_len_at(const std::string& s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (len == 0 || i + len > s.size()) return 0;
+  uint32_t cp = c & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) {
+    unsigned char cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+    return 0;
+  return len;
+}
+
+// A control character of `len` bytes at s[i]: C0 and DEL, or C1 (U+0080-U+009F, UTF-8 C2 80-C2 9F).
+bool is_control(const std::string& s, size_t i, size_t len) {
+  unsigned char u = static_cast<unsigned char>(s[i]);
+  if (len == 1) return u < 0x20 || u == 0x7F;
+  return len == 2 && u == 0xC2 && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
+}
+
 }  // namespace
 
 std::string quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7F) {
+  for (size_t i = 0; i < s.size();) {
+    size_t len = utf8_len_at(s, i);
+    if (len > 0 && !is_control(s, i, len)) {
+      out.append(s, i, len);
+      i += len;
+      continue;
+    }
+    for (size_t k = 0; k < std::max<size_t>(len, 1); ++k, ++i) {
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i]));
       out += buf;
-    } else {
-      out += c;
     }
   }
   return out + "'";
@@ -52,12 +79,20 @@ bool check_name(const std::string& name, const SourceLoc& loc, const std::string
     diags.error(loc, what + " name is empty");
     return false;
   }
-  for (char c : name)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-      diags.error(loc, what + " name " + quote(name) + " holds a control character",
-                  "names are printable text; is an escape such as \\0 or \\t in the quotes?");
+  for (size_t i = 0; i < name.size();) {
+    size_t len = utf8_len_at(name, i);
+    if (len == 0) {  // the file is checked UTF-8, but yaml-cpp decodes the escapes \N and \_ to single bytes
+      diags.error(loc, what + " name " + quote(name) + " is not UTF-8 text",
+                  "is an escape such as \\N or \\_ in the quotes? write the character itself");
       return false;
     }
+    if (is_control(name, i, len)) {
+      diags.error(loc, what + " name " + quote(name) + " holds a control character",
+                  "names are printable text; is an escape such as \\0, \\t or \\x85 in the quotes?");
+      return false;
+    }
+    i += len;
+  }
   if (name.find_first_of(". \t\n") != std::string::npos) {
     diags.error(loc, what + " name " + quote(name) + " holds a '.' or a space",
                 "'.' separates the parts of expanded names (h.0.fc); use '_' or '-'");
@@ -272,6 +307,7 @@ class Expander {
     for (const auto& [k, v] : by_name_) names.push_back(k);
     for (const auto& L : layers) {
       if (L.block.empty() || by_name_.count(L.block)) continue;
+      if (diags_.full()) break;
       std::string hint = did_you_mean_hint(L.block, names);
       if (hint.empty()) hint = names.empty() ? "the model defines no blocks" : "is it an op? write op: " + L.block;
       diags_.error(L.block_loc, "unknown block " + quote(L.block), hint);
@@ -378,7 +414,7 @@ class Expander {
       if (emitted_.count(f.name)) return f.name;
       if (!emit) return f.name;  // only checkable once expanded
     }
-    if (!report) return "";
+    if (!report || diags_.full()) return "";  // full: the error would not be kept, skip its searches
     for (size_t j = index; j < list.size(); ++j)
       if (list[j].name == f.name) {
         diags_.error(f.loc, "dangling from: " + quote(f.name) + " is defined later",

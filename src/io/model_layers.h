@@ -49,10 +49,12 @@ struct TopNames {
 };
 
 // A name of a layer, input, block, var or metric: non-empty, no '.', no spaces; reports otherwise.
-// A name is non-empty, holds no '.' or space and no control character (a NUL would cut it short in
-// checkpoints and messages; issue 24).
+// A name is non-empty, holds no '.' or space and no control character: C0, DEL or C1 (U+0080-U+009F; a NUL
+// would cut it short in checkpoints and messages, issue 24; U+0085 is a line break to some readers, issue 42),
+// and is UTF-8 text.
 bool check_name(const std::string& name, const SourceLoc& loc, const std::string& what, Diagnostics& diags);
-// 'name' for messages, control characters written as \xNN so that a message is never cut at a NUL.
+// 'name' for messages, control characters and bytes that are not UTF-8 written as \xNN (a C1 one as its two
+// bytes, \xc2\x85) so that a message is never cut at a NUL and is always UTF-8.
 std::string quote(const std::string& s);
 
 // `what` names the list in messages ("layers", "block 'decoder'").

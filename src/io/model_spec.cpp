@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <unordered_map>
 
 #include "io/model_layers.h"
 #include "io/paths.h"
@@ -30,16 +31,24 @@ bool is_identifier(const std::string& s) {
   return true;
 }
 
-std::string join(const std::vector<std::string>& v) {
+// "a, b, c", or the first `max` of them and how many more: a hint never lists a hundred thousand vars.
+std::string join(const std::vector<std::string>& v, size_t max = 20) {
   std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  for (size_t i = 0; i < v.size() && i < max; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > max) out += " and " + std::to_string(v.size() - max) + " more";
   return out;
 }
 
+// One pass over the vars in order, each evaluated over those above it: linear in the file (maps, no search).
 void parse_vars(const YNode* vars, const std::vector<VarOverride>& overrides, ModelSpec& spec, Diagnostics& diags) {
   std::vector<std::string> names;
   if (vars && !vars->is_map() && !vars->is_null())
     diags.error(vars->loc, "expected a mapping of name: number for 'vars', got " + vars->kind_name());
+  std::unordered_map<std::string, const VarOverride*> last_override;  // the last override of a name wins
+  for (const auto& o : overrides) last_override[o.name] = &o;
+  VarSites sites;
+  if (vars && vars->is_map())
+    for (const auto& [k, v] : vars->map) sites.emplace(k.scalar, k.loc);
   if (vars && vars->is_map()) {
     for (const auto& [k, v] : vars->map) {
       const std::string& name = k.scalar;
@@ -53,15 +62,15 @@ void parse_vars(const YNode* vars, const std::vector<VarOverride>& overrides, Mo
         diags.error(k.loc, "var name " + quote(name) + " is the name of a function");
         continue;
       }
-      const VarOverride* ov = nullptr;
-      for (const auto& o : overrides)
-        if (o.name == name) ov = &o;  // the last override wins
-      auto r = eval_number(ov ? ov->value : v, spec.vars, "var " + quote(name), diags);
+      auto ov = last_override.find(name);
+      auto r = eval_number(ov != last_override.end() ? ov->second->value : v, spec.vars, "var " + quote(name), diags,
+                           &sites);
       spec.vars[name] = r ? *r : Number::of_int(1);  // a stand-in keeps one mistake from cascading
     }
   }
   for (const auto& o : overrides) {
-    if (std::find(names.begin(), names.end(), o.name) != names.end()) continue;
+    if (sites.count(o.name)) continue;
+    if (diags.full()) break;
     std::string hint = did_you_mean_hint(o.name, names);
     if (hint.empty()) hint = names.empty() ? "the model has no vars" : "the model's vars are: " + join(names);
     diags.error(o.loc, "unknown var " + quote(o.name) + " in vars override", hint);
@@ -167,7 +176,8 @@ void parse_outputs(const YNode* outputs, const YNode& root, const TopNames& name
     std::string v = names.resolve(*s);
     if (v.empty() && names.local.empty() && names.flat.empty()) continue;  // no layers: reported already
     if (v.empty()) {
-      diags.error(o.loc, "output " + quote(*s) + " names no layer or input", did_you_mean_hint(*s, names.candidates()));
+      diags.error(o.loc, "output " + quote(*s) + " names no layer or input",
+                  diags.full() ? "" : did_you_mean_hint(*s, names.candidates()));
       continue;
     }
     if (!seen.emplace(v, o.loc).second) {
@@ -213,7 +223,7 @@ void parse_metrics(const YNode* metrics, const TopNames& names, ModelSpec& spec,
           std::string r = names.resolve(*s);
           if (r.empty())
             diags.error(x->loc, "dangling from: no input or layer is named " + quote(*s),
-                        did_you_mean_hint(*s, names.candidates()));
+                        diags.full() ? "" : did_you_mean_hint(*s, names.candidates()));
           m.from.push_back(r.empty() ? *s : r);
           m.from_locs.push_back(x->loc);
         }

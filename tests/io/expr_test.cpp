@@ -240,11 +240,32 @@ TEST(Expr, NestingDepthIsBounded) {
   EXPECT_NE(c.all()[0].message.find("nests deeper"), std::string::npos) << iotest::dump(c);
   Diagnostics s = bad(std::string(100000, '-') + "1");
   EXPECT_NE(s.all()[0].message.find("nests deeper"), std::string::npos) << iotest::dump(s);
-  // 63 levels of parentheses (64 with the number inside) still evaluate; long flat sums are not nesting.
-  EXPECT_EQ(ok_int(std::string(63, '(') + "2" + std::string(63, ')')), 2);
+  // Long flat sums are not nesting.
   std::string sum = "1";
   for (int i = 0; i < 20000; ++i) sum += " + 1";
   EXPECT_EQ(ok_int(sum), 20001);
+}
+
+// Issue 42: the limit is "at most 64 levels" (MODEL_FORMAT.md, docs/model_format.md): 64 parentheses, calls or
+// signs evaluate, the 65th is refused at its own column.
+TEST(Expr, SixtyFourLevelsAreAllowed) {
+  EXPECT_EQ(ok_int(std::string(64, '(') + "2" + std::string(64, ')')), 2);
+  Diagnostics p = bad(std::string(65, '(') + "2" + std::string(65, ')'));
+  EXPECT_DIAG(p, 3, 10 + 64, "nests deeper than 64 levels");
+  EXPECT_EQ(ok_int(std::string(64, '-') + "3"), 3);
+  Diagnostics s = bad(std::string(65, '-') + "3");
+  EXPECT_DIAG(s, 3, 10 + 64, "nests deeper than 64 levels");
+  std::string calls, close;
+  for (int i = 0; i < 64; ++i) calls += "ceil(", close += ")";
+  EXPECT_EQ(ok_int(calls + "7" + close), 7);
+  Diagnostics c = bad("ceil(" + calls + "7" + close + ")");
+  EXPECT_DIAG(c, 3, 10 + 5 * 64, "nests deeper than 64 levels");  // the 65th ceil(
+  // Mixed, with spaces: 32 signs and 32 parentheses are 64 levels.
+  std::string mixed;
+  for (int i = 0; i < 32; ++i) mixed += "- ( ";
+  EXPECT_EQ(ok_int(mixed + "5" + std::string(32, ')')), 5);
+  Diagnostics m = bad(mixed + "(5" + std::string(33, ')'));
+  EXPECT_DIAG(m, 3, 10 + 4 * 32, "nests deeper than 64 levels");
 }
 
 }  // namespace
