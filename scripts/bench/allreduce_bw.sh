@@ -18,7 +18,7 @@ exe="$build/bench_allreduce/allreduce_bw"
 libs=(dist exec planner graph ops io core)
 g++ -O2 -std=c++20 -fopenmp -I"$root/src" "$here/allreduce_bw.cpp" -o "$exe" \
   $(for l in "${libs[@]}"; do echo "$build/src/$l/libbraid_$l.a"; done) \
-  $(pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial) -lyaml-cpp -lz -lopenblas -lpthread
+  $(pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial) -lyaml -lz -lopenblas -lpthread
 echo "$(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for n in ${4:-2 4}; do
   echo "== $n processes"

@@ -16,6 +16,6 @@ dir="${1:-$build/bench_ckpt}"
 ninja -C "$build" braid_io braid_core >/dev/null
 mkdir -p "$dir"
 g++ -O2 -std=c++20 -fopenmp -I"$root/src" $(pkg-config --cflags hdf5) "$here/ckpt_speed.cpp" -o "$dir/ckpt_speed" \
-  "$build/src/io/libbraid_io.a" "$build/src/core/libbraid_core.a" $(pkg-config --libs hdf5) -lyaml-cpp -lz
+  "$build/src/io/libbraid_io.a" "$build/src/core/libbraid_core.a" $(pkg-config --libs hdf5) -lyaml -lz
 echo "disk: $(df -h "$dir" | awk 'NR==2 {print $1 " mounted on " $6 ", " $4 " free"}'); $(nproc) cores"
 "$dir/ckpt_speed" "$dir" "${2:-100}" "${3:-3}"

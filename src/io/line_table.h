@@ -1,5 +1,5 @@
-// Source positions for the YAML reader: byte offsets and yaml-cpp's 0-based (line, byte column) marks turned
-// into 1-based (line, character column). Each lookup costs O(log lines + kStride), whatever the line length:
+// Source positions for the YAML reader: byte offsets and 0-based (line, byte column) marks turned into
+// 1-based (line, character column). Each lookup costs O(log lines + kStride), whatever the line length:
 // a character count is kept every kStride bytes, so a 16 MiB file on one line costs no more per node than a
 // short one (issue 24: counting from the line start made such a file quadratic). Holds references only.
 #pragma once
@@ -18,6 +18,10 @@ class LineTable {
   LineTable(const std::string& text, const std::string& file);
   SourceLoc at(int line0, int bytecol0) const;
   SourceLoc at_offset(size_t off) const;
+  // A 0-based line and character column, as libyaml's marks count them.
+  SourceLoc at_char(size_t line0, size_t charcol0) const {
+    return SourceLoc{file_, static_cast<int>(line0) + 1, static_cast<int>(charcol0) + 1};
+  }
   // Bytes the last lookup examined one by one (at most 2 * kStride): lets tests check the cost per lookup.
   size_t last_scanned() const { return scanned_; }
 

@@ -76,6 +76,7 @@ std::optional<SetOverride> parse_set(const std::string& s, size_t index, Diagnos
   for (const auto& d : local.all()) {
     SourceLoc l = d.loc;
     if (l.line == 1) l.col += col_offset;
+    else l.col = static_cast<int>(s.size()) + 1;  // past the value's end (an unclosed bracket): point there
     l.line = line;
     diags.error(l, d.message, d.hint);
   }

@@ -208,7 +208,7 @@ TEST_F(Run, SetErrorsPointAtTheCommandLine) {
   EXPECT_DIAG(fail(kMinimalRun, {"train..batch=1"}), 1, 7, "empty part");
   EXPECT_DIAG(fail(kMinimalRun, {"train.batch="}), 1, 13, "no value");
   EXPECT_DIAG(fail(kMinimalRun, {"train.batch.x=1"}), 1, 13, "'train.batch' is a scalar, not a mapping");
-  EXPECT_DIAG(fail(kMinimalRun, {"train.batch=[1"}), 1, 13, "invalid YAML");
+  EXPECT_DIAG(fail(kMinimalRun, {"train.batch=[1"}), 1, 15, "invalid YAML");  // at the end, where ']' is missing
   EXPECT_DIAG(fail(kMinimalRun, {"train.batch=0"}), 1, 13, "--set train.batch=0: train.batch must be at least 1");
   EXPECT_DIAG(fail(kMinimalRun, {"optimizer.lr=-1"}), 1, 14, "optimizer.lr must be greater than 0, got -1");
   d = fail(kMinimalRun, {"vars.hiden=3"});
