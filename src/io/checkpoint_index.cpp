@@ -62,26 +62,16 @@ class Reader {
     need(1, what);
     return static_cast<uint8_t>(b_[at_++]);
   }
-  uint32_t u32(const char* what) {
-    uint32_t v = 0;
-    raw(&v, 4, what);
+  template <class T>
+  T pod(const char* what) {  // a little-endian scalar of T's size
+    T v{};
+    raw(&v, sizeof v, what);
     return v;
   }
-  uint64_t u64(const char* what) {
-    uint64_t v = 0;
-    raw(&v, 8, what);
-    return v;
-  }
-  int64_t i64(const char* what) {
-    int64_t v = 0;
-    raw(&v, 8, what);
-    return v;
-  }
-  double f64(const char* what) {
-    double v = 0;
-    raw(&v, 8, what);
-    return v;
-  }
+  uint32_t u32(const char* what) { return pod<uint32_t>(what); }
+  uint64_t u64(const char* what) { return pod<uint64_t>(what); }
+  int64_t i64(const char* what) { return pod<int64_t>(what); }
+  double f64(const char* what) { return pod<double>(what); }
   std::string str(const char* what) {
     uint64_t n = u64(what);
     if (n > left()) bad(std::string("a length of ") + std::to_string(n) + " bytes for " + what);

@@ -374,8 +374,7 @@ class Builder {
     add(std::move(n), anchor, start, 1);
   }
 
-  void OnAlias(const SourceLoc& mark, const std::string& name) {
-    const SourceLoc& loc = mark;
+  void OnAlias(const SourceLoc& loc, const std::string& name) {
     auto id = anchor_ids_.find(name);
     if (id == anchor_ids_.end()) {
       diags_.error(loc, "alias '*" + name + "' names no anchor",
@@ -412,7 +411,7 @@ class Builder {
     if (name.empty()) return 0;
     anchor_t id = ++anchor_count_;
     anchor_ids_[name] = id;
-    pending_anchor_name_ = name;
+    anchor_names_[id] = name;
     return id;
   }
 
@@ -456,7 +455,6 @@ class Builder {
     f.node.loc = mark;
     f.anchor = anchor;
     f.start = take(1, f.node.loc);
-    if (anchor) anchor_names_[anchor] = pending_anchor_name_;
     if (static_cast<int>(stack_.size()) >= limits_.max_depth) {  // the pre-scan normally catches this first
       diags_.error(f.node.loc, "nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
       throw Abort{};
@@ -494,7 +492,6 @@ class Builder {
   // Adds a finished node of `height` levels to its parent; `start` is the node count before it.
   void add(YNode n, anchor_t anchor, size_t start, int height) {
     if (anchor) {
-      anchor_names_.emplace(anchor, pending_anchor_name_);
       size_t size = count_ - start;
       take(size, n.loc);  // the stored copy counts too, so nested anchors cannot multiply memory
       anchors_[anchor] = Anchored{n, size, height};
@@ -549,7 +546,6 @@ class Builder {
   std::unordered_map<anchor_t, std::string> anchor_names_;
   std::unordered_map<std::string, anchor_t> anchor_ids_;  // the latest anchor of each name
   anchor_t anchor_count_ = 0;
-  std::string pending_anchor_name_;
   size_t count_ = 0;
   int docs_ = 0;
 };
