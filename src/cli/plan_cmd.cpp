@@ -152,6 +152,7 @@ int plan(const PlanArgs& a, FILE* out) {
   std::unique_ptr<CostModel> model;
   std::string model_note = "analytic";
   std::string devices = a.devices.empty() ? cfg.devices : a.devices;
+  std::string kind;  // the devices' kind when they are devices (not a modelled cluster)
   if (!a.cluster.empty()) {
     if (fs::exists(a.cluster)) {
       Diagnostics d;
@@ -165,6 +166,7 @@ int plan(const PlanArgs& a, FILE* out) {
     DeviceSpec spec;
     std::string err;
     if (!parse_devices(devices, &spec, &err)) throw UserError(cli, "--devices: " + err);
+    kind = spec.kind;
     if (spec.kind == "cpu") {
       exec::CpuModel cm = exec::cpu_cost_model(spec.count);
       model = std::move(cm.model);
@@ -179,6 +181,11 @@ int plan(const PlanArgs& a, FILE* out) {
   bo.with_backward = false;
   bo.with_metrics = false;
   graph::Graph g = graph::build_graph(cfg.model, cfg.train.batch, bo);
+  if (!kind.empty()) {  // the devices' backend must run every op (a modelled cluster runs nothing)
+    Diagnostics d;
+    if (const exec::Backend* b = exec::backend(kind)) exec::check_supported(*b, g, d);
+    d.throw_if_any();
+  }
   TrainSettings ts;
   ts.batch = cfg.train.batch;
   ts.optimizer_states = optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);

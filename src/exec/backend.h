@@ -169,6 +169,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether the backend runs op `op` on values of dtype `values` (its kernel table: found from the OpDef, never
+  // from the op's name). `braid check`, `braid plan` and preflight ask it of every node before anything runs
+  // (check_supported below).
+  virtual bool supports(const ops::OpDef& op, DType values) const = 0;
   // Errors (UserError at the run file) for devices that are not there, before anything is built.
   virtual void check_devices(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
   // `where`: the backend's device (a GPU's number; 0 on a CPU). Several plan devices may share one.
@@ -195,6 +199,11 @@ class Backend {
   virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
 };
 
+// One error per op of `g` that `b` cannot run (at the layer's place in the model file, exit status 2): the op, its
+// layer, the dtype and the backend named, once per op and dtype. A node's dtype is its first floating output's
+// (else its first floating input's, else f32).
+void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags);
+
 // The backend of a device kind: "cpu" is built in; another kind is loaded as a module (backend_module_path) the
 // first time it is asked for. nullptr, and *why_not says why, when there is none.
 Backend* backend(const std::string& kind, std::string* why_not = nullptr);
@@ -208,7 +217,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 // file). It resolves braid's own functions from the binary that loads it (ENABLE_EXPORTS) and exports
 // `extern "C" int braid_backend_init(int abi)`, which registers its backend and returns 0; kBackendAbi changes
 // whenever this interface does, and a module of another ABI is refused.
-constexpr int kBackendAbi = 4;
+constexpr int kBackendAbi = 5;
 std::string backend_module_path(const std::string& kind);
 // Whether kind's module file exists (for `braid --version`; nothing is loaded).
 bool backend_module_present(const std::string& kind);

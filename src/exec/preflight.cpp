@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "exec/backend.h"
 #include "exec/runner.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
@@ -41,6 +42,19 @@ std::string resolve_checkpoint(const io::RunConfig& cfg, const std::string& spec
   return io::CheckpointDir::resolve(cfg.checkpoint.dir, spec);
 }
 
+// Every op of the graphs on the backend of the run's devices, before anything runs: a GPU run file checked on a
+// machine without a GPU too (the module loads without one). Where the devices do not parse or their backend
+// cannot load, run_plan and make_engine say why.
+void check_backend_ops(const io::RunConfig& cfg, std::initializer_list<const graph::Graph*> graphs,
+                       Diagnostics& diags) {
+  planner::DeviceSpec dev;
+  std::string err;
+  if (!planner::parse_devices(cfg.devices, &dev, &err)) return;
+  const Backend* b = backend(dev.kind);
+  if (b == nullptr) return;
+  for (const graph::Graph* g : graphs) check_supported(*b, *g, diags);
+}
+
 }  // namespace
 
 Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags) {
@@ -63,6 +77,7 @@ Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diag
   graph::Graph eval = graph::build_graph(cfg.model, micro, eo, diags);
   if (cfg.is_model_only || !run_whole) return p;
   const bool graph_whole = diags.empty();
+  if (graph_whole) check_backend_ops(cfg, {&g, &eval}, diags);
   // 2. Devices and plan (the plan is read and validated against the graph, or searched for).
   if (graph_whole) guard([&] { p.run = run_plan(cfg); });
   if (!p.run) guard([&] { p.dp_degree = data_parallel_degree(cfg, micro); });

@@ -84,7 +84,9 @@ std::vector<ValueId> append_backward(Graph& g, const BackwardSpec& spec) {
   if (loss.valid() && needs_grad[loss.idx()]) {
     const Node& producer = g.node(g.value(loss).producer);
     GradEmitter e(g, producer);
-    contrib[loss.idx()].push_back(e.emit("ones_like", {}, {loss})[0]);
+    const ValueId seed = e.emit("ones_like", {}, {loss})[0];
+    const_cast<Node&>(g.node(g.value(seed).producer)).loss_seed = true;  // loss scaling finds it by this mark
+    contrib[loss.idx()].push_back(seed);
   }
   for (const auto& [v, grad] : spec.seeds)
     if (needs_grad[v.idx()]) contrib[v.idx()].push_back(grad);

@@ -49,6 +49,8 @@ struct Node {
   // Activation recomputation (autodiff's BackwardSpec::recompute): a backward node that recomputes a forward node
   // draws that node's random numbers (dropout masks again, bit for bit): its name, to key the stream.
   std::string rng_as;
+  // Autodiff's seed of the loss's gradient (ones_like of the loss): loss scaling multiplies it by the scale.
+  bool loss_seed = false;
 };
 
 // The name whose hash keys a node's random stream in a step (KernelCtx::rng_key): its own, or, for a backward

@@ -1,6 +1,8 @@
 // Attribute access, init specs, SBP printing, attribute completion and the generic default helpers.
 #include "ops/op_def.h"
 
+#include "core/error.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -237,6 +239,21 @@ void complete_attrs(const OpDef& def, Attrs& attrs) {
     attrs.set(spec.name, v);
   }
   if (def.canonicalize) def.canonicalize(attrs);
+}
+
+}  // namespace braid::ops
+
+namespace braid::ops {
+
+Act activation_of(const OpDef& op, const Attrs& attrs) {
+  BRAID_ASSERT(op.activation >= 0 && op.activation < kNumActivations, "op ", op.name, " is not an activation");
+  return activation_of(static_cast<Act>(op.activation), attrs);
+}
+
+Act activation_of(Act first, const Attrs& attrs) {
+  const ActivationRow& row = activation_row(first);
+  if (row.attr == nullptr || !attrs.has(row.attr)) return first;
+  return activation_variant(first, attrs.s(row.attr).c_str());
 }
 
 }  // namespace braid::ops

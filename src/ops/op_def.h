@@ -14,6 +14,7 @@
 
 #include "core/ids.h"
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace braid::ops {
 
@@ -261,6 +262,11 @@ struct OpDef {
   // node (activation and dropout gradients: dx over dy).
   bool in_place = false;
   Autocast autocast = Autocast::F32;
+  // An activation of ops/activation.h's list: its first row there (activation_of picks the variant its attribute
+  // selects); with activation_grad set, the op is that activation's gradient <op>_grad. -1: not an activation.
+  // Backends find their activation kernels and fusions from these, never from the op's name.
+  int activation = -1;
+  bool activation_grad = false;
 
   // Reference comparison with PyTorch (tests/torch_ref): relative and absolute tolerance in fp32.
   double torch_rtol = 1e-5;
@@ -268,6 +274,12 @@ struct OpDef {
   // Finite-difference gradient check in double: tolerance on |analytic - numeric| / max(1, |numeric|).
   double gradcheck_tol = 1e-6;
 };
+
+// The activation (its variant by attribute) that node attributes `attrs` of activation op `op` compute;
+// op.activation must be >= 0.
+Act activation_of(const OpDef& op, const Attrs& attrs);
+// The same from the op's first row: the row that the row's attribute, read from `attrs`, selects.
+Act activation_of(Act first, const Attrs& attrs);
 
 // Generic helpers shared by op definitions.
 std::vector<SplitSignature> all_broadcast(std::span<const TensorDesc> inputs, std::span<const TensorDesc> outputs);

@@ -44,7 +44,7 @@ class GpuEager : public GradBuilder {
       out.push_back(dev_.alloc(d));
       dev_.stream.memset(out.back().raw(), 0xff, d.bytes());  // NaN garbage: kernels must write everything
     }
-    const CudaKernel* k = cuda_kernel(op);
+    const CudaOp* k = cuda_op(def);
     if (k == nullptr) throw InternalError("op " + op + " has no CUDA kernel");
     CudaCtx c = dev_.stream.ctx();
     c.training = ctx.training;
@@ -53,14 +53,14 @@ class GpuEager : public GradBuilder {
     c.shard_axis = ctx.shard_axis;
     c.shard_start = ctx.shard_start;
     c.shard_full = ctx.shard_full;
-    c.workspace_bytes = cuda_workspace_bytes(op, attrs, descs, out_descs);
+    c.workspace_bytes = cuda_workspace_bytes(def, attrs, descs, out_descs);
     if (c.workspace_bytes) c.workspace = dev_.arena.take(c.workspace_bytes, "workspace");
     if (autocast_ != DType::f32) {
       c.autocast_bytes = cuda_autocast_bytes(descs, out_descs, c.workspace_bytes);
       c.autocast = dev_.arena.take(c.autocast_bytes, "autocast");
       c.autocast_type = autocast_;
     }
-    (*k)(c, attrs, in, out);
+    k->fn(c, attrs, in, out);
     std::vector<ValueId> ids;
     for (auto& t : out) ids.push_back(add(t));
     return ids;
@@ -113,15 +113,19 @@ std::vector<Tensor> upload_all(Device& dev, const std::vector<Tensor>& host) {
 
 }  // namespace
 
-// Runs everywhere (no device needed): the table covers every op of the registry but the comm_* ops.
+// Runs everywhere (no device needed): the table covers every op of the registry but the comm_* ops, and the
+// backend's supports() answers yes for each at f32 and bf16, no at f64.
 TEST(CudaKernels, EveryRegistryOpHasOne) {
   int covered = 0;
   for (const auto* d : Registry::get().all()) {
+    EXPECT_TRUE(cuda_supports(*d, DType::f32)) << "op " << d->name << " at f32";
+    EXPECT_TRUE(cuda_supports(*d, DType::bf16)) << "op " << d->name << " at bf16";
     if (d->collective) {
-      EXPECT_EQ(cuda_kernel(d->name), nullptr) << d->name << ": comm_* ops run on a Communicator";
+      EXPECT_EQ(cuda_op(*d), nullptr) << d->name << ": comm_* ops run on a Communicator";
       continue;
     }
-    EXPECT_NE(cuda_kernel(d->name), nullptr) << "op " << d->name << " has no CUDA kernel";
+    EXPECT_FALSE(cuda_supports(*d, DType::f64)) << "op " << d->name << ": CUDA kernels take f32 and bf16";
+    EXPECT_NE(cuda_op(*d), nullptr) << "op " << d->name << " has no CUDA kernel";
     ++covered;
   }
   EXPECT_GT(covered, 50);

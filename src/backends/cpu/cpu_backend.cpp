@@ -312,6 +312,8 @@ class CpuEvaluator final : public Evaluator {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  // Every op with a CPU kernel, at every floating dtype (16-bit values run on f32 copies: Executor::run_widened).
+  bool supports(const ops::OpDef& op, DType) const override { return op.collective || op.cpu != nullptr; }
   void check_devices(const io::RunConfig&, const std::vector<int>&) const override {}
   std::unique_ptr<Device> device(const io::RunConfig&, int) override { return std::make_unique<CpuDevice>(); }
 

@@ -12,6 +12,7 @@
 #include "backends/cuda/staged_comm.h"
 #include "exec/runner.h"
 #include "backends/cuda/kernels/device_info.h"
+#include "backends/cuda/kernels/kernels.h"
 #include "backends/cuda/kernels/runtime.h"
 
 namespace braid::exec {
@@ -275,6 +276,7 @@ int distinct(const std::vector<int>& where) {
 class CudaBackend final : public Backend {
  public:
   std::string name() const override { return "cuda"; }
+  bool supports(const ops::OpDef& op, DType values) const override { return ops::cuda_supports(op, values); }
 
   void check_devices(const io::RunConfig& cfg, const std::vector<int>& where) const override {
     const SourceLoc at{cfg.path, 0, 0};

@@ -36,15 +36,15 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
       kernels_.push_back(nullptr);
       continue;
     }
-    const ops::CudaKernel* k = ops::cuda_kernel(n.op->name);
+    const ops::CudaOp* k = ops::cuda_op(*n.op);
     if (k == nullptr)
       throw UserError(SourceLoc{}, "op '" + n.op->name + "' (layer '" + n.layer + "') has no CUDA kernel",
                       "run this model on cpu devices, or add the op to src/backends/cuda/kernels");
-    kernels_.push_back(reinterpret_cast<const void*>(k));
+    kernels_.push_back(reinterpret_cast<const void*>(&k->fn));
     std::vector<TensorDesc> in, out;
     for (ValueId v : n.inputs) in.push_back(g.value(v).desc);
     for (ValueId v : n.outputs) out.push_back(g.value(v).desc);
-    const size_t ws = ops::cuda_workspace_bytes(n.op->name, n.attrs, in, out);
+    const size_t ws = ops::cuda_workspace_bytes(*n.op, n.attrs, in, out);
     workspace_bytes_ = std::max(workspace_bytes_, ws);
     if (cuda_.autocast()) autocast_bytes_ = std::max(autocast_bytes_, ops::cuda_autocast_bytes(in, out, ws));
   }
@@ -54,9 +54,9 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
   if (cuda_.autocast() && activation_copies_allowed()) {
     std::vector<int> uses(g.values().size(), 0);
     for (const auto& n : g.nodes()) {
-      const std::string& op = n.op->name;
-      if (op == "linear" || op == "linear_dx") ++uses[n.inputs[0].idx()];
-      if (op == "linear_dw") ++uses[n.inputs[0].idx()], ++uses[n.inputs[1].idx()];
+      const ops::CudaOp* k = n.op->collective ? nullptr : ops::cuda_op(*n.op);
+      for (size_t i = 0; k && i < n.inputs.size() && i < 8 * sizeof(k->gemm_inputs); ++i)
+        if (k->gemm_inputs >> i & 1u) ++uses[n.inputs[i].idx()];
     }
     for (const auto& v : g.values())
       if (uses[v.id.idx()] >= 2 && v.kind == graph::ValueKind::Activation && v.desc.dtype == DType::f32 &&
@@ -139,8 +139,7 @@ CudaExecutor::CudaExecutor(const graph::Graph& g, ParamStore& params, const std:
     for (auto& m : mirror_) m[v.idx()] = Tensor::empty(g.value(v).desc);
   index_nodes();
   for (const auto& n : g.nodes())
-    if (n.op->name == "ones_like" && g.loss().valid() && n.inputs.size() == 1 && n.inputs[0] == g.loss())
-      loss_seed_ = n.id.idx();
+    if (n.loss_seed) loss_seed_ = n.id.idx();
   find_gelu_epilogues();
   upload_params();
 }
@@ -170,8 +169,8 @@ void CudaExecutor::find_gelu_epilogues() {
   const auto& nodes = g_.nodes();
   for (size_t i = 0; i + 1 < nodes.size(); ++i) {
     const graph::Node &a = nodes[i], &b = nodes[i + 1];
-    if (a.op->name == "linear" && a.inputs.size() == 3 && b.op->name == "gelu" && !b.inputs.empty() &&
-        b.inputs[0] == a.outputs[0] && b.attrs.s("approximate") == "tanh")
+    if (ops::cuda_linear_gelu_pair(*a.op, *b.op, b.attrs) && a.inputs.size() == 3 && !b.inputs.empty() &&
+        b.inputs[0] == a.outputs[0])
       mark_pair(i);
   }
 }

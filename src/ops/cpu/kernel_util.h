@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace braid::ops {
 class Attrs;
@@ -71,14 +72,12 @@ void affine_rows(const T* x, int64_t m, int64_t fin, const T* w, const T* b, int
   gemm(false, true, m, fout, fin, T(1), x, fin, w, fin, b ? T(1) : T(0), y, fout);
 }
 
-// The activation ops' forward loop, y[i] = act(x[i]) for i in [0, n) (op: relu, gelu with its `approximate`
-// attribute, tanh, sigmoid): the same code the ops run, so a fused epilogue gives the same bits.
-bool is_activation(const std::string& op);
-void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n);
-// <act>_grad ops (relu_grad, ...): dx = dy * act'(z), z the activation's input (gelu) or output (relu, tanh,
-// sigmoid), as the op's kernel computes it; dx may be dy.
-bool is_activation_grad(const std::string& op);
-void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n);
+// The activation ops' forward loop, y[i] = act(x[i]) for i in [0, n) (k: the row of ops/activation.h's list that
+// the node computes, activation_of): the same code the ops run, so a fused epilogue gives the same bits.
+void activation(Act k, const float* x, float* y, int64_t n);
+// <act>_grad ops: dx = dy * act'(z), z the activation's input or output (the row's grad_reads), as the op's kernel
+// computes it; dx may be dy.
+void activation_grad(Act k, const float* dy, const float* z, float* dx, int64_t n);
 
 // Reductions whose result must not depend on the vector width or the thread count: element i goes to double
 // lane i % kSumLanes, in order within each lane (independent chains that vectorise), and the lanes are added

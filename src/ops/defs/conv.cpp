@@ -256,8 +256,8 @@ void conv2d_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in
 
 }  // namespace
 
-void cpu::conv2d_activation(const KernelCtx& ctx, const Attrs& a, const std::string& act_op, const Attrs& act_attrs,
-                            std::span<const Tensor> in, const Tensor& z, const Tensor& y) {
+void cpu::conv2d_activation(const KernelCtx& ctx, const Attrs& a, Act act, std::span<const Tensor> in, const Tensor& z,
+                            const Tensor& y) {
   const Window w = conv_window(a, in[0].desc());
   const bool has_bias = in.size() > 2;
   const int64_t per_sample = z.numel() / w.B;
@@ -269,13 +269,13 @@ void cpu::conv2d_activation(const KernelCtx& ctx, const Attrs& a, const std::str
     return cpu::onednn_conv_forward(s, in[0].data<float>(), in[1].data<float>(),
                                     has_bias ? in[2].data<float>() : nullptr, zp, ctx.workspace, ctx.workspace_bytes,
                                     [&](int64_t b0, int64_t n) {
-                                      activation(act_op, act_attrs, zp + b0 * per_sample, yp + b0 * per_sample,
+                                      activation(act, zp + b0 * per_sample, yp + b0 * per_sample,
                                                  n * per_sample);
                                     });
 #endif
   const Tensor outs[] = {z};
   conv2d_cpu(ctx, a, in, outs);
-  parallel_for(z.numel(), 1 << 14, [&](int64_t b, int64_t e) { activation(act_op, act_attrs, zp + b, yp + b, e - b); });
+  parallel_for(z.numel(), 1 << 14, [&](int64_t b, int64_t e) { activation(act, zp + b, yp + b, e - b); });
 }
 
 namespace {

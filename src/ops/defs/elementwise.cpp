@@ -4,9 +4,11 @@
 // Math follows PyTorch: gelu(x) = x * Phi(x) ("none") or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // In float, tanh and exp are cpu/fast_math.h's branch-free versions (1 ulp, vectorisable); double uses std::.
 #include <cmath>
+#include <cstring>
 
 #include "core/cpu_isa.h"
 #include "ops/cpu/fast_math.h"
+#include "ops/activation.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
 
@@ -151,67 +153,14 @@ std::vector<SplitSignature> reduce_like_splits(const Attrs&, std::span<const Ten
   return sigs;
 }
 
-// ---- unary activations ----------------------------------------------------------------------------------
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;
-
-enum class Act { Relu, Gelu, GeluTanh, Tanh, Sigmoid };
-
-Act act_of(const std::string& op, const Attrs& a) {
-  if (op == "relu") return Act::Relu;
-  if (op == "tanh") return Act::Tanh;
-  if (op == "sigmoid") return Act::Sigmoid;
-  return a.s("approximate") == "tanh" ? Act::GeluTanh : Act::Gelu;
-}
-
-template <Act K, typename T>
-[[gnu::always_inline]] inline T act_fwd(T x) {
-  if constexpr (K == Act::Relu) return x < T(0) ? T(0) : x;  // PyTorch: NaN stays NaN, -0 stays -0
-  if constexpr (K == Act::Gelu) return x * T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
-  if constexpr (K == Act::GeluTanh) {
-    T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-    return T(0.5) * x * (T(1) + cpu::tanh_of(inner));
-  }
-  if constexpr (K == Act::Tanh) return cpu::tanh_of(x);
-  if constexpr (K == Act::Sigmoid) return T(1) / (T(1) + cpu::exp_of(-x));
-}
-
-// d act / dx at x (y = act(x) given for tanh/sigmoid, whose derivative reads best from y).
-template <Act K, typename T>
-[[gnu::always_inline]] inline T act_deriv(T x, T y) {
-  // relu: x is relu's output (relu_grad reads it; the same test as on the input); threshold_backward: NaN passes dy
-  if constexpr (K == Act::Relu) return x <= T(0) ? T(0) : T(1);
-  if constexpr (K == Act::Gelu) {
-    T cdf = T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2)));
-    T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
-    return cdf + x * pdf;
-  }
-  if constexpr (K == Act::GeluTanh) {
-    T x3 = x * x * x;
-    T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x3);
-    T t = cpu::tanh_of(inner);
-    T left = T(0.5) * x, right = T(1) + t;
-    T left_d = T(0.5) * right;
-    T right_d = left * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3) * T(0.044715) * x * x);
-    return left_d + right_d;
-  }
-  if constexpr (K == Act::Tanh) return T(1) - y * y;
-  if constexpr (K == Act::Sigmoid) return y * (T(1) - y);
-}
-
-// Calls fn.template operator()<K>() with the activation as a compile-time constant, so that act_fwd /
-// act_deriv inline into the loops and relu's vectorise (the same arithmetic, element by element).
-template <typename F>
-void with_act(Act k, F&& fn) {
-  switch (k) {
-    case Act::Relu: fn.template operator()<Act::Relu>(); return;
-    case Act::Gelu: fn.template operator()<Act::Gelu>(); return;
-    case Act::GeluTanh: fn.template operator()<Act::GeluTanh>(); return;
-    case Act::Tanh: fn.template operator()<Act::Tanh>(); return;
-    case Act::Sigmoid: fn.template operator()<Act::Sigmoid>(); return;
-  }
-}
+// ---- unary activations (ops/activation.h's list) ---------------------------------------------------------
+// The CPU's math for the list's formulas: in float the branch-free exp and tanh of fast_math.h (1 ulp,
+// vectorisable), in double std::.
+struct CpuMath {
+  template <class T> static T exp(T x) { return cpu::exp_of(x); }
+  template <class T> static T tanh(T x) { return cpu::tanh_of(x); }
+  template <class T> static T erf(T x) { return std::erf(x); }
+};
 
 // The loops, compiled per vector width (cpu_vec, core/cpu_isa.h): gelu's tanh is arithmetic-bound, so AVX-512
 // lanes cut its time roughly by the width ratio against the SSE2 baseline.
@@ -219,36 +168,42 @@ void with_act(Act k, F&& fn) {
 template <Act K, typename T>
 void act_fwd_loop(const T* x, T* y, int64_t b, int64_t e) {
 #pragma omp simd
-  for (int64_t i = b; i < e; ++i) y[i] = act_fwd<K>(x[i]);
+  for (int64_t i = b; i < e; ++i) y[i] = ActMath<K>::template fwd<CpuMath>(x[i]);
 }
-template <Act K, typename T>
 // dx may be dy (OpDef::in_place): no __restrict on them; element i is read before it is written.
-void act_bwd_loop(const T* dy, const T* x, const T* y, T* dx, int64_t b, int64_t e) {
+template <Act K, typename T>
+void act_bwd_loop(const T* dy, const T* z, T* dx, int64_t b, int64_t e) {
 #pragma omp simd
-  for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * act_deriv<K>(x[i], y[i]);
+  for (int64_t i = b; i < e; ++i) dx[i] = dy[i] * ActMath<K>::template deriv<CpuMath>(z[i]);
 }
 
-void act_forward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+// <act>(x) -> y.
+template <Act kFirst>
+void act_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const Act k = activation_of(kFirst, a);
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
-    with_act(act_of(op, a), [&]<Act K>() {
+    with_act(k, [&](auto tag) {
+      constexpr Act K = decltype(tag)::value;
       parallel_for(out[0].numel(), 1 << 14,
                    [x, y](int64_t b, int64_t e) { cpu_vec([&] { act_fwd_loop<K>(x, y, b, e); }); });
     });
   });
 }
 
-// <act>_grad(dy, z) -> dx, z the input x (gelu) or the output y (relu, tanh, sigmoid): act_deriv reads only that.
-void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+// <act>_grad(dy, z) -> dx, z the activation's input or output (the row's grad_reads): the derivative reads only it.
+template <Act kFirst>
+void act_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
+  const Act k = activation_of(kFirst, a);
   dispatch_float(out[0].dtype(), [&]<typename T>() {
     const T* dy = in[0].data<T>();
-    const T* x = in[1].data<T>();
-    const T* y = in[1].data<T>();
+    const T* z = in[1].data<T>();
     T* dx = out[0].data<T>();
-    with_act(act_of(op, a), [&]<Act K>() {
+    with_act(k, [&](auto tag) {
+      constexpr Act K = decltype(tag)::value;
       parallel_for(out[0].numel(), 1 << 14,
-                   [dy, x, y, dx](int64_t b, int64_t e) { cpu_vec([&] { act_bwd_loop<K>(dy, x, y, dx, b, e); }); });
+                   [dy, z, dx](int64_t b, int64_t e) { cpu_vec([&] { act_bwd_loop<K>(dy, z, dx, b, e); }); });
     });
   });
 }
@@ -256,37 +211,15 @@ void act_backward(const std::string& op, const Attrs& a, std::span<const Tensor>
 }  // namespace
 
 namespace cpu {
-bool is_activation(const std::string& op) { return op == "relu" || op == "gelu" || op == "tanh" || op == "sigmoid"; }
-
-void activation(const std::string& op, const Attrs& a, const float* x, float* y, int64_t n) {
-  with_act(act_of(op, a), [&]<Act K>() { cpu_vec([&] { act_fwd_loop<K>(x, y, 0, n); }); });
+void activation(Act k, const float* x, float* y, int64_t n) {
+  with_act(k, [&](auto tag) { cpu_vec([&] { act_fwd_loop<decltype(tag)::value>(x, y, 0, n); }); });
 }
-
-bool is_activation_grad(const std::string& op) {
-  return op.size() > 5 && op.compare(op.size() - 5, 5, "_grad") == 0 && is_activation(op.substr(0, op.size() - 5));
-}
-
-void activation_grad(const std::string& op, const Attrs& a, const float* dy, const float* z, float* dx, int64_t n) {
-  with_act(act_of(op.substr(0, op.size() - 5), a),
-           [&]<Act K>() { cpu_vec([&] { act_bwd_loop<K>(dy, z, z, dx, 0, n); }); });
+void activation_grad(Act k, const float* dy, const float* z, float* dx, int64_t n) {
+  with_act(k, [&](auto tag) { cpu_vec([&] { act_bwd_loop<decltype(tag)::value>(dy, z, dx, 0, n); }); });
 }
 }  // namespace cpu
 
 namespace {
-
-#define BRAID_ACT_KERNELS(NAME)                                                                        \
-  void NAME##_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) { \
-    act_forward(#NAME, a, in, out);                                                                    \
-  }                                                                                                    \
-  void NAME##_grad_cpu(const KernelCtx&, const Attrs& a, std::span<const Tensor> in,                   \
-                       std::span<const Tensor> out) {                                                  \
-    act_backward(#NAME, a, in, out);                                                                   \
-  }
-BRAID_ACT_KERNELS(relu)
-BRAID_ACT_KERNELS(gelu)
-BRAID_ACT_KERNELS(tanh)
-BRAID_ACT_KERNELS(sigmoid)
-#undef BRAID_ACT_KERNELS
 
 std::vector<TensorDesc> infer_same(const Attrs&, std::span<const TensorDesc> in) {
   if (!is_float(in[0].dtype)) throw OpError("input must be floating point, got " + in[0].str());
@@ -300,27 +233,33 @@ std::vector<SplitSignature> same_splits(const Attrs&, std::span<const TensorDesc
   return same_shape_splits(in, out);
 }
 
-// <act>_grad(dy, z) reads only what the derivative needs (act_deriv): gelu its input; relu, tanh and sigmoid
-// their output, so that backward keeps one of the two alive, not both (a recomputed gelu's output dies at the
-// weight gradient that reads it instead of living on to gelu_grad). relu's output is <= 0 exactly where its input
-// is (0 for x < 0, -0 for -0, NaN for NaN), so relu_grad's mask is the same read from either, as PyTorch's
-// threshold_backward on the result; reading the output lets relu run in place, its input dying at it (a linear's
-// or a batch norm's output is then not kept beside the activation: the arena of relu networks shrinks by about a
-// quarter).
-template <const char* kGradOp, bool kFromOutput>
+// <act>_grad(dy, z) reads only what the derivative needs (the row's grad_reads): gelu its input; relu, tanh and
+// sigmoid their output, so that backward keeps one of the two alive, not both (a recomputed gelu's output dies at
+// the weight gradient that reads it instead of living on to gelu_grad). relu's output is <= 0 exactly where its
+// input is, so relu_grad's mask is the same read from either, as PyTorch's threshold_backward on the result;
+// reading the output lets relu run in place, its input dying at it (a linear's or a batch norm's output is then not
+// kept beside the activation: the arena of relu networks shrinks by about a quarter).
+template <Act kFirst>
 void act_grad_rule(GradCtx& c) {
+  const ActivationRow& row = kActivations[static_cast<int>(kFirst)];
   if (c.dout[0].valid() && c.needs[0])
-    c.din[0] = c.g.emit(kGradOp, c.attrs, {c.dout[0], kFromOutput ? c.outputs[0] : c.inputs[0]})[0];
+    c.din[0] = c.g.emit(std::string(row.op) + "_grad", c.attrs,
+                        {c.dout[0], row.grad_reads == ActReads::Output ? c.outputs[0] : c.inputs[0]})[0];
 }
-constexpr char kReluGrad[] = "relu_grad", kGeluGrad[] = "gelu_grad", kTanhGrad[] = "tanh_grad",
-               kSigmoidGrad[] = "sigmoid_grad";
 
+// Each variant on a 3-d and a 2-d input (the harness completes the attributes; a variant's sample sets its own).
+template <Act kFirst>
 std::vector<Sample> act_samples() {
-  return {{"3d", {}, {{TensorDesc{Shape{2, 3, 5}}, 0, -3, 3}}}, {"2d", {}, {{TensorDesc{Shape{4, 7}}, 0, -3, 3}}}};
-}
-std::vector<Sample> gelu_samples() {
-  return {{"exact", {{"approximate", std::string("none")}}, {{TensorDesc{Shape{2, 3, 5}}, 0, -3, 3}}},
-          {"tanh", {{"approximate", std::string("tanh")}}, {{TensorDesc{Shape{4, 7}}, 0, -3, 3}}}};
+  std::vector<Sample> out;
+  const int f = static_cast<int>(kFirst);
+  for (int k = f; k < kNumActivations && std::strcmp(kActivations[k].op, kActivations[f].op) == 0; ++k) {
+    Attrs a;
+    std::string tag;
+    if (kActivations[k].attr) a.set(kActivations[k].attr, std::string(kActivations[k].value)), tag = std::string(kActivations[k].value) + "_";
+    out.push_back({tag + "3d", a, {{TensorDesc{Shape{2, 3, 5}}, 0, -3, 3}}});
+    out.push_back({tag + "2d", a, {{TensorDesc{Shape{4, 7}}, 0, -3, 3}}});
+  }
+  return out;
 }
 std::vector<BadSample> act_bad() { return {{"int", {}, {TensorDesc{Shape{2, 3}, DType::i32}}, "floating point"}}; }
 
@@ -347,32 +286,60 @@ void cast_grad(GradCtx& c) {
     c.din[0] = c.g.emit("cast", {{"dtype", std::string(dtype_name(c.g.desc(c.inputs[0]).dtype))}}, {c.dout[0]})[0];
 }
 
-OpDef unary_def(const std::string& name, CpuKernel k, GradFn g, std::string doc) {
-  OpDef d;
-  d.cheap_recompute = true;  // activations: elementwise, memory-bound
-  d.autocast = Autocast::Follow;
-  d.name = name;
-  d.doc = std::move(doc);
-  d.infer = infer_same;
-  d.grad = g;
-  d.splits = same_splits;
-  d.cpu = k;
-  d.samples = act_samples;
-  d.bad_samples = act_bad;
-  d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
-    return default_cost(in, out, 4);
-  };
-  return d;
-}
+// Everything of an activation op and its gradient op but the kernels, from its first row in the list.
+struct ActivationOps {
+  CpuKernel fwd, bwd;
+  GradFn rule;
+  std::vector<Sample> (*samples)();
+};
+#define BRAID_ACT_OPS(K, ...) ActivationOps{act_cpu<Act::K>, act_grad_cpu<Act::K>, act_grad_rule<Act::K>, act_samples<Act::K>},
+const ActivationOps kActivationOps[] = {BRAID_ACTIVATIONS(BRAID_ACT_OPS)};
+#undef BRAID_ACT_OPS
 
-OpDef grad_def(const std::string& name, CpuKernel k, std::vector<AttrSpec> attrs = {}) {
-  OpDef d = internal_op(name, "gradient of " + name.substr(0, name.size() - 5), 2);
-  d.attrs = std::move(attrs);
-  d.infer = infer_second;
-  d.splits = same_splits;
-  d.cpu = k;
-  d.in_place = true;  // dx over dy
-  return d;
+void register_activations(Registry& r) {
+  for (int f = 0; f < kNumActivations;) {
+    const ActivationRow& row = kActivations[f];
+    int end = f + 1;
+    while (end < kNumActivations && std::strcmp(kActivations[end].op, row.op) == 0) ++end;
+    std::vector<AttrSpec> attrs;
+    std::string doc = row.doc;
+    if (row.attr) {  // the variants: a string attribute, the first row its default
+      AttrSpec spec{row.attr, AttrKind::String, AttrValue(std::string(row.value)), false, {}, 0, false, false, ""};
+      for (int k = f; k < end; ++k) {
+        spec.choices.push_back(kActivations[k].value);
+        spec.doc += std::string(k > f ? "; " : "") + kActivations[k].value + ": " + kActivations[k].doc;
+      }
+      attrs.push_back(spec);
+    }
+    OpDef d;
+    d.name = row.op;
+    d.doc = doc;
+    d.attrs = attrs;
+    d.cheap_recompute = true;  // activations: elementwise, memory-bound
+    d.autocast = Autocast::Follow;
+    d.infer = infer_same;
+    d.grad = kActivationOps[f].rule;
+    d.splits = same_splits;
+    d.cpu = kActivationOps[f].fwd;
+    d.samples = kActivationOps[f].samples;
+    d.bad_samples = act_bad;
+    d.cost = [](const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
+      return default_cost(in, out, 4);
+    };
+    d.in_place = row.fwd_in_place;  // y over x where x dies here (its gradient reads y)
+    d.activation = f;
+    r.add(d);
+    OpDef g = internal_op(std::string(row.op) + "_grad", std::string("gradient of ") + row.op, 2);
+    g.attrs = attrs;
+    g.infer = infer_second;
+    g.splits = same_splits;
+    g.cpu = kActivationOps[f].bwd;
+    g.in_place = true;  // dx over dy
+    g.activation = f;
+    g.activation_grad = true;
+    r.add(g);
+    f = end;
+  }
 }
 
 }  // namespace
@@ -435,23 +402,7 @@ void register_elementwise(Registry& r) {
     d.cpu = cast_cpu;
     r.add(d);
   }
-  std::vector<AttrSpec> gelu_attrs{{"approximate", AttrKind::String, AttrValue(std::string("none")), false,
-                                    {"none", "tanh"}, 0, false, false, "none: exact erf form; tanh: approximation"}};
-  {
-    OpDef relu = unary_def("relu", relu_cpu, act_grad_rule<kReluGrad, true>, "max(x, 0)");
-    relu.in_place = true;  // y over x where x dies here (its gradient reads y)
-    r.add(relu);
-  }
-  OpDef gelu = unary_def("gelu", gelu_cpu, act_grad_rule<kGeluGrad, false>, "Gaussian error linear unit");
-  gelu.attrs = gelu_attrs;
-  gelu.samples = gelu_samples;
-  r.add(gelu);
-  r.add(unary_def("tanh", tanh_cpu, act_grad_rule<kTanhGrad, true>, "hyperbolic tangent"));
-  r.add(unary_def("sigmoid", sigmoid_cpu, act_grad_rule<kSigmoidGrad, true>, "logistic sigmoid"));
-  r.add(grad_def("relu_grad", relu_grad_cpu));
-  r.add(grad_def("gelu_grad", gelu_grad_cpu, gelu_attrs));
-  r.add(grad_def("tanh_grad", tanh_grad_cpu));
-  r.add(grad_def("sigmoid_grad", sigmoid_grad_cpu));
+  register_activations(r);
 }
 
 }  // namespace braid::ops

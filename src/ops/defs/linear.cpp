@@ -4,6 +4,8 @@
 // Kernels read every size from the tensors they get (never from `out`), so they run unchanged on the shards
 // of each split signature. Layout: x (M, in) row-major after flattening the leading axes; W (out, in).
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "ops/cpu/fused.h"
 #include "ops/cpu/kernel_util.h"
@@ -72,27 +74,25 @@ void linear_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std:
 
 }  // namespace
 
-void cpu::linear_activation(const Attrs&, const std::string& act_op, const Attrs& act_attrs,
-                            std::span<const Tensor> in, const Tensor& z, const Tensor& y) {
+void cpu::linear_activation(const Attrs&, Act act, std::span<const Tensor> in, const Tensor& z, const Tensor& y) {
   BRAID_ASSERT(z.dtype() == DType::f32 && y.dtype() == DType::f32, "linear_activation is float32 only");
   const Tensor& w = in[1];
   const int64_t fout = w.shape()[0], fin = w.shape()[1], m = in[0].numel() / fin;
   float* zp = z.data<float>();
   struct Ctx {
-    const std::string* op;
-    const Attrs* attrs;
+    Act act;
     const float* z;
     float* y;
     int64_t ld;
-  } ctx{&act_op, &act_attrs, zp, y.data<float>(), fout};
+  } ctx{act, zp, y.data<float>(), fout};
   auto epilogue = [](void* p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     auto* c = static_cast<Ctx*>(p);
     if (c0 == 0 && c1 == c->ld) {  // whole rows: one contiguous run
-      cpu::activation(*c->op, *c->attrs, c->z + r0 * c->ld, c->y + r0 * c->ld, (r1 - r0) * c->ld);
+      cpu::activation(c->act, c->z + r0 * c->ld, c->y + r0 * c->ld, (r1 - r0) * c->ld);
       return;
     }
     for (int64_t r = r0; r < r1; ++r)
-      cpu::activation(*c->op, *c->attrs, c->z + r * c->ld + c0, c->y + r * c->ld + c0, c1 - c0);
+      cpu::activation(c->act, c->z + r * c->ld + c0, c->y + r * c->ld + c0, c1 - c0);
   };
   const cpu::GemmEpilogue ep{epilogue, &ctx};
   cpu::affine_rows<float>(in[0].data<float>(), m, fin, w.data<float>(), in.size() == 3 ? in[2].data<float>() : nullptr, fout,
@@ -124,29 +124,28 @@ void cpu::linear_dw_db(std::span<const Tensor> in, const Tensor& dw, const Tenso
             dw.data<float>(), fin, cpu::GemmEpilogue{epilogue, &ctx});
 }
 
-void cpu::linear_dx_activation_grad(const std::string& act_grad_op, const Attrs& act_attrs,
-                                    std::span<const Tensor> in, const Tensor& dh, const Tensor& z, const Tensor& dz) {
+void cpu::linear_dx_activation_grad(Act act, std::span<const Tensor> in, const Tensor& dh, const Tensor& z,
+                                    const Tensor& dz) {
   BRAID_ASSERT(dh.dtype() == DType::f32 && z.dtype() == DType::f32 && dz.dtype() == DType::f32,
                "linear_dx_activation_grad is float32 only");
   const int64_t fout = in[1].shape()[0], fin = in[1].shape()[1], m = in[0].numel() / fout;
   struct Ctx {
-    const std::string* op;
-    const Attrs* attrs;
+    Act act;
     const float* dh;
     const float* z;
     float* dz;
     int64_t ld;
-  } ctx{&act_grad_op, &act_attrs, dh.data<float>(), z.data<float>(), dz.data<float>(), fin};
+  } ctx{act, dh.data<float>(), z.data<float>(), dz.data<float>(), fin};
   auto epilogue = [](void* p, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     auto* c = static_cast<Ctx*>(p);
     if (c0 == 0 && c1 == c->ld) {  // whole rows: one contiguous run
       const int64_t at = r0 * c->ld;
-      cpu::activation_grad(*c->op, *c->attrs, c->dh + at, c->z + at, c->dz + at, (r1 - r0) * c->ld);
+      cpu::activation_grad(c->act, c->dh + at, c->z + at, c->dz + at, (r1 - r0) * c->ld);
       return;
     }
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t at = r * c->ld + c0;
-      cpu::activation_grad(*c->op, *c->attrs, c->dh + at, c->z + at, c->dz + at, c1 - c0);
+      cpu::activation_grad(c->act, c->dh + at, c->z + at, c->dz + at, c1 - c0);
     }
   };
   cpu::gemm(false, false, m, fin, fout, 1.0f, in[0].data<float>(), fout, in[1].data<float>(), fin, 0.0f,
@@ -157,7 +156,7 @@ const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
   static const CpuFusion lin_act{FusionLink::TailReadsHeadOutput,
                                  [](const KernelCtx&, const Attrs& ha, const OpDef& t, const Attrs& ta,
                                     std::span<const Tensor> in, std::span<const Tensor>, const Tensor& z,
-                                    const Tensor& y) { linear_activation(ha, t.name, ta, in, z, y); }};
+                                    const Tensor& y) { linear_activation(ha, activation_of(t, ta), in, z, y); }};
   static const CpuFusion dw_db{FusionLink::SameFirstInput,
                                [](const KernelCtx&, const Attrs&, const OpDef&, const Attrs&, std::span<const Tensor> in,
                                   std::span<const Tensor>, const Tensor& dw, const Tensor& db) { linear_dw_db(in, dw, db); }};
@@ -165,17 +164,30 @@ const cpu::CpuFusion* cpu::cpu_fusion(const OpDef& head, const OpDef& tail) {
                                 [](const KernelCtx&, const Attrs&, const OpDef& t, const Attrs& ta,
                                    std::span<const Tensor> in, std::span<const Tensor> tail_in, const Tensor& dh,
                                    const Tensor& dz) {
-                                  linear_dx_activation_grad(t.name, ta, in, dh, tail_in[1], dz);
+                                  linear_dx_activation_grad(activation_of(t, ta), in, dh, tail_in[1], dz);
                                 }};
   static const CpuFusion conv_act{FusionLink::TailReadsHeadOutput,
                                   [](const KernelCtx& ctx, const Attrs& ha, const OpDef& t, const Attrs& ta,
                                      std::span<const Tensor> in, std::span<const Tensor>, const Tensor& z,
-                                     const Tensor& y) { conv2d_activation(ctx, ha, t.name, ta, in, z, y); }};
-  if (head.name == "linear" && is_activation(tail.name)) return &lin_act;
-  if (head.name == "conv2d" && is_activation(tail.name)) return &conv_act;
-  if (head.name == "linear_dw" && tail.name == "linear_db") return &dw_db;
-  if (head.name == "linear_dx" && is_activation_grad(tail.name)) return &dx_act;
-  return nullptr;
+                                     const Tensor& y) { conv2d_activation(ctx, ha, activation_of(t, ta), in, z, y); }};
+  // The table, filled once from the registry: pairs of definitions, never of names.
+  static const std::map<std::pair<const OpDef*, const OpDef*>, const CpuFusion*> table = [] {
+    const Registry& r = Registry::get();
+    std::map<std::pair<const OpDef*, const OpDef*>, const CpuFusion*> t;
+    for (const OpDef* d : r.all()) {
+      if (d->activation < 0) continue;
+      if (d->activation_grad) {
+        t[{&r.at("linear_dx"), d}] = &dx_act;
+      } else {
+        t[{&r.at("linear"), d}] = &lin_act;
+        t[{&r.at("conv2d"), d}] = &conv_act;
+      }
+    }
+    t[{&r.at("linear_dw"), &r.at("linear_db")}] = &dw_db;
+    return t;
+  }();
+  auto it = table.find({&head, &tail});
+  return it == table.end() ? nullptr : it->second;
 }
 
 namespace {

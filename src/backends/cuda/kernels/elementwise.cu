@@ -62,52 +62,21 @@ __global__ void fill_kernel(T* y, int64_t n, float v) {
   BRAID_GRID_LOOP(i, n) y[i] = from_f<T>(v);
 }
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+// CUDA's math for the activation list's formulas (ops/activation.h), in float.
+struct DevMath {
+  __host__ __device__ static float exp(float x) { return expf(x); }
+  __host__ __device__ static float tanh(float x) { return tanhf(x); }
+  __host__ __device__ static float erf(float x) { return erff(x); }
+};
 
-__device__ inline float act_fwd(Act k, float x) {
-  switch (k) {
-    case Act::Relu: return x < 0.f ? 0.f : x;  // as PyTorch: NaN and -0 kept
-    case Act::Gelu: return x * 0.5f * (1.f + erff(x * kInvSqrt2));
-    case Act::GeluTanh: {
-      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.f + tanhf(inner));
-    }
-    case Act::Tanh: return tanhf(x);
-    case Act::Sigmoid: return 1.f / (1.f + expf(-x));
-  }
-  return x;
+template <Act K, typename T>
+__global__ void act_kernel(const T* x, T* y, int64_t n) {
+  BRAID_GRID_LOOP(i, n) y[i] = from_f<T>(ops::ActMath<K>::template fwd<DevMath>(to_f(x[i])));
 }
 
-__device__ inline float act_deriv(Act k, float x, float y) {
-  switch (k) {
-    case Act::Relu: return x <= 0.f ? 0.f : 1.f;  // threshold_backward: NaN passes dy
-    case Act::Gelu: {
-      float cdf = 0.5f * (1.f + erff(x * kInvSqrt2));
-      float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-      return cdf + x * pdf;
-    }
-    case Act::GeluTanh: {
-      float x3 = x * x * x;
-      float t = tanhf(kSqrt2OverPi * (x + 0.044715f * x3));
-      float left = 0.5f * x, right = 1.f + t;
-      return 0.5f * right + left * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * 0.044715f * x * x);
-    }
-    case Act::Tanh: return 1.f - y * y;
-    case Act::Sigmoid: return y * (1.f - y);
-  }
-  return 0.f;
-}
-
-template <typename T>
-__global__ void act_kernel(Act k, const T* x, T* y, int64_t n) {
-  BRAID_GRID_LOOP(i, n) y[i] = from_f<T>(act_fwd(k, to_f(x[i])));
-}
-
-template <typename T>
-__global__ void act_grad_kernel(Act k, const T* dy, const T* x, const T* y, T* dx, int64_t n) {
-  BRAID_GRID_LOOP(i, n) dx[i] = from_f<T>(to_f(dy[i]) * act_deriv(k, to_f(x[i]), to_f(y[i])));
+template <Act K, typename T>
+__global__ void act_grad_kernel(const T* dy, const T* z, T* dx, int64_t n) {
+  BRAID_GRID_LOOP(i, n) dx[i] = from_f<T>(to_f(dy[i]) * ops::ActMath<K>::template deriv<DevMath>(to_f(z[i])));
 }
 
 template <typename T, typename M>
@@ -185,17 +154,22 @@ void activation(const Ctx& c, DType t, Act a, const void* x, void* y, int64_t n)
   if (n == 0) return;
   dispatch(t, "activation", [&](auto tag) {
     using T = decltype(tag);
-    act_kernel<T><<<blocks_for(n), 256, 0, stream_of(c)>>>(a, static_cast<const T*>(x), static_cast<T*>(y), n);
+    ops::with_act(a, [&](auto k) {
+      act_kernel<decltype(k)::value, T>
+          <<<blocks_for(n), 256, 0, stream_of(c)>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+    });
     BRAID_LAUNCH_CHECK("act_kernel");
   });
 }
 
-void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x, const void* y, void* dx, int64_t n) {
+void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* z, void* dx, int64_t n) {
   if (n == 0) return;
   dispatch(t, "activation_grad", [&](auto tag) {
     using T = decltype(tag);
-    act_grad_kernel<T><<<blocks_for(n), 256, 0, stream_of(c)>>>(a, static_cast<const T*>(dy), static_cast<const T*>(x),
-                                                                 static_cast<const T*>(y), static_cast<T*>(dx), n);
+    ops::with_act(a, [&](auto k) {
+      act_grad_kernel<decltype(k)::value, T><<<blocks_for(n), 256, 0, stream_of(c)>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(z), static_cast<T*>(dx), n);
+    });
     BRAID_LAUNCH_CHECK("act_grad_kernel");
   });
 }

@@ -88,26 +88,16 @@ void ones_like_cuda(const CudaCtx& c, const Attrs&, Span, Span out) {
   cu::fill(c, out[0].dtype(), out[0].raw(), out[0].numel(), 1.0);
 }
 
-cu::Act act_of(const std::string& op, const Attrs& a) {
-  if (op == "relu") return cu::Act::Relu;
-  if (op == "tanh") return cu::Act::Tanh;
-  if (op == "sigmoid") return cu::Act::Sigmoid;
-  return a.s("approximate") == "tanh" ? cu::Act::GeluTanh : cu::Act::Gelu;
+// The activation list's kernels (ops/activation.h): one per op, the variant read from the node's attributes.
+template <cu::Act kFirst>
+void act_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
+  cu::activation(c, out[0].dtype(), activation_of(kFirst, a), in[0].raw(), out[0].raw(), out[0].numel());
 }
-
-#define BRAID_ACT(NAME)                                                                                      \
-  void NAME##_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {                                    \
-    cu::activation(c, out[0].dtype(), act_of(#NAME, a), in[0].raw(), out[0].raw(), out[0].numel());          \
-  }                                                                                                          \
-  void NAME##_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {                               \
-    cu::activation_grad(c, out[0].dtype(), act_of(#NAME, a), in[0].raw(), in[1].raw(), in[1].raw(), out[0].raw(), \
-                        out[0].numel());                                                                     \
-  }
-BRAID_ACT(relu)
-BRAID_ACT(gelu)
-BRAID_ACT(tanh)
-BRAID_ACT(sigmoid)
-#undef BRAID_ACT
+template <cu::Act kFirst>
+void act_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
+  cu::activation_grad(c, out[0].dtype(), activation_of(kFirst, a), in[0].raw(), in[1].raw(), out[0].raw(),
+                      out[0].numel());
+}
 
 // dropout(x) -> y and dropout_grad(dy) -> dx: the same draw of the mask (dropout_grad's key is its forward's), kept by
 // neither.
@@ -366,14 +356,6 @@ std::vector<Entry> dense_entries() {
       {"reduce_like", reduce_like_cuda, nullptr},
       {"ones_like", ones_like_cuda, nullptr},
       {"cast", cast_cuda, nullptr},
-      {"relu", relu_cuda, nullptr},
-      {"gelu", gelu_cuda, nullptr},
-      {"tanh", tanh_cuda, nullptr},
-      {"sigmoid", sigmoid_cuda, nullptr},
-      {"relu_grad", relu_grad_cuda, nullptr},
-      {"gelu_grad", gelu_grad_cuda, nullptr},
-      {"tanh_grad", tanh_grad_cuda, nullptr},
-      {"sigmoid_grad", sigmoid_grad_cuda, nullptr},
       {"dropout", dropout_cuda, nullptr},
       {"dropout_grad", dropout_cuda, nullptr},
       {"layer_norm", layer_norm_cuda, nullptr},
@@ -390,9 +372,9 @@ std::vector<Entry> dense_entries() {
       {"flatten", copy_cuda, nullptr},
       {"reshape", copy_cuda, nullptr},
       {"transpose", transpose_cuda, nullptr},
-      {"linear", linear_cuda, nullptr},
-      {"linear_dx", linear_dx_cuda, nullptr},
-      {"linear_dw", linear_dw_cuda, nullptr},
+      {"linear", linear_cuda, nullptr, 0b1},
+      {"linear_dx", linear_dx_cuda, nullptr, 0b1},
+      {"linear_dw", linear_dw_cuda, nullptr, 0b11},
       {"linear_db", linear_db_cuda, linear_db_ws},
       {"embedding", embedding_cuda, nullptr},
       {"embedding_dw", embedding_dw_cuda, embedding_dw_ws},
@@ -401,6 +383,12 @@ std::vector<Entry> dense_entries() {
       {"attention", attention_cuda, attention_ws},
       {"attention_grad", attention_grad_cuda, attention_grad_ws},
   };
+}
+
+std::vector<std::pair<CudaKernel, CudaKernel>> activation_kernels() {
+#define BRAID_ACT_KERNELS(K, ...) {act_cuda<cu::Act::K>, act_grad_cuda<cu::Act::K>},
+  return {BRAID_ACTIVATIONS(BRAID_ACT_KERNELS)};
+#undef BRAID_ACT_KERNELS
 }
 
 }  // namespace braid::ops::cuda_table

@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace braid::cuda {
 
@@ -90,7 +91,8 @@ struct Window {
   int64_t B = 0, C = 0, H = 0, W = 0, kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, Ho = 0, Wo = 0;
 };
 
-enum class Act : int { Relu = 0, Gelu = 1, GeluTanh = 2, Tanh = 3, Sigmoid = 4 };
+// The activations: ops/activation.h's list, shared with the CPU kernels.
+using Act = ::braid::ops::Act;
 
 // ---- elementwise (elementwise.cu) ------------------------------------------------------------------------
 // y (n elements) = x_0 op x_1 op ... (op = * when mul, else +), folded left to right as the CPU kernel.
@@ -98,7 +100,8 @@ void nary(const Ctx& c, DType t, bool mul, int num_in, const void* const* x, con
 void reduce_like(const Ctx& c, DType t, const void* g, const ReduceIndex& r, void* y, int64_t n_out);
 void fill(const Ctx& c, DType t, void* y, int64_t n, double value);
 void activation(const Ctx& c, DType t, Act a, const void* x, void* y, int64_t n);
-void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* x, const void* y, void* dx, int64_t n);
+// dx = dy * act'(z), z the activation's input or output (its row's grad_reads).
+void activation_grad(const Ctx& c, DType t, Act a, const void* dy, const void* z, void* dx, int64_t n);
 // Element i's index in the unsplit tensor (ops/defs/dropout.cpp's global()): base + i when len == 0; on a shard of
 // axis a > 0, i = (row * len + t) * inner + k maps to ((row0 + row) * full + start + t) * inner + k.
 struct ShardIndex {
