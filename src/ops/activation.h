@@ -33,7 +33,8 @@ namespace braid::ops {
   X(Gelu,     "gelu",    "approximate", "none",  Input,  false, "Gaussian error linear unit x Phi(x) (exact erf form)") \
   X(GeluTanh, "gelu",    "approximate", "tanh",  Input,  false, "gelu's tanh approximation")                       \
   X(Tanh,     "tanh",    nullptr,       nullptr, Output, false, "hyperbolic tangent")                              \
-  X(Sigmoid,  "sigmoid", nullptr,       nullptr, Output, false, "logistic sigmoid")
+  X(Sigmoid,  "sigmoid", nullptr,       nullptr, Output, false, "logistic sigmoid")                                \
+  X(Silu,     "silu",    nullptr,       nullptr, Input,  false, "x sigmoid(x) (SiLU, swish: SwiGLU's gate)")
 // clang-format on
 
 #define BRAID_ACT_ENUM(K, ...) K,
@@ -129,6 +130,15 @@ template <>
 struct ActMath<Act::Sigmoid> {
   template <class M, class T> static BRAID_HD T fwd(T x) { return T(1) / (T(1) + M::exp(-x)); }
   template <class M, class T> static BRAID_HD T deriv(T y) { return y * (T(1) - y); }
+};
+
+template <>
+struct ActMath<Act::Silu> {  // PyTorch's silu: x / (1 + e^-x); backward dy s (1 + x (1 - s)), s = sigmoid(x)
+  template <class M, class T> static BRAID_HD T fwd(T x) { return x / (T(1) + M::exp(-x)); }
+  template <class M, class T> static BRAID_HD T deriv(T x) {
+    T s = T(1) / (T(1) + M::exp(-x));
+    return s * (T(1) + x * (T(1) - s));
+  }
 };
 
 // The row of op `first`'s variant that `value` (its attribute's value) selects: the rows of one op are consecutive.

@@ -1,6 +1,6 @@
 # PyTorch references of the elementwise family (src/ops/defs/elementwise.cpp), run by ../op_ref.py.
 # add/mul: n-ary with NumPy broadcasting (torch's + and *); relu, gelu (approximate "none" = erf form,
-# "tanh" = tanh approximation, as torch.nn.functional.gelu), tanh, sigmoid. No op is random, so all modes
+# "tanh" = tanh approximation, as torch.nn.functional.gelu), tanh, sigmoid, silu. No op is random, so all modes
 # are compared. Each fn(attrs, inputs, training) returns the list of public outputs.
 import functools
 
@@ -27,4 +27,5 @@ OPS = {
     "gelu": _gelu,
     "tanh": lambda attrs, inputs, training: [torch.tanh(inputs[0])],
     "sigmoid": lambda attrs, inputs, training: [torch.sigmoid(inputs[0])],
+    "silu": lambda attrs, inputs, training: [F.silu(inputs[0])],
 }
