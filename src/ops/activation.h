@@ -30,8 +30,8 @@ namespace braid::ops {
 // clang-format off
 #define BRAID_ACTIVATIONS(X)                                                                                      \
   X(Relu,     "relu",    nullptr,       nullptr, Output, true,  "max(x, 0)")                                       \
-  X(Gelu,     "gelu",    "approximate", "none",  Input,  false, "Gaussian error linear unit x Phi(x) (exact erf form)") \
-  X(GeluTanh, "gelu",    "approximate", "tanh",  Input,  false, "gelu's tanh approximation")                       \
+  X(Gelu,     "gelu",    "approximate", "none",  Input,  false, "Gaussian error linear unit, x Phi(x)")           \
+  X(GeluTanh, "gelu",    "approximate", "tanh",  Input,  false, "its tanh approximation")                           \
   X(Tanh,     "tanh",    nullptr,       nullptr, Output, false, "hyperbolic tangent")                              \
   X(Sigmoid,  "sigmoid", nullptr,       nullptr, Output, false, "logistic sigmoid")                                \
   X(Silu,     "silu",    nullptr,       nullptr, Input,  false, "x sigmoid(x) (SiLU, swish: SwiGLU's gate)")
