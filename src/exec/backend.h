@@ -1,9 +1,10 @@
 // The device-backend interface: what the one engine (exec/engine.h) needs of a kind of device, in the spirit of
 // ggml's backend vtable. A backend makes devices; a device compiles stage programs (a graph with its executor, its
-// gradients and their accumulation), keeps its shards' update (clipping's sum of squares and scaling, the
-// optimizer), and copies them to and from the engine's host copies. Everything a training step does beyond that
-// (the schedule, micro-batch accumulation, gradient buckets overlapped with backward, the global norm, loss
-// scaling, gather/scatter for checkpoints, tracing, timing) is the engine's, written once for every backend.
+// gradients, their accumulation over micro-batches and their data-parallel buckets: the Program's), keeps its
+// shards' update (clipping's sum of squares and scaling, the optimizer), and copies them to and from the engine's
+// host copies. The engine drives the rest once for every backend: the schedule, each full bucket's all-reduce on the
+// device's communication thread while backward goes on, the global norm, loss scaling, gather/scatter for
+// checkpoints, tracing, timing. The "run setup" block at the end of Backend answers what setting a run up asks.
 //
 // Backends: "cpu" (src/backends/cpu, built into braid) and "cuda" (src/backends/cuda, the module libbraid_cuda.so
 // that braid loads at run time only for cuda devices: no CUDA library is mapped otherwise). Adding one is a module
