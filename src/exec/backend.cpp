@@ -84,7 +84,7 @@ Backend* backend(const std::string& kind, std::string* why_not) {
     std::lock_guard<std::mutex> lock(registry_mutex());
     auto& r = registry();
     if (auto it = r.find(kind); it != r.end()) return it->second.get();
-    if (kind == "cpu") return (r["cpu"] = make_cpu_backend()).get();  // built in
+    if (auto b = make_builtin_backend(kind)) return (r[kind] = std::move(b)).get();
   }
   std::string why = load_backend_module(kind);
   std::lock_guard<std::mutex> lock(registry_mutex());

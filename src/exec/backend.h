@@ -1,9 +1,10 @@
 // The device-backend interface: what the one engine (exec/engine.h) needs of a kind of device, in the spirit of
 // ggml's backend vtable. A backend makes devices; a device compiles stage programs (a graph with its executor, its
-// gradients and their accumulation), keeps its shards' update (clipping's sum of squares and scaling, the
-// optimizer), and copies them to and from the engine's host copies. Everything a training step does beyond that
-// (the schedule, micro-batch accumulation, gradient buckets overlapped with backward, the global norm, loss
-// scaling, gather/scatter for checkpoints, tracing, timing) is the engine's, written once for every backend.
+// gradients, their accumulation over micro-batches and their data-parallel buckets: the Program's), keeps its
+// shards' update (clipping's sum of squares and scaling, the optimizer), and copies them to and from the engine's
+// host copies. The engine drives the rest once for every backend: the schedule, each full bucket's all-reduce on the
+// device's communication thread while backward goes on, the global norm, loss scaling, gather/scatter for
+// checkpoints, tracing, timing. The "run setup" block at the end of Backend answers what setting a run up asks.
 //
 // Backends: "cpu" (src/backends/cpu, built into braid) and "cuda" (src/backends/cuda, the module libbraid_cuda.so
 // that braid loads at run time only for cuda devices: no CUDA library is mapped otherwise). Adding one is a module
@@ -25,6 +26,7 @@
 #include "io/dataset.h"
 #include "io/run_config.h"
 #include "io/trace.h"
+#include "planner/cost_model.h"
 
 namespace braid::exec {
 
@@ -180,8 +182,9 @@ class Backend {
   // The world communicator of every local plan device (in spec.local order).
   virtual std::vector<std::unique_ptr<Communicator>> worlds(const WorldSpec& spec) = 0;
   // `values`: the dtype between ops of the training graphs (EngineOptions::half); evaluation's graphs match.
-  virtual std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where,
-                                               DType values) = 0;
+  // `eval`: the run's evaluation graph (null: none built), used for batches of its size.
+  virtual std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where, DType values,
+                                               const graph::Graph* eval) = 0;
   // Whether the engine pins device threads to shares of this process's cores (CPU devices in one process).
   virtual bool pins_threads() const = 0;
   // Whether device memory is the host's (a device's store is its parameters themselves, not a copy).
@@ -197,6 +200,27 @@ class Backend {
   virtual bool overlapped_comm() const = 0;
   // Whether the run uses dynamic loss scaling (fp16 autocast).
   virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
+
+  // ---- run setup (issue 38 item 3) ----
+  // What setting a run up asks of its kind of device (exec/run_plan.h: RunSetup), so that exec/ names no kind. A
+  // kind whose module is not loaded answers these through its planning stand-in (backends/builtin.h).
+  // The cost model plan: auto searches on and a plan file's step is predicted on, for `count` devices; *description
+  // names it for the banner.
+  virtual std::unique_ptr<planner::CostModel> cost_model(const io::RunConfig& cfg, int count,
+                                                         std::string* description) const = 0;
+  // The highest ZeRO stage plan: auto may choose on these devices (a plan file may pin any).
+  virtual int max_zero_stage() const = 0;
+  // Whether train.precision bf16 / f16 trains mixed here (autocast, the planner's 16-bit peak); else f32, with a warning.
+  virtual bool mixed_precision() const = 0;
+  // The dtype of the values between ops in a plan's training and evaluation graphs (`split`: several stages or
+  // tensor parallelism): graph::BuildOptions::half.
+  virtual DType value_dtype(const io::RunConfig& cfg, bool split) const = 0;
+  // Whether the numbers of a device list name this backend's devices (cuda:0,2: GPUs 0 and 2, plan device i on the
+  // i-th listed); false: interchangeable devices (cpu:4), every plan device on backend device 0.
+  virtual bool numbered_devices() const = 0;
+  // Devices beside the host whose plans are predicted from datasheets: the banner names them (describe) instead
+  // of the plan's layout, and the closed loop (measured against predicted step) does not run.
+  virtual bool accelerator() const = 0;
 };
 
 // One error per op of `g` that `b` cannot run (at the layer's place in the model file, exit status 2): the op, its
@@ -208,8 +232,9 @@ void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags
 // first time it is asked for. nullptr, and *why_not says why, when there is none.
 Backend* backend(const std::string& kind, std::string* why_not = nullptr);
 void register_backend(const std::string& kind, std::unique_ptr<Backend> b);
-// The CPU backend (src/backends/cpu).
-std::unique_ptr<Backend> make_cpu_backend();
+// The backends built into braid by kind (cpu; nullptr for others): src/backends/builtin.cpp, with planning_backend
+// (src/backends/builtin.h), the run-setup answers of a kind without loading its module.
+std::unique_ptr<Backend> make_builtin_backend(const std::string& kind);
 
 // Backends as modules loaded at run time (dlopen), so that a CUDA build of braid starts, and runs every CPU
 // command, without mapping cuBLAS, cuDNN or NCCL, even on a machine that has none of them. The module of kind K is

@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "core/parallel.h"
-#include "graph/build.h"
 
 namespace braid::exec {
 namespace {
@@ -81,27 +80,6 @@ Backend& cpu_backend_ref() {
 
 }  // namespace
 
-planner::Plan data_parallel_plan(const io::RunConfig& cfg, int devices) {
-  const int64_t batch = cfg.train.batch;
-  const int64_t micro = cfg.train.micro_batch.value_or(batch);
-  if (micro % devices != 0)
-    throw UserError(SourceLoc{cfg.path, 0, 0},
-                    "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
-                        " samples does not split evenly over " + std::to_string(devices) + " data-parallel devices",
-                    "make train.micro_batch (or train.batch) a multiple of " + std::to_string(devices));
-  const graph::Graph g = graph::build_graph(cfg.model, micro / devices, {});
-  planner::Plan p = planner::single_device_plan(g, batch, micro);
-  p.summary.micro_batch = micro / devices;
-  p.summary.devices = devices;
-  p.summary.data_parallel = devices;
-  if (!p.stages.empty()) {
-    p.stages[0].devices.clear();
-    for (int d = 0; d < devices; ++d) p.stages[0].devices.push_back(d);
-    p.stages[0].mesh = {devices, 1};
-  }
-  return p;
-}
-
 Engine::Engine(const io::ModelSpec& m, const io::OptimizerSpec& opt, const planner::Plan& plan, uint64_t seed,
                EngineOptions options, const PlanWorld* world)
     : Engine(cpu_config(m, opt, seed), plan, cpu_backend_ref(), {}, options, world) {}
@@ -114,7 +92,8 @@ Engine::Engine(const io::RunConfig& cfg, const planner::Plan& plan, Backend& bac
       where_(std::move(where)),
       options_(options),
       seed_(cfg.train.seed),
-      programs_(lower_plan(cfg.model, plan, LowerOptions{options.sync_batch_norm, options.half, plan.summary.zero >= 3})),
+      programs_(options.model ? lower_plan(*options.model, plan, {options.sync_batch_norm, options.half, plan.summary.zero >= 3})
+                            : lower_plan(cfg.model, plan, {options.sync_batch_norm, options.half, plan.summary.zero >= 3})),
       schedule_(schedule_of(plan.summary)),
       dp_(plan.summary.data_parallel),
       micro_batches_(static_cast<int>(plan.summary.micro_batches)),
@@ -660,7 +639,7 @@ void Engine::scatter(const ParamStore& full, const Optimizer* full_opt) {
 std::vector<std::pair<std::string, double>> Engine::evaluate(ParamStore& full, io::Dataset& data,
                                                              std::span<const int64_t> idx) {
   BRAID_ASSERT(local_of(0), "evaluation runs in plan device 0's process");
-  if (!evaluator_) evaluator_ = backend_.evaluator(cfg_, full, local_of(0)->where, options_.half);
+  if (!evaluator_) evaluator_ = backend_.evaluator(cfg_, full, local_of(0)->where, options_.half, options_.eval);
   return evaluator_->run(data, idx, version_);
 }
 

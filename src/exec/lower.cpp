@@ -339,7 +339,12 @@ TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts) {
 std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options) {
   graph::BuildOptions bo;
   bo.half = options.half;
-  const Graph model = graph::build_graph(m, plan.summary.micro_batch, bo);
+  return lower_plan(graph::build_graph(m, plan.summary.micro_batch, bo), plan, options);
+}
+
+std::vector<StageProgram> lower_plan(const Graph& model, const planner::Plan& plan, const LowerOptions& options) {
+  BRAID_ASSERT(model.batch() == plan.summary.micro_batch, "lowering a graph of batch ", model.batch(),
+               " for micro-batches of ", plan.summary.micro_batch);
   const auto fwd = planner::forward_layers(model);
   std::map<std::string, int> layer_index;
   for (size_t i = 0; i < fwd.size(); ++i) layer_index[fwd[i]->layer] = static_cast<int>(i);

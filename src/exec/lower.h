@@ -81,6 +81,8 @@ struct LowerOptions {
   bool zero3 = false;
 };
 std::vector<StageProgram> lower_plan(const io::ModelSpec& m, const planner::Plan& plan, const LowerOptions& options = {});
+// The same from the model's forward graph at the plan's micro-batch, built with options.half values.
+std::vector<StageProgram> lower_plan(const graph::Graph& model, const planner::Plan& plan, const LowerOptions& options = {});
 
 // The tensor-group size of a stage's mesh [dp, t1, t2, ...] (the product of the axes after the first).
 int tensor_group_size(const planner::StagePlan& s);

@@ -28,7 +28,7 @@ class Optimizer {
   const std::map<std::string, std::map<std::string, Tensor>>& state() const { return state_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   // fp16 training's dynamic loss scale (exec/loss_scale.h), kept with the state for checkpoints; scale 0 in every
-  // other run. The engine that scales keeps it current (DeviceEngine::to_host).
+  // other run. The engine keeps it current when it gathers the state for a checkpoint (Engine::gather).
   LossScaleState loss_scale;
 
  private:

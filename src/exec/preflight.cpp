@@ -57,8 +57,10 @@ void check_backend_ops(const io::RunConfig& cfg, std::initializer_list<const gra
 
 }  // namespace
 
-Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags) {
+Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags, RunSetup setup) {
   Preflight p;
+  p.setup = std::move(setup);
+  RunSetup& s = p.setup;
   const bool run_whole = diags.empty();  // the run file (and its model) read without a mistake
   auto guard = [&diags](auto&& f) {
     try {
@@ -67,23 +69,40 @@ Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diag
       diags.merge(e);
     }
   };
-  // 1. The graphs train builds: the training step's (the micro-batch, with backward) and evaluation's.
+  // 1. The graphs train builds: the training step's (the micro-batch, with backward) and evaluation's (train.batch).
   const int64_t micro = std::max<int64_t>(1, cfg.is_model_only ? 1 : cfg.train.micro_batch.value_or(cfg.train.batch));
-  graph::BuildOptions bo;
-  bo.with_backward = true;
-  graph::Graph g = graph::build_graph(cfg.model, micro, bo, diags);
+  if (cfg.is_model_only || !run_whole) {  // the model's mistakes only
+    graph::BuildOptions bo;
+    bo.with_backward = true;
+    graph::build_graph(cfg.model, micro, bo, diags);
+    graph::BuildOptions eo;
+    eo.with_metrics = true;
+    graph::build_graph(cfg.model, micro, eo, diags);
+    return p;
+  }
+  // The training graph at the micro-batch its plan will run (set_up_devices: one replica's), once for every use;
+  // its backward is checked on a copy (the lowering derives each stage's own).
+  set_up_devices(cfg, s);
+  const graph::Graph& fwd = s.forward(cfg.model, s.graph_batch, DType::f32, diags);
+  if (diags.empty()) {
+    graph::Graph with_backward = fwd;
+    graph::add_backward(with_backward, diags);
+  }
   graph::BuildOptions eo;
   eo.with_metrics = true;
-  graph::Graph eval = graph::build_graph(cfg.model, micro, eo, diags);
-  if (cfg.is_model_only || !run_whole) return p;
+  graph::Graph eval = graph::build_graph(cfg.model, cfg.train.batch, eo, diags);
   const bool graph_whole = diags.empty();
   if (graph_whole) check_backend_ops(cfg, {&g, &eval}, diags);
   // 2. Devices and plan (the plan is read and validated against the graph, or searched for).
-  if (graph_whole) guard([&] { p.run = run_plan(cfg); });
-  if (!p.run) guard([&] { p.dp_degree = data_parallel_degree(cfg, micro); });
+  if (graph_whole) {
+    s.eval = std::move(eval);
+    guard([&] { set_up_plan(cfg, s); });
+  } else if (cfg.parallel.plan == "auto" && s.devices_error.empty() && s.devices.count > 1) {
+    guard([&] { check_data_parallel_split(cfg, s.devices.count); });
+  }
   // 3. Data: opened as train opens it (headers, contents, shapes, label ranges against the model's inputs).
   if (cfg.model.inputs_known) {
-    p.inputs = dataset_inputs(cfg.model, eval);
+    p.inputs = dataset_inputs(cfg.model, s.eval ? *s.eval : eval);
     guard([&] { p.train_data = open_train_data(cfg, p.inputs); });
     if (cfg.data.eval) guard([&] { p.eval_data = io::open_dataset(*cfg.data.eval, p.inputs, cfg.train.seed + 1); });
   }

@@ -24,10 +24,10 @@ struct PreflightOptions {
   std::string init_from;  // braid train --init-from: the same forms
 };
 
-// What the checks opened or chose, for train to use as they are (nothing is read or searched twice).
+// What the checks opened, chose or built, for train to use as they are (nothing is read, parsed, built or searched
+// twice): `setup` holds the parsed devices, the backend's answers, the plan and the graphs (exec/run_plan.h).
 struct Preflight {
-  std::optional<RunPlan> run;     // run_plan(cfg)
-  int dp_degree = 1;              // data-parallel replicas when there is no plan
+  RunSetup setup;  // setup.plan is set when the run's devices, plan and graphs are whole
   std::vector<io::DatasetInput> inputs;
   std::unique_ptr<io::Dataset> train_data, eval_data;
   std::string resume_path, init_from_path;  // the checkpoint files they name
@@ -36,6 +36,7 @@ struct Preflight {
 // `diags` may already hold the run file's errors (io::load_run_or_model's collecting form): then only the
 // model is checked (its graph errors are independent of the run file's), since the rest of `cfg` is partial.
 // For a bare model (cfg.is_model_only) only the graphs are built.
-Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags);
+// `setup`: the run's devices already parsed (parse_run_devices), or an empty setup.
+Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags, RunSetup setup = {});
 
 }  // namespace braid::exec

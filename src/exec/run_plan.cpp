@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/format.h"
+#include "backends/builtin.h"
 #include "exec/calibrate.h"
 #include "graph/build.h"
 #include "planner/search.h"
@@ -81,23 +82,72 @@ void refuse_short_of_memory(const planner::Plan& plan, const graph::Graph& g, co
 
 }  // namespace
 
+const graph::Graph& RunSetup::forward(const io::ModelSpec& m, int64_t batch, DType half) {
+  auto it = forward_.find({batch, half});
+  if (it != forward_.end()) return it->second;
+  graph::BuildOptions bo;
+  bo.half = half;
+  return forward_.emplace(std::make_pair(batch, half), graph::build_graph(m, batch, bo)).first->second;
+}
+
+const graph::Graph& RunSetup::forward(const io::ModelSpec& m, int64_t batch, DType half, Diagnostics& diags) {
+  auto it = forward_.find({batch, half});
+  if (it != forward_.end()) return it->second;
+  graph::BuildOptions bo;
+  bo.half = half;
+  const size_t before = diags.size();
+  graph::Graph g = graph::build_graph(m, batch, bo, diags);
+  if (diags.size() != before) {  // not whole: not kept for later askers
+    scratch_ = std::move(g);
+    return scratch_;
+  }
+  return forward_.emplace(std::make_pair(batch, half), std::move(g)).first->second;
+}
+
+void parse_run_devices(const io::RunConfig& cfg, RunSetup& s) {
+  if (s.parsed) return;
+  s.parsed = true;
+  if (planner::parse_devices(cfg.devices, &s.devices, &s.devices_error)) s.planning = planning_backend(s.devices.kind);
+}
+
+void set_up_devices(const io::RunConfig& cfg, RunSetup& s) {
+  parse_run_devices(cfg, s);
+  const int64_t micro = std::max<int64_t>(1, cfg.train.micro_batch.value_or(cfg.train.batch));
+  s.graph_batch = micro;
+  if (cfg.parallel.plan != "auto") {
+    Diagnostics diags;
+    planner::Plan plan = planner::read_plan(cfg.parallel.plan, diags);
+    if (!diags.empty()) return;  // run_plan reads it again and reports its mistakes
+    s.plan_file = std::move(plan);
+    if (s.plan_file->summary.micro_batch > 0) s.graph_batch = s.plan_file->summary.micro_batch;
+  } else if (s.planning && s.devices.count > 1 && micro % s.devices.count == 0) {
+    s.graph_batch = micro / s.devices.count;  // the data-parallel replica's, plan: auto's likeliest choice
+  }
+}
+
 std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
+  RunSetup s;
+  set_up_devices(cfg, s);
+  return run_plan(cfg, s);
+}
+
+std::optional<RunPlan> run_plan(const io::RunConfig& cfg, RunSetup& setup) {
   const SourceLoc at{cfg.path, 0, 0};
-  planner::DeviceSpec dev;
-  std::string err;
+  const planner::DeviceSpec& dev = setup.devices;
   const bool automatic = cfg.parallel.plan == "auto";
-  if (!planner::parse_devices(cfg.devices, &dev, &err)) {
+  if (!setup.devices_error.empty()) {
     if (automatic) return std::nullopt;  // the caller reports the devices as before
-    throw UserError(at, "devices '" + cfg.devices + "': " + err);
+    throw UserError(at, "devices '" + cfg.devices + "': " + setup.devices_error);
   }
   if (automatic && dev.count <= 1) return std::nullopt;
-  graph::BuildOptions bo;
-  const graph::Graph fwd = graph::build_graph(cfg.model, cfg.train.batch, bo);
+  const Backend& b = *setup.planning;
+  // The planner's graph at any batch (its shapes are rescaled to each micro-batch: planner/search.h).
+  const graph::Graph& fwd = setup.forward(cfg.model, setup.graph_batch);
   planner::TrainSettings ts;
   ts.batch = cfg.train.batch;
   ts.optimizer_states = planner::optimizer_states(cfg.optimizer.type, cfg.optimizer.momentum);
   ts.clip = cfg.optimizer.clip_grad_norm.value_or(0.0) > 0;
-  planner::apply_precision(ts, cfg.train.precision, dev.kind != "cpu");
+  planner::apply_precision(ts, cfg.train.precision, b.mixed_precision());
   RunPlan r;
   r.automatic = automatic;
   if (automatic) {
@@ -105,25 +155,13 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     // masks, batch statistics and the loss curve are those of one device), however it splits them.
     planner::Plan pins;
     planner::SearchOptions so;
-    // ZeRO on cuda devices is written and compiled but its gpu tests have not run yet: plan: auto does not choose it
-    // there until they have (a plan file may pin it; docs/gpu.md).
-    so.max_zero = dev.kind == "cpu" ? 3 : 0;
+    so.max_zero = b.max_zero_stage();
     if (cfg.train.micro_batch) {
       pins.summary.micro_batches = cfg.train.batch / *cfg.train.micro_batch;
       pins.summary.pinned.set("micro_batches", at);
       so.pins = &pins;
     }
-    std::unique_ptr<planner::CostModel> gpu_model;
-    CpuModel cm;
-    const planner::CostModel* model = nullptr;
-    if (dev.kind != "cpu") {
-      gpu_model = gpu_cost_model(cfg, dev.count, &r.cost_model);
-      model = gpu_model.get();
-    } else {
-      cm = cpu_cost_model(dev.count);
-      model = cm.model.get();
-      r.cost_model = cm.description;
-    }
+    const std::unique_ptr<planner::CostModel> model = b.cost_model(cfg, dev.count, &r.cost_model);
     planner::SearchResult s = planner::search(fwd, *model, ts, so);
     if (!s.found) return std::nullopt;  // the caller runs data parallel over the devices
     r.plan = std::move(s.plan);
@@ -133,25 +171,17 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
     r.search_s = s.stats.seconds;
   } else {
     Diagnostics diags;
-    r.plan = planner::read_plan(cfg.parallel.plan, diags);
+    r.plan = setup.plan_file ? *setup.plan_file : planner::read_plan(cfg.parallel.plan, diags);
     diags.throw_if_any();
-    const graph::Graph g = graph::build_graph(cfg.model, r.plan.summary.micro_batch, {});
+    const graph::Graph& g = setup.forward(cfg.model, r.plan.summary.micro_batch);
     planner::add_default_layers(r.plan, g);
     planner::validate_plan(r.plan, g, cfg.train.batch, dev, diags);
     diags.throw_if_any();
-    if (dev.kind == "cpu") {
-      CpuModel cm = cpu_cost_model(r.plan.summary.devices);
-      r.prediction = planner::predict(r.plan, fwd, *cm.model, ts);
-      r.cost_model = cm.description;
-      r.busy_scale = cm.model->busy_scale();
-      r.tail_scale = cm.model->tail_scale();
-    } else {
-      std::string description;
-      const auto gpu_model = gpu_cost_model(cfg, r.plan.summary.devices, &description);
-      r.prediction = planner::predict(r.plan, fwd, *gpu_model, ts);
-      r.cost_model = description;
-    }
-    refuse_short_of_memory(r.plan, fwd, r.prediction, cfg.devices);
+    const std::unique_ptr<planner::CostModel> model = b.cost_model(cfg, r.plan.summary.devices, &r.cost_model);
+    r.prediction = planner::predict(r.plan, g, *model, ts);
+    r.busy_scale = model->busy_scale();
+    r.tail_scale = model->tail_scale();
+    refuse_short_of_memory(r.plan, g, r.prediction, cfg.devices);
   }
   const planner::Summary& s = r.plan.summary;
   char buf[512];
@@ -164,23 +194,34 @@ std::optional<RunPlan> run_plan(const io::RunConfig& cfg) {
   return r;
 }
 
-bool accelerator_devices(const io::RunConfig& cfg, planner::DeviceSpec* dev) {
-  std::string err;
-  return planner::parse_devices(cfg.devices, dev, &err) && dev->kind != "cpu";
-}
-
 DType device_value_dtype(const io::RunConfig& cfg, bool split) {
   const char* env = std::getenv("BRAID_BF16_VALUES");
   const bool off = env != nullptr && std::string(env) == "0";
   return cfg.train.precision == "bf16" && !split && !off ? DType::bf16 : DType::f32;
 }
 
+void set_up_plan(const io::RunConfig& cfg, RunSetup& s) {
+  if (!s.run) s.run = run_plan(cfg, s);
+  if (!s.devices_error.empty()) return;  // make_engine reports them (a cluster file is checked, not trained on)
+  s.plan = s.run ? s.run->plan : data_parallel_plan(cfg, s.devices.count, &s.forward(cfg.model, s.graph_batch));
+  const bool split = s.plan->stages.size() > 1 || s.plan->summary.tensor_parallel > 1;
+  s.values = s.planning->value_dtype(cfg, split);
+}
+
 std::unique_ptr<Engine> make_engine(const io::RunConfig& cfg, const std::optional<RunPlan>& run, Communicator* world,
                                     int rank) {
+  RunSetup s;
+  set_up_devices(cfg, s);
+  if (!s.devices_error.empty()) return make_engine(cfg, s, world, rank);  // refuses them
+  s.run = run;
+  s.plan = run ? run->plan : data_parallel_plan(cfg, s.devices.count);
+  return make_engine(cfg, s, world, rank);
+}
+
+std::unique_ptr<Engine> make_engine(const io::RunConfig& cfg, RunSetup& s, Communicator* world, int rank) {
   const SourceLoc at{cfg.path, 0, 0};
-  planner::DeviceSpec dev;
-  std::string err;
-  if (!planner::parse_devices(cfg.devices, &dev, &err)) throw UserError(at, "devices '" + cfg.devices + "': " + err);
+  if (!s.devices_error.empty()) throw UserError(at, "devices '" + cfg.devices + "': " + s.devices_error);
+  const planner::DeviceSpec& dev = s.devices;
   std::string why_not;
   Backend* b = backend(dev.kind, &why_not);
   if (!b) {
@@ -191,9 +232,9 @@ std::unique_ptr<Engine> make_engine(const io::RunConfig& cfg, const std::optiona
                           : "configure with -DBRAID_WITH_CUDA=ON where the CUDA toolkit, cuDNN and NCCL are "
                             "installed (README, \"Building by hand\"), or train on cpu");
   }
-  const planner::Plan plan = run ? run->plan : data_parallel_plan(cfg, dev.count);
+  const planner::Plan& plan = *s.plan;
   std::vector<int> where;
-  if (b->name() != "cpu") {
+  if (b->numbered_devices()) {
     where = dev.ids.empty() ? std::vector<int>(static_cast<size_t>(dev.count), 0) : dev.ids;
     if (static_cast<int>(where.size()) < plan.summary.devices)
       throw UserError(at, "the plan uses " + std::to_string(plan.summary.devices) + " devices but devices " +
@@ -203,13 +244,42 @@ std::unique_ptr<Engine> make_engine(const io::RunConfig& cfg, const std::optiona
   EngineOptions eo;
   eo.sync_batch_norm = cfg.parallel.sync_batch_norm;
   const bool split = plan.stages.size() > 1 || plan.summary.tensor_parallel > 1;
-  eo.half = b->host_memory() ? DType::f32 : device_value_dtype(cfg, split);  // CPU devices train in f32
+  eo.half = b->value_dtype(cfg, split);
+  eo.model = &s.forward(cfg.model, plan.summary.micro_batch, eo.half);
+  if (s.eval && eo.half == DType::f32) eo.eval = &*s.eval;
   PlanWorld pw;
   if (world) {
     pw.local = {rank};
     pw.host = world;
   }
   return std::make_unique<Engine>(cfg, plan, *b, where, eo, world ? &pw : nullptr);
+}
+
+void check_data_parallel_split(const io::RunConfig& cfg, int devices) {
+  const int64_t micro = cfg.train.micro_batch.value_or(cfg.train.batch);
+  if (micro % devices != 0)
+    throw UserError(SourceLoc{cfg.path, 0, 0},
+                    "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
+                        " samples does not split evenly over " + std::to_string(devices) + " data-parallel devices",
+                    "make train.micro_batch (or train.batch) a multiple of " + std::to_string(devices));
+}
+
+planner::Plan data_parallel_plan(const io::RunConfig& cfg, int devices, const graph::Graph* fwd) {
+  check_data_parallel_split(cfg, devices);
+  const int64_t batch = cfg.train.batch;
+  const int64_t micro = cfg.train.micro_batch.value_or(batch);
+  std::optional<graph::Graph> own;
+  if (!fwd) fwd = &own.emplace(graph::build_graph(cfg.model, micro / devices, {}));
+  planner::Plan p = planner::single_device_plan(*fwd, batch, micro);
+  p.summary.micro_batch = micro / devices;
+  p.summary.devices = devices;
+  p.summary.data_parallel = devices;
+  if (!p.stages.empty()) {
+    p.stages[0].devices.clear();
+    for (int d = 0; d < devices; ++d) p.stages[0].devices.push_back(d);
+    p.stages[0].mesh = {devices, 1};
+  }
+  return p;
 }
 
 }  // namespace braid::exec

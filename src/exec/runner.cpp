@@ -44,11 +44,16 @@ int64_t tokens_per_sample(const std::vector<io::DatasetInput>& inputs) {
 
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
                                     uint64_t seed, const RunnerOptions& options) {
-  auto r = std::make_unique<Runner>();
   graph::BuildOptions bo;
   bo.with_backward = training;
   bo.with_metrics = !training;
-  r->g = graph::build_graph(m, batch, bo);
+  return make_runner(graph::build_graph(m, batch, bo), m, store, seed, options);
+}
+
+std::unique_ptr<Runner> make_runner(const graph::Graph& g, const io::ModelSpec& m, ParamStore& store, uint64_t seed,
+                                    const RunnerOptions& options) {
+  auto r = std::make_unique<Runner>();
+  r->g = g;
   graph::verify(r->g);
   store.create(r->g, seed);
   std::vector<ValueId> keep;

@@ -27,6 +27,9 @@ struct RunnerOptions {
 };
 std::unique_ptr<Runner> make_runner(const io::ModelSpec& m, int64_t batch, bool training, ParamStore& store,
                                     uint64_t seed, const RunnerOptions& options = {});
+// The same over a graph already built from `m` (copied).
+std::unique_ptr<Runner> make_runner(const graph::Graph& g, const io::ModelSpec& m, ParamStore& store, uint64_t seed,
+                                    const RunnerOptions& options = {});
 // The dataset's view of the model inputs (per-sample descs, integer bounds from their consumers).
 std::vector<io::DatasetInput> dataset_inputs(const io::ModelSpec& m, const graph::Graph& g);
 // The run's training set over `inputs` (shuffled from the run's seed); a user error at data.train when it holds

@@ -66,19 +66,6 @@ std::vector<std::pair<std::string, double>> evaluate(const io::RunConfig& cfg, E
 
 }  // namespace
 
-int data_parallel_degree(const io::RunConfig& cfg, int64_t micro) {
-  planner::DeviceSpec dev;
-  std::string err;
-  if (!planner::parse_devices(cfg.devices, &dev, &err) || dev.count <= 1) return 1;
-  if (cfg.parallel.plan != "auto") return 1;  // a plan file
-  if (micro % dev.count != 0)
-    throw UserError(SourceLoc{cfg.path, 0, 0},
-                    "devices " + cfg.devices + ": the micro-batch of " + std::to_string(micro) +
-                        " samples does not split evenly over " + std::to_string(dev.count) + " data-parallel devices",
-                    "make train.micro_batch (or train.batch) a multiple of " + std::to_string(dev.count));
-  return dev.count;
-}
-
 namespace {
 
 std::string eval_str(const std::vector<std::pair<std::string, double>>& e) {
@@ -142,31 +129,36 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   // devices, one per process, planned as `devices: cpu:N` would be: what torchrun users expect of a run file
   // written for one process. An explicit count (cpu:1, cpu:3) is the user's word and must match.
   io::RunConfig cfg = run_cfg;
-  if (multi && opts.world->size() > 1 && cfg.devices == "cpu") {
-    cfg.devices = "cpu:" + std::to_string(opts.world->size());
-    std::fprintf(out, "braid: devices cpu in a job of %d processes: training as cpu:%d, one device per process\n",
-                 opts.world->size(), opts.world->size());
+  RunSetup setup;
+  parse_run_devices(cfg, setup);  // the one parse of the device string
+  if (multi && opts.world->size() > 1 && setup.planning && !setup.planning->numbered_devices() &&
+      cfg.devices.find(':') == std::string::npos) {
+    const int n = opts.world->size();
+    cfg.devices = setup.devices.kind + ":" + std::to_string(n);
+    setup.devices.count = n;
+    setup.devices.ids.clear();
+    for (int i = 0; i < n; ++i) setup.devices.ids.push_back(i);
+    std::fprintf(out, "braid: devices %s in a job of %d processes: training as %s, one device per process\n",
+                 run_cfg.devices.c_str(), n, cfg.devices.c_str());
   }
   const uint64_t seed = cfg.train.seed;
   const int64_t batch = cfg.train.batch;
   const int64_t micro = cfg.train.micro_batch.value_or(batch);
   const int64_t num_micro = batch / micro;
   Diagnostics diags;
-  Preflight pre = preflight(cfg, PreflightOptions{opts.resume, opts.init_from}, diags);
+  Preflight pre = preflight(cfg, PreflightOptions{opts.resume, opts.init_from}, diags, std::move(setup));
   diags.throw_if_any();
 
   // 1. The engine: the run's plan (a plan file, or the planner's choice for plan: auto), or the trivial one over
   // the run's devices (one device; data parallel over several). `store` and `opt` hold the whole model for
   // checkpoints, evaluation and initial weights: plan device 0's own when it holds all of it in host memory, else
   // whole host tensors gathered from the devices when needed and scattered to them after loading.
-  std::optional<RunPlan> run = std::move(pre.run);
-  planner::DeviceSpec devspec;
-  const bool on_accelerator = accelerator_devices(cfg, &devspec);
-  if (!on_accelerator && cfg.train.precision != "f32")  // said, not refused: a GPU run file may be tried on a CPU
+  const std::optional<RunPlan>& run = pre.setup.run;
+  if ((!pre.setup.planning || !pre.setup.planning->mixed_precision()) && cfg.train.precision != "f32")  // said, not refused: a GPU run file may be tried on a CPU
     std::fprintf(stderr, "braid: warning: %s: train.precision %s is mixed precision on cuda devices; devices %s train in f32\n",
                  cfg.path.c_str(), cfg.train.precision.c_str(), cfg.devices.c_str());
   if (multi) {  // one device per process
-    const int n = run ? run->plan.summary.devices : std::max(1, pre.dp_degree);
+    const int n = pre.setup.plan ? pre.setup.plan->summary.devices : 1;
     if (!run && n != opts.world->size())
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       "a job of " + std::to_string(opts.world->size()) + " processes needs a plan over " +
@@ -180,15 +172,16 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
                           std::to_string(opts.world->size()) + " processes",
                       "start one process per device of the plan");
   }
-  std::unique_ptr<Engine> engine = make_engine(cfg, run, multi ? opts.world : nullptr, opts.rank);
+  std::unique_ptr<Engine> engine = make_engine(cfg, pre.setup, multi ? opts.world : nullptr, opts.rank);
+  const bool on_accelerator = engine->backend().accelerator();
   const planner::Plan& plan = engine->plan();
   ParamStore own_store;
   std::unique_ptr<Optimizer> own_opt;
   ParamStore* whole = engine->whole_store();
   if (!whole) {  // with the gradients' entries, so that the host optimizer keeps state for every trainable tensor
-    graph::BuildOptions bo;
-    bo.with_backward = true;
-    own_store.create(graph::build_graph(cfg.model, plan.summary.micro_batch, bo), seed);
+    graph::Graph g = pre.setup.forward(cfg.model, plan.summary.micro_batch);
+    graph::add_backward(g, diags);
+    own_store.create(g, seed);
   }
   ParamStore& store = whole ? *whole : own_store;
   if (!whole) own_opt = std::make_unique<Optimizer>(cfg.optimizer, store);
@@ -197,7 +190,7 @@ TrainResult train(const io::RunConfig& run_cfg, const TrainOptions& opts) {
   // forward/backward per micro-batch, sends, receives, all-reduces, optimizer, eval, checkpoints.
   std::unique_ptr<io::TraceRecorder> tracer;
   io::TraceLane* lane0 = nullptr;
-  const std::string kind = on_accelerator ? devspec.kind : "cpu";
+  const std::string kind = engine->backend().name();
   if (!opts.trace.empty()) {
     const int n = engine->devices();
     const bool comm_lanes = plan.summary.data_parallel > 1;

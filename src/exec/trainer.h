@@ -1,6 +1,6 @@
-// The single-device training loop: run file -> graphs (train with backward, eval with metrics) -> data ->
-// steps of (micro-batches: forward, backward, gradient accumulation) + clipping + optimizer + schedule,
-// with evaluation, a metrics file and terminal progress. Same run file and seed: bit-identical run.
+// The training loop over the one engine (exec/engine.h), for every plan and backend: the run set up once
+// (preflight: devices, plan, graphs, data, checkpoints) -> the engine -> steps at the schedule's learning rate,
+// with evaluation, checkpoints, a metrics file, a trace and terminal progress. Same run file and seed: bit-identical run.
 #pragma once
 #include <cstdio>
 #include <optional>
@@ -47,9 +47,5 @@ struct TrainResult {
 };
 
 TrainResult train(const io::RunConfig& cfg, const TrainOptions& opts);
-
-// The number of data-parallel replicas the run asks for: N for `cpu:N` with an automatic plan, else 1.
-// Checks that N divides the micro-batch (UserError otherwise). Shared by train() and bench().
-int data_parallel_degree(const io::RunConfig& cfg, int64_t micro);
 
 }  // namespace braid::exec

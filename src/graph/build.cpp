@@ -4,6 +4,7 @@
 // under kMaxGraphBytes, so FLOPs, parameter counts and memory-plan offsets computed from them cannot wrap.
 #include "graph/build.h"
 
+#include <atomic>
 #include <set>
 
 #include "graph/autodiff.h"
@@ -334,7 +335,21 @@ class CopyFolder {
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_builds{0}, g_eval_builds{0};
+}  // namespace
+
+int64_t build_count() { return g_builds.load(std::memory_order_relaxed); }
+int64_t evaluation_build_count() { return g_eval_builds.load(std::memory_order_relaxed); }
+
+void add_backward(Graph& g, Diagnostics& diags) {
+  append_backward(g);
+  check_graph_sizes(g, diags);
+}
+
 Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts, Diagnostics& diags) {
+  g_builds.fetch_add(1, std::memory_order_relaxed);
+  if (opts.with_metrics) g_eval_builds.fetch_add(1, std::memory_order_relaxed);
   Graph g(batch);
   BRAID_ASSERT(opts.half == DType::f32 || is_half(opts.half), "BuildOptions::half is bf16, f16 or f32 (off)");
   const size_t before = diags.size();
@@ -404,10 +419,7 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
   }
   // 5. Backward, of a whole graph only; then the sizes of the whole graph again (gradients and their workspaces
   // count too).
-  if (opts.with_backward && diags.size() == before && before == 0) {
-    append_backward(g);
-    check_graph_sizes(g, diags);
-  }
+  if (opts.with_backward && diags.size() == before && before == 0) add_backward(g, diags);
   return g;
 }
 

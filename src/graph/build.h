@@ -27,6 +27,13 @@ Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions&
 // the copies; the op layers of unused blocks checked as far as they can be without inputs). The graph is
 // whole (and has its backward part when asked) only when `diags` is empty.
 Graph build_graph(const io::ModelSpec& model, int64_t batch, const BuildOptions& opts, Diagnostics& diags);
+// The backward part of a whole forward graph `g` (build_graph's with_backward, for a graph already built): autodiff,
+// then check_graph_sizes into `diags`. Copy the forward graph first to keep it.
+void add_backward(Graph& g, Diagnostics& diags);
+// How many graphs build_graph has built in this process (relaxed atomics): tests count a run's builds with them.
+// evaluation_build_count: those with metrics (evaluation graphs); build_count: all of them.
+int64_t build_count();
+int64_t evaluation_build_count();
 // Throws UserError at the first layer whose tensors or workspace take the graph past 2^62 bytes or past int64
 // (build_graph runs it after appending the backward pass; callers that grow a graph further may run it again).
 void check_graph_sizes(const Graph& g);

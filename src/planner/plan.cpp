@@ -2,6 +2,7 @@
 // plan_yaml.cpp, validation in plan_validate.cpp.
 #include "planner/plan.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <set>
 
@@ -15,7 +16,12 @@ static bool parse_int(const std::string& s, int* out) {
   return true;
 }
 
+static std::atomic<int64_t> g_parses{0};
+
+int64_t parse_count() { return g_parses.load(std::memory_order_relaxed); }
+
 bool parse_devices(const std::string& text, DeviceSpec* out, std::string* err) {
+  g_parses.fetch_add(1, std::memory_order_relaxed);
   DeviceSpec d;
   auto colon = text.find(':');
   d.kind = text.substr(0, colon);

@@ -22,6 +22,8 @@ struct DeviceSpec {
 
 // Parses "cpu", "cpu:4", "cuda", "cuda:0-7", "cuda:0,2"; nullopt-like: returns false and sets *err.
 bool parse_devices(const std::string& text, DeviceSpec* out, std::string* err);
+// How many device strings parse_devices has parsed in this process (a relaxed atomic, for tests that count a run's).
+int64_t parse_count();
 
 // The fields of one plan entry that a plan file wrote, by YAML key ("micro_batches",
 // "predicted.step_time_s"), each with the place its value was written. A written field is a pin: the

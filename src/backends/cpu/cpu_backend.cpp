@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/parallel.h"
+#include "backends/cpu_planning.h"
 #include "exec/backend.h"
 #include "exec/comm/inproc.h"
 #include "exec/executor.h"
@@ -292,10 +293,12 @@ class CpuDevice final : public Device {
 // The whole model's evaluation graph per batch size (the last batch of a set may be smaller) over the host store.
 class CpuEvaluator final : public Evaluator {
  public:
-  CpuEvaluator(const io::RunConfig& cfg, ParamStore& store) : cfg_(cfg), store_(store) {}
+  CpuEvaluator(const io::RunConfig& cfg, ParamStore& store, const graph::Graph* eval) : cfg_(cfg), store_(store), eval_(eval) {}
   std::vector<std::pair<std::string, double>> run(io::Dataset& data, std::span<const int64_t> idx, int64_t) override {
-    auto& r = runners_[static_cast<int64_t>(idx.size())];
-    if (!r) r = make_runner(cfg_.model, static_cast<int64_t>(idx.size()), false, store_, cfg_.train.seed);
+    const auto b = static_cast<int64_t>(idx.size());
+    auto& r = runners_[b];
+    if (!r && eval_ && eval_->batch() == b) r = make_runner(*eval_, cfg_.model, store_, cfg_.train.seed);
+    if (!r) r = make_runner(cfg_.model, b, false, store_, cfg_.train.seed);
     data.read(idx, r->inputs);
     r->exec->run(false, cfg_.train.seed, 0);
     std::vector<std::pair<std::string, double>> vals{{"loss", scalar(r->exec->value(r->g.loss()))}};
@@ -306,10 +309,11 @@ class CpuEvaluator final : public Evaluator {
  private:
   const io::RunConfig& cfg_;
   ParamStore& store_;
+  const graph::Graph* eval_;  // the run's evaluation graph, or null
   std::map<int64_t, std::unique_ptr<Runner>> runners_;
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public CpuPlanning {  // its run-setup answers: backends/cpu_planning.h
  public:
   std::string name() const override { return "cpu"; }
   // Every op with a CPU kernel, at every floating dtype (16-bit values run on f32 copies: Executor::run_widened).
@@ -329,8 +333,9 @@ class CpuBackend final : public Backend {
     return out;
   }
 
-  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int, DType) override {
-    return std::make_unique<CpuEvaluator>(cfg, store);
+  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int, DType,
+                                       const graph::Graph* eval) override {
+    return std::make_unique<CpuEvaluator>(cfg, store, eval);
   }
   bool pins_threads() const override { return true; }
   bool host_memory() const override { return true; }

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/cuda_planning.h"
 #include "exec/comm/inproc.h"
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/cuda_executor.h"
@@ -273,7 +274,7 @@ int distinct(const std::vector<int>& where) {
   return static_cast<int>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
 }
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public CudaPlanning {  // its run-setup answers: backends/cuda_planning.h
  public:
   std::string name() const override { return "cuda"; }
   bool supports(const ops::OpDef& op, DType values) const override { return ops::cuda_supports(op, values); }
@@ -319,10 +320,11 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where, DType values) override {
+  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where, DType values,
+                                       const graph::Graph* eval) override {
     CudaExecutorOptions co = precision_options(cfg);
     co.device = where;
-    return std::make_unique<DeviceEvaluator>(cfg, store, co, values);
+    return std::make_unique<DeviceEvaluator>(cfg, store, co, values, eval);
   }
 
   bool pins_threads() const override { return false; }

@@ -9,8 +9,8 @@
 namespace braid::exec {
 
 DeviceEvaluator::DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options,
-                                 DType values)
-    : cfg_(cfg), store_(store), options_(options), values_(values) {
+                                 DType values, const graph::Graph* eval)
+    : cfg_(cfg), store_(store), options_(options), values_(values), eval_(eval) {
   options_.mirror_keep = true;  // the loss and metrics: scalars
 }
 
@@ -24,7 +24,7 @@ std::vector<std::pair<std::string, double>> DeviceEvaluator::run(io::Dataset& da
     graph::BuildOptions bo;
     bo.with_metrics = true;
     bo.half = values_;  // as the training graphs
-    e->g = graph::build_graph(cfg_.model, b, bo);
+    e->g = eval_ && eval_->batch() == b ? *eval_ : graph::build_graph(cfg_.model, b, bo);  // the run's, built once
     graph::verify(e->g);
     std::vector<ValueId> keep{e->g.loss()};
     for (const auto& [n, v] : e->g.metrics) keep.push_back(v);

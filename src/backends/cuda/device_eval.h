@@ -22,7 +22,9 @@ class DeviceEvaluator final : public Evaluator {
  public:
   // `store`: the whole model's host parameters; `options`: the run's (device, precision); `values`: the dtype
   // between ops of the training graphs (evaluation does as training does).
-  DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options, DType values);
+  // `eval`: the run's evaluation graph (built with `values`), for batches of its size; null: none.
+  DeviceEvaluator(const io::RunConfig& cfg, ParamStore& store, const CudaExecutorOptions& options, DType values,
+                  const graph::Graph* eval = nullptr);
   // The loss and metrics of one batch. `version` identifies the training state; when it differs from the one an
   // executor last uploaded, the executor uploads the (current) host store first.
   std::vector<std::pair<std::string, double>> run(io::Dataset& data, std::span<const int64_t> idx,
@@ -39,6 +41,7 @@ class DeviceEvaluator final : public Evaluator {
   ParamStore& store_;
   CudaExecutorOptions options_;
   DType values_ = DType::f32;
+  const graph::Graph* eval_ = nullptr;
   std::map<int64_t, std::unique_ptr<Eval>> evals_;  // by batch size
 };
 
