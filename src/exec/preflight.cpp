@@ -45,12 +45,9 @@ std::string resolve_checkpoint(const io::RunConfig& cfg, const std::string& spec
 // Every op of the graphs on the backend of the run's devices, before anything runs: a GPU run file checked on a
 // machine without a GPU too (the module loads without one). Where the devices do not parse or their backend
 // cannot load, run_plan and make_engine say why.
-void check_backend_ops(const io::RunConfig& cfg, std::initializer_list<const graph::Graph*> graphs,
-                       Diagnostics& diags) {
-  planner::DeviceSpec dev;
-  std::string err;
-  if (!planner::parse_devices(cfg.devices, &dev, &err)) return;
-  const Backend* b = backend(dev.kind);
+void check_backend_ops(const RunSetup& s, std::initializer_list<const graph::Graph*> graphs, Diagnostics& diags) {
+  if (!s.devices_error.empty()) return;
+  const Backend* b = backend(s.devices.kind);
   if (b == nullptr) return;
   for (const graph::Graph* g : graphs) check_supported(*b, *g, diags);
 }
@@ -84,15 +81,16 @@ Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diag
   // its backward is checked on a copy (the lowering derives each stage's own).
   set_up_devices(cfg, s);
   const graph::Graph& fwd = s.forward(cfg.model, s.graph_batch, DType::f32, diags);
+  graph::Graph with_backward;
   if (diags.empty()) {
-    graph::Graph with_backward = fwd;
+    with_backward = fwd;
     graph::add_backward(with_backward, diags);
   }
   graph::BuildOptions eo;
   eo.with_metrics = true;
   graph::Graph eval = graph::build_graph(cfg.model, cfg.train.batch, eo, diags);
   const bool graph_whole = diags.empty();
-  if (graph_whole) check_backend_ops(cfg, {&g, &eval}, diags);
+  if (graph_whole) check_backend_ops(s, {&with_backward, &eval}, diags);
   // 2. Devices and plan (the plan is read and validated against the graph, or searched for).
   if (graph_whole) {
     s.eval = std::move(eval);
