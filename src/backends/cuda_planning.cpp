@@ -26,9 +26,6 @@ class CudaStandIn final : public CudaPlanning {
   void check_devices(const io::RunConfig&, const std::vector<int>&) const override { refuse(); }
   std::unique_ptr<Device> device(const io::RunConfig&, int) override { refuse(); }
   std::vector<std::unique_ptr<Communicator>> worlds(const WorldSpec&) override { refuse(); }
-  std::unique_ptr<Evaluator> evaluator(const io::RunConfig&, ParamStore&, int, DType, const graph::Graph*) override {
-    refuse();
-  }
   bool pins_threads() const override { return false; }
   bool host_memory() const override { return false; }
   double peak_flops(const std::vector<int>&) const override { return 0; }

@@ -21,7 +21,7 @@ class CudaPlanning : public Backend {
   bool accelerator() const override { return true; }
 };
 
-// The stand-in for planning_backend("cuda"): the answers above; its devices, worlds and evaluators assert.
+// The stand-in for planning_backend("cuda"): the answers above; its devices and worlds assert.
 std::unique_ptr<Backend> make_cuda_planning_stand_in();
 
 }  // namespace braid::exec

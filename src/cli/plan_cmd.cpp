@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "exec/calibrate.h"
+#include "exec/preflight.h"
 #include "graph/build.h"
 #include "io/run_config.h"
 #include "exec/run_plan.h"

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 
 namespace braid::exec {
@@ -91,26 +90,6 @@ Backend* backend(const std::string& kind, std::string* why_not) {
   if (auto it = registry().find(kind); it != registry().end()) return it->second.get();
   if (why_not) *why_not = why.empty() ? "the " + kind + " module registered no backend" : why;
   return nullptr;
-}
-
-namespace {
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
-}  // namespace
-
-void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags) {
-  std::set<std::pair<const ops::OpDef*, DType>> told;
-  for (const auto& n : g.nodes()) {
-    DType t = DType::f32;
-    bool found = false;
-    for (const auto* list : {&n.outputs, &n.inputs})
-      for (ValueId v : *list)
-        if (!found && is_float(g.value(v).desc.dtype)) t = g.value(v).desc.dtype, found = true;
-    if (b.supports(*n.op, t) || !told.insert({n.op, t}).second) continue;
-    diags.error(n.loc, "layer " + quoted(n.layer) + ": op " + quoted(n.op->name) + (n.op->internal ? " (part of its gradient)" : "") +
-                           " has no " + b.name() + " kernel for " + std::string(dtype_name(t)) + " values",
-                "run it on a device kind that has the op (braid ops lists them), or add the kernel to the " + b.name() +
-                    " backend (docs/architecture.md, \"Adding an op\")");
-  }
 }
 
 }  // namespace braid::exec

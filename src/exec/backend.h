@@ -148,7 +148,8 @@ class Device {
   virtual void all_reduce_sum(Communicator& world, std::span<double> v) = 0;
 };
 
-// Evaluation of the whole model (loss and metrics) on one device, with the host store's parameters.
+// Evaluation of the whole model (loss and metrics) on one device, with the host store's parameters: one for every
+// backend, a forward-only program its Device compiles (exec/evaluator.h).
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
@@ -173,7 +174,7 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether the backend runs op `op` on values of dtype `values` (its kernel table: found from the OpDef, never
   // from the op's name). `braid check`, `braid plan` and preflight ask it of every node before anything runs
-  // (check_supported below).
+  // (check_supported, exec/preflight.h).
   virtual bool supports(const ops::OpDef& op, DType values) const = 0;
   // Errors (UserError at the run file) for devices that are not there, before anything is built.
   virtual void check_devices(const io::RunConfig& cfg, const std::vector<int>& where) const = 0;
@@ -181,10 +182,6 @@ class Backend {
   virtual std::unique_ptr<Device> device(const io::RunConfig& cfg, int where) = 0;
   // The world communicator of every local plan device (in spec.local order).
   virtual std::vector<std::unique_ptr<Communicator>> worlds(const WorldSpec& spec) = 0;
-  // `values`: the dtype between ops of the training graphs (EngineOptions::half); evaluation's graphs match.
-  // `eval`: the run's evaluation graph (null: none built), used for batches of its size.
-  virtual std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where, DType values,
-                                               const graph::Graph* eval) = 0;
   // Whether the engine pins device threads to shares of this process's cores (CPU devices in one process).
   virtual bool pins_threads() const = 0;
   // Whether device memory is the host's (a device's store is its parameters themselves, not a copy).
@@ -222,11 +219,6 @@ class Backend {
   // of the plan's layout, and the closed loop (measured against predicted step) does not run.
   virtual bool accelerator() const = 0;
 };
-
-// One error per op of `g` that `b` cannot run (at the layer's place in the model file, exit status 2): the op, its
-// layer, the dtype and the backend named, once per op and dtype. A node's dtype is its first floating output's
-// (else its first floating input's, else f32).
-void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags);
 
 // The backend of a device kind: "cpu" is built in; another kind is loaded as a module (backend_module_path) the
 // first time it is asked for. nullptr, and *why_not says why, when there is none.

@@ -1,6 +1,7 @@
 // The one engine: devices, their worker and communication threads, and the interpretation of the schedule's
 // instructions over the backend interface; see engine.h.
 #include "exec/engine.h"
+#include "exec/evaluator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -182,8 +183,7 @@ void Engine::build(const PlanWorld* world) {
     // ZeRO stages 1 and 2: each replica keeps the optimizer state of, and updates, its share of the parameters only.
     d->opt = std::make_unique<Optimizer>(cfg_.optimizer, d->store, [dev = d.get()](const std::string& name) {
       for (const auto& c : dev->chunks)
-        if (c.owner)
-          if (auto it = c.owner->find(name); it != c.owner->end()) return it->second == c.replica;
+        if (c.owner && c.owner->count(name)) return c.owner->at(name) == c.replica;
       return true;
     });
     d->device->prepare(d->store, *d->opt, cfg_.optimizer);
@@ -639,7 +639,7 @@ void Engine::scatter(const ParamStore& full, const Optimizer* full_opt) {
 std::vector<std::pair<std::string, double>> Engine::evaluate(ParamStore& full, io::Dataset& data,
                                                              std::span<const int64_t> idx) {
   BRAID_ASSERT(local_of(0), "evaluation runs in plan device 0's process");
-  if (!evaluator_) evaluator_ = backend_.evaluator(cfg_, full, local_of(0)->where, options_.half, options_.eval);
+  if (!evaluator_) evaluator_ = make_evaluator(backend_, cfg_, full, local_of(0)->where, options_.half, options_.eval);
   return evaluator_->run(data, idx, version_);
 }
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "exec/backend.h"
 #include "exec/runner.h"
@@ -17,6 +18,8 @@ namespace braid::exec {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // A folder braid will create and write in (checkpoint.dir, the metrics file's): the nearest part of the path
 // that exists must be a folder this process may write in. As cheap as a few stat calls; a full disk is not
@@ -53,6 +56,22 @@ void check_backend_ops(const RunSetup& s, std::initializer_list<const graph::Gra
 }
 
 }  // namespace
+
+void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags) {
+  std::set<std::pair<const ops::OpDef*, DType>> told;
+  for (const auto& n : g.nodes()) {
+    DType t = DType::f32;
+    bool found = false;
+    for (const auto* list : {&n.outputs, &n.inputs})
+      for (ValueId v : *list)
+        if (!found && is_float(g.value(v).desc.dtype)) t = g.value(v).desc.dtype, found = true;
+    if (b.supports(*n.op, t) || !told.insert({n.op, t}).second) continue;
+    diags.error(n.loc, "layer " + quoted(n.layer) + ": op " + quoted(n.op->name) + (n.op->internal ? " (part of its gradient)" : "") +
+                           " has no " + b.name() + " kernel for " + std::string(dtype_name(t)) + " values",
+                "run it on a device kind that has the op (braid ops lists them), or add the kernel to the " + b.name() +
+                    " backend (docs/architecture.md, \"Adding an op\")");
+  }
+}
 
 Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags, RunSetup setup) {
   Preflight p;

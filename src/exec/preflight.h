@@ -37,6 +37,11 @@ struct Preflight {
 // model is checked (its graph errors are independent of the run file's), since the rest of `cfg` is partial.
 // For a bare model (cfg.is_model_only) only the graphs are built.
 // `setup`: the run's devices already parsed (parse_run_devices), or an empty setup.
+// One error per op of `g` that `b` cannot run (at the layer's place in the model file, exit status 2): the op, its
+// layer, the dtype and the backend named, once per op and dtype. A node's dtype is its first floating output's
+// (else its first floating input's, else f32). Preflight asks it of the run's graphs, braid plan of its graph.
+void check_supported(const Backend& b, const graph::Graph& g, Diagnostics& diags);
+
 Preflight preflight(const io::RunConfig& cfg, const PreflightOptions& opts, Diagnostics& diags, RunSetup setup = {});
 
 }  // namespace braid::exec

@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_engine.h"
 #include "core/error.h"
 #include "exec/backend.h"
+#include "exec/preflight.h"
 #include "graph/build.h"
 #include "io/model_spec.h"
 #include "ops/registry.h"

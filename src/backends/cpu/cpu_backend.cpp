@@ -14,6 +14,7 @@
 #include "exec/comm/inproc.h"
 #include "exec/executor.h"
 #include "exec/runner.h"
+#include "exec/stage_policy.h"
 
 namespace braid::exec {
 namespace {
@@ -23,47 +24,28 @@ using Clock = std::chrono::steady_clock;
 class CpuProgram final : public Program {
  public:
   CpuProgram(const ProgramSpec& spec, ParamStore& store)
-      : p_(*spec.prog), store_(store), M_(spec.micro_batches), replica_(spec.replica) {
-    for (const auto& pi : p_.g.params())
-      if (pi.grad.valid()) {
-        grads_.emplace_back(pi.grad, store.index_of(pi.name));
-        if (spec.grad_owner) owner_of_.push_back(spec.grad_owner->at(pi.name));
-      }
-    BRAID_ASSERT(!spec.grad_owner || spec.bucket_bytes == 0, "gradient shards are reduced one by one, not in buckets");
+      : p_(*spec.prog), policy_(spec), store_(store), M_(spec.micro_batches) {
+    for (const auto& gr : policy_.grads()) grads_.emplace_back(gr.value, store.index_of(gr.name));
     if (spec.bucket_bytes > 0) make_buckets(spec.bucket_bytes);
-    grads_at_node_.assign(p_.g.nodes().size(), {});
-    for (size_t gi = 0; gi < grads_.size(); ++gi)
-      grads_at_node_[p_.g.value(grads_[gi].first).producer.idx()].push_back(gi);
-    std::vector<ValueId> keep = p_.keep;
-    if (spec.grad_owner) {
-      // ZeRO-2: a gradient is reduced to its owner (and accumulated there) right after the node that makes it, so
-      // the arena holds it only for that node: the memory plan may give its bytes to later values.
-      std::erase_if(keep, [&](ValueId v) {
-        return std::any_of(grads_.begin(), grads_.end(), [&](const auto& g) { return g.first == v; });
-      });
-    }
-    ExecutorOptions eo;
-    if (spec.params_sharded) {
-      eo.param_owner = spec.grad_owner;
-      eo.replica = spec.replica;
-    }
-    eo.slots = spec.slots;
-    if (spec.slots > 1) eo.stash = p_.stash;  // one slot: one region, packed as a single-device graph is
-    eo.fuse = spec.fuse;
+    ExecutorOptions eo = policy_.executor_options();
     // One micro-batch a step in one slot: backward writes the gradients straight into the store (into their
     // buckets), instead of into the arena and then a copy (accumulate) into the store.
-    grads_in_store_ = spec.micro_batches == 1 && spec.slots == 1 && !spec.grad_owner;
+    grads_in_store_ = spec.micro_batches == 1 && spec.slots == 1 && !policy_.reduces_to_owner();
     if (grads_in_store_)
       for (const auto& [grad, entry] : grads_) eo.external.emplace_back(grad, store.entries()[entry].grad);
-    exec_ = std::make_unique<Executor>(p_.g, store, keep, eo);
+    exec_ = std::make_unique<Executor>(p_.g, store, policy_.keep(), eo);
     hook_ = [this](size_t node) {
-      for (size_t gi : grads_at_node_[node]) {
+      for (size_t gi : policy_.grads_at(node)) {
         if (!grads_in_store_) accumulate_one(gi, hook_slot_, hook_first_);
         (*ready_)(gi);
       }
     };
-    shard_hook_ = [this](size_t node) {
-      for (size_t gi : grads_at_node_[node]) reduce_to_owner(gi, hook_slot_, hook_first_);
+    shard_hook_ = [this](size_t node) {  // ZeRO-2: the owner adds this micro-batch's average (/ M) to what it keeps
+      for (size_t gi : policy_.grads_at(node)) {
+        Tensor v = exec_->value(grads_[gi].first, hook_slot_);
+        if (policy_.reduce_to_owner(gi, v, *data_, lane_, trace_mb_))
+          accumulate(store_.entries()[grads_[gi].second].grad, v, 1.0 / M_, hook_first_);
+      }
     };
   }
 
@@ -82,8 +64,8 @@ class CpuProgram final : public Program {
     BRAID_ASSERT(M == M_, "a step of ", M, " micro-batches for a program built for ", M_);
     // Each gradient handled right after the node that produces it: reduced to its owner (ZeRO-2, every micro-batch:
     // shard_hook_), or accumulated and handed on to its bucket (the step's last backward: hook_).
-    BRAID_ASSERT(owner_of_.empty() || data_, "gradient shards without a data-parallel group");
-    if (const std::function<void(size_t)>* hook = !owner_of_.empty() ? &shard_hook_ : ready ? &hook_ : nullptr) {
+    BRAID_ASSERT(!policy_.reduces_to_owner() || data_, "gradient shards without a data-parallel group");
+    if (const std::function<void(size_t)>* hook = policy_.reduces_to_owner() ? &shard_hook_ : ready ? &hook_ : nullptr) {
       ready_ = ready;
       hook_slot_ = slot;
       hook_first_ = k == 0;
@@ -123,24 +105,13 @@ class CpuProgram final : public Program {
     return exec_->plan().arena_bytes + exec_->plan().slot_bytes * static_cast<size_t>(exec_->slots());
   }
   size_t workspace_bytes() const override { return exec_->plan().workspace_bytes; }
+  const StageProgram& stage() const { return p_; }
+  const StagePolicy& policy() const { return policy_; }
 
  private:
   void accumulate_one(size_t gi, int slot, bool first) {
     const auto& [grad, entry] = grads_[gi];
     accumulate(store_.entries()[entry].grad, exec_->value(grad, slot), 1.0 / M_, first);
-  }
-
-  // ZeRO-2: this micro-batch's gradient, averaged over the data group into its owner, which adds it (/ M) to the
-  // gradient it keeps; the other replicas' copies were scratch.
-  void reduce_to_owner(size_t gi, int slot, bool first) {
-    const auto& [grad, entry] = grads_[gi];
-    Tensor v = exec_->value(grad, slot);
-    {
-      io::TraceScope scope(lane_, io::TraceLabel{io::TraceKind::Collective, {}, {}, "reduce grad", trace_mb_, -1,
-                                                 static_cast<double>(v.bytes())});
-      data_->reduce(v, owner_of_[gi], ReduceOp::Avg);
-    }
-    if (owner_of_[gi] == replica_) accumulate(store_.entries()[entry].grad, v, 1.0 / M_, first);
   }
 
   // Buckets of gradients in the order backward produces them (their producer nodes), each up to `limit` bytes (a
@@ -194,11 +165,10 @@ class CpuProgram final : public Program {
   }
 
   const StageProgram& p_;
+  StagePolicy policy_;
   ParamStore& store_;
   int M_ = 1;
-  int replica_ = 0;
-  std::vector<std::pair<ValueId, size_t>> grads_;  // gradient value, store entry
-  std::vector<int> owner_of_;                      // ZeRO-2: per gradient, the replica keeping it; else empty
+  std::vector<std::pair<ValueId, size_t>> grads_;  // per policy_.grads(): gradient value, store entry
   Communicator* data_ = nullptr;
   io::TraceLane* lane_ = nullptr;
   int trace_mb_ = -1;
@@ -206,7 +176,6 @@ class CpuProgram final : public Program {
   bool grads_in_store_ = false;
   std::vector<Tensor> buckets_;
   std::vector<size_t> bucket_of_;
-  std::vector<std::vector<size_t>> grads_at_node_;  // per node: the gradients it produces
   std::unique_ptr<Executor> exec_;
   std::function<void(size_t)> hook_;
   const std::function<void(size_t)>* ready_ = nullptr;
@@ -223,8 +192,8 @@ class CpuDevice final : public Device {
   }
 
   std::unique_ptr<Program> compile(const ProgramSpec& spec, ParamStore& store) override {
-    progs_.push_back(Counted{spec.prog, spec.replica, spec.tensor_rank, spec.grad_owner});
     auto p = std::make_unique<CpuProgram>(spec, store);
+    progs_.push_back(p.get());
     arena_ += p->arena_bytes() + p->workspace_bytes();
     return p;
   }
@@ -236,17 +205,10 @@ class CpuDevice final : public Device {
 
   double grad_sum_squares() override {
     double sq = 0;
-    // A gradient counts once: replica 0's, or (ZeRO-2) its owner's, the only one holding it.
-    for (const auto& c : progs_) {
-      if (!c.owner && c.replica != 0) continue;
-      for (const auto& sh : c.prog->params) {
-        if (sh.buffer || !shard_counts(sh, c.tensor_rank)) continue;
-        if (c.owner)
-          if (auto it = c.owner->find(sh.name); it == c.owner->end() || it->second != c.replica) continue;
-        const ParamEntry* e = store_->find(sh.name);
-        if (e->has_grad) sq += sum_squares(e->grad);
-      }
-    }
+    for (const CpuProgram* p : progs_)
+      for (const auto& sh : p->stage().params)
+        if (p->policy().counts_in_norm(sh.name))
+          if (const ParamEntry* e = store_->find(sh.name); e->has_grad) sq += sum_squares(e->grad);
     return sq;
   }
 
@@ -279,38 +241,10 @@ class CpuDevice final : public Device {
   }
 
  private:
-  struct Counted {
-    const StageProgram* prog;
-    int replica, tensor_rank;
-    const std::map<std::string, int>* owner;
-  };
-  std::vector<Counted> progs_;
+  std::vector<const CpuProgram*> progs_;  // owned by the engine's chunks, which outlive this device's use
   ParamStore* store_ = nullptr;
   Optimizer* opt_ = nullptr;
   size_t arena_ = 0;
-};
-
-// The whole model's evaluation graph per batch size (the last batch of a set may be smaller) over the host store.
-class CpuEvaluator final : public Evaluator {
- public:
-  CpuEvaluator(const io::RunConfig& cfg, ParamStore& store, const graph::Graph* eval) : cfg_(cfg), store_(store), eval_(eval) {}
-  std::vector<std::pair<std::string, double>> run(io::Dataset& data, std::span<const int64_t> idx, int64_t) override {
-    const auto b = static_cast<int64_t>(idx.size());
-    auto& r = runners_[b];
-    if (!r && eval_ && eval_->batch() == b) r = make_runner(*eval_, cfg_.model, store_, cfg_.train.seed);
-    if (!r) r = make_runner(cfg_.model, b, false, store_, cfg_.train.seed);
-    data.read(idx, r->inputs);
-    r->exec->run(false, cfg_.train.seed, 0);
-    std::vector<std::pair<std::string, double>> vals{{"loss", scalar(r->exec->value(r->g.loss()))}};
-    for (const auto& [name, v] : r->g.metrics) vals.emplace_back(name, scalar(r->exec->value(v)));
-    return vals;
-  }
-
- private:
-  const io::RunConfig& cfg_;
-  ParamStore& store_;
-  const graph::Graph* eval_;  // the run's evaluation graph, or null
-  std::map<int64_t, std::unique_ptr<Runner>> runners_;
 };
 
 class CpuBackend final : public CpuPlanning {  // its run-setup answers: backends/cpu_planning.h
@@ -333,10 +267,6 @@ class CpuBackend final : public CpuPlanning {  // its run-setup answers: backend
     return out;
   }
 
-  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int, DType,
-                                       const graph::Graph* eval) override {
-    return std::make_unique<CpuEvaluator>(cfg, store, eval);
-  }
   bool pins_threads() const override { return true; }
   bool host_memory() const override { return true; }
   bool overlapped_comm() const override { return true; }

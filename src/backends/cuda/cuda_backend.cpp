@@ -8,10 +8,10 @@
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/cuda_executor.h"
 #include "backends/cuda/cuda_optimizer.h"
-#include "backends/cuda/device_eval.h"
 #include "backends/cuda/nccl_comm.h"
 #include "backends/cuda/staged_comm.h"
 #include "exec/runner.h"
+#include "exec/stage_policy.h"
 #include "backends/cuda/kernels/device_info.h"
 #include "backends/cuda/kernels/kernels.h"
 #include "backends/cuda/kernels/runtime.h"
@@ -30,37 +30,22 @@ CudaExecutorOptions precision_options(const io::RunConfig& cfg) {
 class CudaProgram final : public Program {
  public:
   CudaProgram(const io::RunConfig& cfg, const ProgramSpec& spec, ParamStore& store, CudaExecutorOptions co)
-      : p_(*spec.prog), replica_(spec.replica), grad_owner_(spec.grad_owner), sharded_(spec.state_owner != nullptr) {
-    ExecutorOptions eo;
-    eo.slots = spec.slots;
-    if (spec.slots > 1) eo.stash = p_.stash;
-    eo.fuse = spec.fuse;
-    if (spec.params_sharded) {  // ZeRO-3: the parameters another replica holds have no bytes here
-      eo.param_owner = spec.grad_owner;
-      eo.replica = spec.replica;
-    }
-    std::vector<ValueId> keep = p_.keep;
-    if (grad_owner_) {
-      // ZeRO-2: each gradient is reduced to its owner right after the node that makes it (shard_hook_), so the arena
-      // holds it for that node only.
-      for (const auto& pi : p_.g.params())
-        if (pi.grad.valid()) {
-          grads_at_node_[p_.g.value(pi.grad).producer.idx()].emplace_back(pi.grad, grad_owner_->at(pi.name));
-          std::erase(keep, pi.grad);
-        }
-      shard_hook_ = [this](size_t node) { reduce_to_owners(node); };
-    }
-    auto owned = [owner = spec.state_owner, replica = spec.replica](const std::string& name) {
-      if (!owner) return true;
-      auto it = owner->find(name);
-      return it == owner->end() || it->second == replica;
+      : p_(*spec.prog), policy_(spec), sharded_(spec.state_owner != nullptr) {
+    // ZeRO-2: the executor synchronised its stream before the hook; each owner adds its share to its accumulator.
+    shard_hook_ = [this](size_t node) {
+      for (size_t gi : policy_.grads_at(node)) {
+        const ValueId grad = policy_.grads()[gi].value;
+        Tensor v = exec_->device_value(grad, hook_slot_);
+        if (policy_.reduce_to_owner(gi, v, *data_, lane_, hook_mb_)) opt_->accumulate_one(grad, v, hook_mb_, loss_scale_);
+      }
     };
+    auto owned = [this](const std::string& name) { return policy_.owns_state(name); };
     try {
-      exec_ = std::make_unique<CudaExecutor>(p_.g, store, keep, eo, co);
+      exec_ = std::make_unique<CudaExecutor>(p_.g, store, policy_.keep(), policy_.executor_options(), co);
       // Data-parallel stages: accumulators even for one micro-batch, one block to all-reduce (ZeRO-2 and 3: one per
       // gradient this replica keeps).
       opt_ = std::make_unique<CudaOptimizer>(*exec_, cfg.optimizer, spec.micro_batches, p_.dp > 1, owned,
-                                             grad_owner_ != nullptr);
+                                             policy_.reduces_to_owner());
     } catch (const cuda::DeviceOutOfMemory& e) {
       throw UserError(SourceLoc{cfg.path, 0, 0},
                       std::string(e.what()) + ": stage " + std::to_string(p_.stage) + " on cuda:" +
@@ -73,15 +58,8 @@ class CudaProgram final : public Program {
     std::vector<ValueId> fed = p_.recv_values;
     fed.insert(fed.end(), p_.send_grads.begin(), p_.send_grads.end());
     exec_->set_device_fed(fed);
-    // A gradient counts once in the global norm: replica 0's (ZeRO: its owner's, which updates it), tensor rank 0's
-    // unless it is a slice.
-    opt_->set_norm_params([this, replica = spec.replica, rank = spec.tensor_rank, zero = spec.state_owner != nullptr](
-                              const std::string& name) {
-      const ParamShard& sh = shard_of(p_, name);
-      return (zero || replica == 0) && !sh.buffer && shard_counts(sh, rank);  // ZeRO: the table holds the owned only
-    });
-    if (p_.loss.valid()) loss_ = Tensor::empty(p_.g.value(p_.loss).desc);
-    if (p_.dp > 1 && !grad_owner_) {
+    opt_->set_norm_params([this](const std::string& name) { return policy_.counts_in_norm(name); });
+    if (p_.dp > 1 && !policy_.reduces_to_owner()) {
       buckets_.push_back(opt_->flat_gradients());  // every gradient of the stage: one all-reduce
       for (const auto& pi : p_.g.params())
         if (pi.grad.valid()) bucket_of_.push_back(0);
@@ -92,10 +70,11 @@ class CudaProgram final : public Program {
   Tensor value(ValueId v, int slot) override { return exec_->device_value(v, slot); }
   Tensor param(const std::string& name) override { return exec_->device_param(name); }
   void params_changed() override { exec_->params_changed(); }
-  double scalar(ValueId v, int slot) override {
-    BRAID_ASSERT(v == p_.loss, "the CUDA backend fetches the loss only");
-    exec_->fetch(v, loss_, slot);
-    return exec::scalar(loss_);
+  double scalar(ValueId v, int slot) override {  // a kept value: the loss, an evaluation's metrics
+    auto [it, fresh] = fetched_.try_emplace(v.idx());
+    if (fresh) it->second = Tensor::empty(p_.g.value(v).desc);
+    exec_->fetch(v, it->second, slot);
+    return exec::scalar(it->second);
   }
   void set_groups(Communicator* tensor, Communicator* data) override {
     exec_->set_groups(tensor, data);
@@ -104,7 +83,7 @@ class CudaProgram final : public Program {
   void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
-    if (grad_owner_) {  // ZeRO-2 and 3: every micro-batch's gradients reduced to their owners as they are made
+    if (policy_.reduces_to_owner()) {  // ZeRO-2 and 3: every micro-batch's gradients reduced to their owners as made
       BRAID_ASSERT(data_, "gradient shards without a data-parallel group");
       hook_slot_ = slot;
       hook_mb_ = k;
@@ -130,7 +109,7 @@ class CudaProgram final : public Program {
     loss_scale_ = s;
     if (p_.loss.valid()) exec_->set_loss_scale(s);
   }
-  void set_trace(io::TraceLane* lane) override { exec_->set_trace(lane); }
+  void set_trace(io::TraceLane* lane) override { exec_->set_trace(lane_ = lane); }
   void set_trace_micro_batch(int mb) override { exec_->set_trace_micro_batch(mb); }
   bool set_node_timing(double* node_seconds, PhaseTimes*) override {
     exec_->set_node_timing(node_seconds);  // synchronises after every node while it times
@@ -145,30 +124,16 @@ class CudaProgram final : public Program {
   bool sharded() const { return sharded_; }  // ZeRO: the engine broadcasts its parameters after the update
 
  private:
-  // ZeRO-2: the gradients node `node` made, averaged over the data group into their owners (the executor
-  // synchronised its stream before the hook), each owner adding its share to its accumulator; the other replicas'
-  // copies were scratch, their bytes free after the node.
-  void reduce_to_owners(size_t node) {
-    auto it = grads_at_node_.find(node);
-    if (it == grads_at_node_.end()) return;
-    for (const auto& [grad, owner] : it->second) {
-      Tensor v = exec_->device_value(grad, hook_slot_);
-      data_->reduce(v, owner, ReduceOp::Avg);
-      if (owner == replica_) opt_->accumulate_one(grad, v, hook_mb_, loss_scale_);
-    }
-  }
-
   const StageProgram& p_;
-  int replica_ = 0;
-  const std::map<std::string, int>* grad_owner_ = nullptr;
+  StagePolicy policy_;
   bool sharded_ = false;
-  std::map<size_t, std::vector<std::pair<ValueId, int>>> grads_at_node_;  // ZeRO-2: node -> (gradient, owner)
   std::function<void(size_t)> shard_hook_;
   int hook_slot_ = 0, hook_mb_ = 0;
+  io::TraceLane* lane_ = nullptr;
   Communicator* data_ = nullptr;
   std::unique_ptr<CudaExecutor> exec_;
   std::unique_ptr<CudaOptimizer> opt_;
-  Tensor loss_;  // host copy (loss stage)
+  std::map<int, Tensor> fetched_;  // host copies of the values scalar() reads
   std::vector<Tensor> buckets_;
   std::vector<size_t> bucket_of_;
   double loss_scale_ = 1;
@@ -318,13 +283,6 @@ class CudaBackend final : public CudaPlanning {  // its run-setup answers: backe
     NcclWorld nccl(spec.where);
     for (int id : spec.local) out.push_back(nccl.communicator(id));  // each keeps the world's state alive
     return out;
-  }
-
-  std::unique_ptr<Evaluator> evaluator(const io::RunConfig& cfg, ParamStore& store, int where, DType values,
-                                       const graph::Graph* eval) override {
-    CudaExecutorOptions co = precision_options(cfg);
-    co.device = where;
-    return std::make_unique<DeviceEvaluator>(cfg, store, co, values, eval);
   }
 
   bool pins_threads() const override { return false; }
