@@ -353,7 +353,8 @@ void fit_ops(planner::Profile& p, const OpPasses& m, int n, FILE* log) {
       e.second += std::max(forward - overhead, 0.05 * r.forward_s);
       if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += forward;
     }
-    if (log) std::fprintf(log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), m.spent[i]);
+    if (log)
+      std::fprintf(log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), m.spent[i]);
   }
   p.cpu.op_overhead = overhead;
   for (const auto& [op, classes] : eff)

@@ -152,8 +152,9 @@ void TrainLog::record(int64_t step, const StepResult& r, double lr, int64_t epoc
 }
 
 void TrainLog::stopped(int64_t steps, const std::string& last_checkpoint) {
-  progress_.message("stopped after step " + std::to_string(steps) +
-                    (last_checkpoint.empty() ? " (no checkpoint.dir: nothing saved)" : "; checkpoint " + last_checkpoint));
+  progress_.message("stopped after step " + std::to_string(steps) + (last_checkpoint.empty()
+                                                                         ? " (no checkpoint.dir: nothing saved)"
+                                                                         : "; checkpoint " + last_checkpoint));
 }
 
 void TrainLog::final_eval(int64_t total_steps, int64_t samples, const Scores& s) {

@@ -4,7 +4,8 @@
 // log (metrics file and lines), checkpointing and evaluation. The whole model's host tensors (`store`, `opt`) are
 // plan device 0's own when it holds all of the model in host memory, else gathered from the devices when needed and
 // scattered to them after loading. Steps:
-//   0. set up once (preflight, exec/preflight.h, the checks braid check RUN makes too): graphs, plan, data, checkpoints;
+//   0. set up once (preflight, exec/preflight.h, the checks braid check RUN makes too): graphs, plan, data,
+//      checkpoints;
 //   1. the engine (lowering the plan, creating and initialising every device's parameters) and the host model;
 //   2. the datasets bound to the model inputs (opened by the preflight), resume, the banner;
 //   3. per step: the engine's step (micro-batches through forward+backward, gradients accumulated and all-reduced,
@@ -113,8 +114,9 @@ void check_finite(const io::RunConfig& cfg, const StepResult& r, int64_t step) {
                                                   std::to_string(step + 1) + " (nothing saved at this step)",
                     "lower the learning rate or enable optimizer.clip_grad_norm; resume from the last checkpoint");
   if (r.grad_norm != -1 && !std::isfinite(r.grad_norm))  // -1: not computed (no clipping)
-    throw UserError(SourceLoc{cfg.path, 0, 0}, "the gradient norm became " + non_finite_name(r.grad_norm) +
-                                                  " at step " + std::to_string(step + 1) + " (nothing saved at this step)",
+    throw UserError(SourceLoc{cfg.path, 0, 0},
+                    "the gradient norm became " + non_finite_name(r.grad_norm) + " at step " +
+                        std::to_string(step + 1) + " (nothing saved at this step)",
                     "lower the learning rate; resume from the last checkpoint");
 }
 
