@@ -267,6 +267,149 @@ std::vector<LayerSample> median_of_passes(const std::vector<std::vector<LayerSam
   return out;
 }
 
+// Every workload in kPasses passes of 0.2 s, each layer's times the median of the passes' means, the passes
+// taken in turn over all workloads: a time slice of several milliseconds that a worker waits lands on one node
+// of one pass, and a slow spell of the host (this VM's neighbours slow everything by 20-60% for seconds at a
+// time, unseen by other_cores) on one pass of several workloads, moving those passes' means, not the medians.
+// With one pass of 0.4 s two calibrations minutes apart differed by up to 5x in some (op, class) figures and
+// backward ratios (cross_entropy 1e6: 0.64 and 0.13; embedding's ratio 0.32 and 5.6); with three passes of a
+// workload back to back, the prediction of mlp tp 2 on cpu:2 ranged over 2.3-3.5 ms in six calibrations.
+constexpr int kPasses = 3;
+
+struct OpPasses {
+  std::vector<Workload> all = workloads();
+  std::vector<std::vector<std::vector<LayerSample>>> passes;  // [workload][pass]; none for the overhead
+  std::vector<double> spent;                                  // seconds per workload
+  size_t measured = 0;                                        // workloads measured (the budget skips the rest)
+  double overhead = 5e-6;                                     // the per-op overhead, median of the passes
+};
+
+// The workloads' passes within the budget (counted from `start`) and the per-op overhead.
+OpPasses measure_op_passes(const CalibrateOptions& o, Quiet& quiet, Clock::time_point start) {
+  const int n = o.devices;
+  OpPasses m;
+  m.passes.resize(m.all.size());
+  m.spent.resize(m.all.size());
+  m.measured = m.all.size();
+  std::vector<double> overhead_passes;  // the overhead workload's median node time, per pass
+  for (int k = 0; k < kPasses; ++k)
+    for (size_t i = 0; i < m.measured; ++i) {
+      const Workload& w = m.all[i];
+      if (w.name == "overhead") {
+        // In every pass like the workloads, the median pass kept: measured once, it came out 0.45, 1.47, 2.13
+        // and 0.45 us in four calibrations of one hour, and tiny_gpt's pipelines (hundreds of small ops a step)
+        // were predicted 8.0-9.2 ms with it.
+        std::vector<double> ts;
+        for (const auto& r : quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.05); }))
+          ts.push_back(r.forward_s);
+        overhead_passes.push_back(std::max(1e-7, median(ts)));
+        m.overhead = median(overhead_passes);
+        if (o.log && k + 1 == kPasses) std::fprintf(o.log, "  %-15s %.2f us per op\n", "op overhead", m.overhead * 1e6);
+        continue;
+      }
+      // The budget skips larger sizes, never an op family: until each model (gpt, mlp, lenet: the names' first
+      // word) has one workload measured, the next one starts however long those before took (under a load of
+      // 10 on 2 cores a 2 s budget had run out before lenet's, and conv2d had no efficiency at all).
+      const std::string kind = w.name.substr(0, w.name.find(' '));
+      bool kind_seen = false;
+      for (size_t j = 0; j < i; ++j) kind_seen = kind_seen || m.all[j].name.substr(0, m.all[j].name.find(' ')) == kind;
+      if (k == 0 && kind_seen && seconds_since(start) * kPasses > o.budget_s) {
+        if (o.log) std::fprintf(o.log, "  (budget of %.0f s: later workloads skipped)\n", o.budget_s);
+        m.measured = i;
+        break;
+      }
+      auto t0 = Clock::now();
+      m.passes[i].push_back(quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.2); }));
+      m.spent[i] += seconds_since(t0);
+    }
+  return m;
+}
+
+// Per (op, shape class) the roofline time over the measured time less the per-op overhead, and per op the
+// backward's ratio to its forward, into `p` (its device figures, weight_s_per_byte and the cache's set).
+void fit_ops(planner::Profile& p, const OpPasses& m, int n, FILE* log) {
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> eff;  // op -> class -> (roof, time)
+  std::map<std::string, std::pair<double, double>> ratio;                     // op -> (backward, forward)
+  const double peak = p.cpu.peak_flops_f32, bw = p.cpu.memory_bandwidth, overhead = m.overhead;
+  const double cache_share = p.cache_bytes / 2 / n;
+  for (size_t i = 0; i < m.measured; ++i) {
+    const Workload& w = m.all[i];
+    if (m.passes[i].empty()) continue;  // the overhead
+    const std::vector<LayerSample> rows = median_of_passes(m.passes[i], w);
+    // The workload's runs follow one another: its weights come from memory for the part of the N workers'
+    // weights and gradients that does not fit in half the cache (as CostModel::weight_read_time, no states).
+    double workload_params = 0;
+    for (const auto& r : rows) workload_params += r.param_bytes;
+    const double cold = 1 - planner::cache_fraction(p.cache_bytes, 2 * workload_params, n);
+    for (const auto& r : rows) {
+      if (r.forward_s <= 0) continue;
+      const double roof = planner::roofline(r.flops, r.bytes, peak, bw, p.cache_bandwidth, cache_share);
+      // The model's forward: overhead + roof / efficiency, plus weight_read_time once per step; its backward:
+      // the ratio x that forward. The fit inverts both.
+      const double weights = cold * r.param_bytes * p.weight_s_per_byte;
+      const double forward = std::max(r.forward_s - weights, 0.05 * r.forward_s);
+      auto& e = eff[r.op][planner::shape_class(r.flops)];
+      e.first += roof;
+      e.second += std::max(forward - overhead, 0.05 * r.forward_s);
+      if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += forward;
+    }
+    if (log)
+      std::fprintf(log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), m.spent[i]);
+  }
+  p.cpu.op_overhead = overhead;
+  for (const auto& [op, classes] : eff)
+    for (const auto& [cls, rt] : classes)
+      if (rt.second > 0) p.efficiency[op][cls] = std::min(100.0, rt.first / rt.second);  // > 1: OpDef::cost overcounts
+  for (const auto& [op, bf] : ratio)
+    if (bf.second > 0) p.backward_ratio[op] = bf.first / bf.second;
+}
+
+// Collectives and point to point on the in-process backend; the link from send_recv (else the fallback figures).
+void measure_links(planner::Profile& p, int n, int cores, Quiet& quiet) {
+  // A collective's bytes are read and written at least once: no faster than the cache bandwidth's copy.
+  p.collectives = measure_collectives(n, quiet, p.cache_bandwidth > 0 ? 2 / p.cache_bandwidth : 0);
+  if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {
+    p.cpu.link_latency = it->second.first;
+    p.cpu.link_bandwidth = it->second.second > 0 ? 1 / it->second.second : 5e9;
+  } else {
+    planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
+    p.cpu.link_latency = f.link_latency;
+    p.cpu.link_bandwidth = f.link_bandwidth;
+  }
+}
+
+// The optimizer's update per parameter byte, clipping, accumulation, sharing and turns, then the plan runner's own
+// costs (with the figures before them).
+void measure_step_costs(planner::Profile& p, int n, Quiet& quiet, FILE* log) {
+  p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n, false); });
+  p.optimizer_warm_s_per_byte = quietly(quiet, "optimizer (warm)", [&]() { return measure_optimizer(n, true); });
+  if (log)
+    for (const auto& [k, v] : p.optimizer_s_per_byte)
+      std::fprintf(log, "  optimizer, %d states: %.3f ns per parameter byte from memory, %.3f from cache\n", k,
+                   v * 1e9, p.optimizer_warm_s_per_byte[k] * 1e9);
+  p.clip_s_per_byte = quietly(quiet, "gradient clipping", [&]() { return measure_clip(n); });
+  if (log) std::fprintf(log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
+  p.accumulate_s_per_byte = quietly(quiet, "gradient accumulation", [&]() { return measure_accumulate(n); });
+  if (log)
+    std::fprintf(log, "  gradient accumulation: %.3f ns per gradient byte\n", p.accumulate_s_per_byte * 1e9);
+  p.busy_speed = quietly(quiet, "busy speed", [&]() { return measure_busy_speed(n); });
+  double turn_bytes = 0;
+  p.switch_s_per_byte = quietly(quiet, "turns on a core", [&]() { return measure_turns(n, &turn_bytes); });
+  if (log && p.switch_s_per_byte > 0)
+    std::fprintf(log, "  devices taking turns on a core: %.3f ns per byte (%.3f ms per micro-batch of the %.1f MB MLP)\n",
+                 p.switch_s_per_byte * 1e9, p.switch_s_per_byte * turn_bytes * 1e3, turn_bytes / 1e6);
+  if (log) {
+    std::fprintf(log, "  speed with 1..%d devices busy, relative to all:", n);
+    for (double x : p.busy_speed) std::fprintf(log, " %.2f", x);
+    std::fprintf(log, "\n");
+  }
+  p.runner = measure_runner(n, p, quiet);
+  if (log && n > 1)
+    std::fprintf(log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
+                 p.runner.step_overhead * 1e6, p.runner.micro_batch_overhead * 1e6,
+                 p.runner.pipeline_micro_batch_overhead * 1e6);
+}
+
 }  // namespace
 }  // namespace calib
 
@@ -289,11 +432,7 @@ planner::Profile calibrate(const CalibrateOptions& o) {
                  "per device (measured)\n", n, p.machine.c_str(), p.cpu.peak_flops_f32 / 1e9, p.cpu.memory_bandwidth / 1e9);
   // 2. Ops: per (op, shape class) the roofline time over the measured time less the per-op overhead.
   auto start = Clock::now();
-  std::map<std::string, std::map<std::string, std::pair<double, double>>> eff;  // op -> class -> (roof, time)
-  std::map<std::string, std::pair<double, double>> ratio;                     // op -> (backward, forward)
-  double overhead = 5e-6;
-  std::vector<double> overhead_passes;  // the overhead workload's median node time, per pass
-  const double peak = p.cpu.peak_flops_f32, bw = p.cpu.memory_bandwidth;
+  const double bw = p.cpu.memory_bandwidth;
   // A layer's forward packs its weights (the GEMM reads them and writes the packed copy); where the step before
   // left them in memory, not in cache, that is their bytes read and written at the bandwidth measured above
   // (which counts both): fc2 of the MLP 784-1024-1024-10 alone on one core forwards M rows in
@@ -302,129 +441,22 @@ planner::Profile calibrate(const CalibrateOptions& o) {
   // part of the weights the cache did not keep (CostModel::weight_read_time); the fit below takes it out of
   // the workloads' forward samples the same way. Without it plans of 32 rows per replica on the MLP
   // 784-1024-1024-10 were predicted 33-42% fast, of 128 rows 5% (docs/planner.md).
-  const double weight_s_per_byte = bw > 0 ? 2 / bw : 0;
-  p.weight_s_per_byte = weight_s_per_byte;
+  p.weight_s_per_byte = bw > 0 ? 2 / bw : 0;
   p.cache_bytes = cache_bytes();
   // Never below the memory bandwidth: a copy in cache is not slower than one through memory, and a measurement
   // saying so (a VM reporting its host's last-level cache, of which this guest holds far less; a noisy spell)
   // would make the roofline charge small working sets more than large ones.
   p.cache_bandwidth = std::max(bw, quietly(quiet, "cache bandwidth", [&]() { return measure_cache_bandwidth(n); }));
-  const double cache_share = p.cache_bytes / 2 / n;
   if (o.log) std::fprintf(o.log, "  cache bandwidth %.1f GB/s per device (read + write, %.0f KiB buffers)\n",
-                          p.cache_bandwidth / 1e9, cache_share / 2 / 1024);
-  // Every workload in kPasses passes of 0.2 s, each layer's times the median of the passes' means, the passes
-  // taken in turn over all workloads: a time slice of several milliseconds that a worker waits lands on one node
-  // of one pass, and a slow spell of the host (this VM's neighbours slow everything by 20-60% for seconds at a
-  // time, unseen by other_cores) on one pass of several workloads, moving those passes' means, not the medians.
-  // With one pass of 0.4 s two calibrations minutes apart differed by up to 5x in some (op, class) figures and
-  // backward ratios (cross_entropy 1e6: 0.64 and 0.13; embedding's ratio 0.32 and 5.6); with three passes of a
-  // workload back to back, the prediction of mlp tp 2 on cpu:2 ranged over 2.3-3.5 ms in six calibrations.
-  constexpr int kPasses = 3;
-  const std::vector<Workload> all = workloads();
-  std::vector<std::vector<std::vector<LayerSample>>> passes(all.size());  // [workload][pass]
-  std::vector<double> spent(all.size());
-  size_t measured = all.size();
-  for (int k = 0; k < kPasses; ++k)
-    for (size_t i = 0; i < measured; ++i) {
-      const Workload& w = all[i];
-      if (w.name == "overhead") {
-        // In every pass like the workloads, the median pass kept: measured once, it came out 0.45, 1.47, 2.13
-        // and 0.45 us in four calibrations of one hour, and tiny_gpt's pipelines (hundreds of small ops a step)
-        // were predicted 8.0-9.2 ms with it.
-        std::vector<double> ts;
-        for (const auto& r : quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.05); }))
-          ts.push_back(r.forward_s);
-        overhead_passes.push_back(std::max(1e-7, median(ts)));
-        overhead = median(overhead_passes);
-        if (o.log && k + 1 == kPasses) std::fprintf(o.log, "  %-15s %.2f us per op\n", "op overhead", overhead * 1e6);
-        continue;
-      }
-      // The budget skips larger sizes, never an op family: until each model (gpt, mlp, lenet: the names' first
-      // word) has one workload measured, the next one starts however long those before took (under a load of
-      // 10 on 2 cores a 2 s budget had run out before lenet's, and conv2d had no efficiency at all).
-      const std::string kind = w.name.substr(0, w.name.find(' '));
-      bool kind_seen = false;
-      for (size_t j = 0; j < i; ++j) kind_seen = kind_seen || all[j].name.substr(0, all[j].name.find(' ')) == kind;
-      if (k == 0 && kind_seen && seconds_since(start) * kPasses > o.budget_s) {
-        if (o.log) std::fprintf(o.log, "  (budget of %.0f s: later workloads skipped)\n", o.budget_s);
-        measured = i;
-        break;
-      }
-      auto t0 = Clock::now();
-      passes[i].push_back(quietly(quiet, w.name, [&]() { return measure_workload(w, n, 0.2); }));
-      spent[i] += seconds_since(t0);
-    }
-  for (size_t i = 0; i < measured; ++i) {
-    const Workload& w = all[i];
-    if (passes[i].empty()) continue;  // the overhead
-    const std::vector<LayerSample> rows = median_of_passes(passes[i], w);
-    // The workload's runs follow one another: its weights come from memory for the part of the N workers'
-    // weights and gradients that does not fit in half the cache (as CostModel::weight_read_time, no states).
-    double workload_params = 0;
-    for (const auto& r : rows) workload_params += r.param_bytes;
-    const double cold = 1 - planner::cache_fraction(p.cache_bytes, 2 * workload_params, n);
-    for (const auto& r : rows) {
-      if (r.forward_s <= 0) continue;
-      const double roof = planner::roofline(r.flops, r.bytes, peak, bw, p.cache_bandwidth, cache_share);
-      // The model's forward: overhead + roof / efficiency, plus weight_read_time once per step; its backward:
-      // the ratio x that forward. The fit inverts both.
-      const double weights = cold * r.param_bytes * weight_s_per_byte;
-      const double forward = std::max(r.forward_s - weights, 0.05 * r.forward_s);
-      auto& e = eff[r.op][planner::shape_class(r.flops)];
-      e.first += roof;
-      e.second += std::max(forward - overhead, 0.05 * r.forward_s);
-      if (r.backward_s > 0 && r.input_grad) ratio[r.op].first += r.backward_s, ratio[r.op].second += forward;
-    }
-    if (o.log) std::fprintf(o.log, "  %-15s batch %-4lld %.1f s\n", w.name.c_str(), static_cast<long long>(w.batch), spent[i]);
-  }
-  p.cpu.op_overhead = overhead;
-  for (const auto& [op, classes] : eff)
-    for (const auto& [cls, rt] : classes)
-      if (rt.second > 0) p.efficiency[op][cls] = std::min(100.0, rt.first / rt.second);  // > 1: OpDef::cost overcounts
-  for (const auto& [op, bf] : ratio)
-    if (bf.second > 0) p.backward_ratio[op] = bf.first / bf.second;
+                          p.cache_bandwidth / 1e9, p.cache_bytes / 2 / n / 2 / 1024);
+  fit_ops(p, measure_op_passes(o, quiet, start), n, o.log);
   if (o.log)
     std::fprintf(o.log, "  op measurements took %.1f s in all (--budget %.0f s); collectives, the optimizer and the "
                  "runner follow, outside the budget\n", seconds_since(start), o.budget_s);
   // 3. Collectives and point to point on the in-process backend.
-  // A collective's bytes are read and written at least once: no faster than the cache bandwidth's copy.
-  p.collectives = measure_collectives(n, quiet, p.cache_bandwidth > 0 ? 2 / p.cache_bandwidth : 0);
-  if (auto it = p.collectives.find("send_recv"); it != p.collectives.end()) {
-    p.cpu.link_latency = it->second.first;
-    p.cpu.link_bandwidth = it->second.second > 0 ? 1 / it->second.second : 5e9;
-  } else {
-    planner::CpuFigures f = planner::fallback_cpu_figures(n, cores);
-    p.cpu.link_latency = f.link_latency;
-    p.cpu.link_bandwidth = f.link_bandwidth;
-  }
+  measure_links(p, n, cores, quiet);
   // 4. The optimizer's update per parameter byte; the plan runner's own costs (with the figures above).
-  p.optimizer_s_per_byte = quietly(quiet, "optimizer", [&]() { return measure_optimizer(n, false); });
-  p.optimizer_warm_s_per_byte = quietly(quiet, "optimizer (warm)", [&]() { return measure_optimizer(n, true); });
-  if (o.log)
-    for (const auto& [k, v] : p.optimizer_s_per_byte)
-      std::fprintf(o.log, "  optimizer, %d states: %.3f ns per parameter byte from memory, %.3f from cache\n", k,
-                   v * 1e9, p.optimizer_warm_s_per_byte[k] * 1e9);
-  p.clip_s_per_byte = quietly(quiet, "gradient clipping", [&]() { return measure_clip(n); });
-  if (o.log) std::fprintf(o.log, "  gradient clipping: %.3f ns per gradient byte\n", p.clip_s_per_byte * 1e9);
-  p.accumulate_s_per_byte = quietly(quiet, "gradient accumulation", [&]() { return measure_accumulate(n); });
-  if (o.log)
-    std::fprintf(o.log, "  gradient accumulation: %.3f ns per gradient byte\n", p.accumulate_s_per_byte * 1e9);
-  p.busy_speed = quietly(quiet, "busy speed", [&]() { return measure_busy_speed(n); });
-  double turn_bytes = 0;
-  p.switch_s_per_byte = quietly(quiet, "turns on a core", [&]() { return measure_turns(n, &turn_bytes); });
-  if (o.log && p.switch_s_per_byte > 0)
-    std::fprintf(o.log, "  devices taking turns on a core: %.3f ns per byte (%.3f ms per micro-batch of the %.1f MB MLP)\n",
-                 p.switch_s_per_byte * 1e9, p.switch_s_per_byte * turn_bytes * 1e3, turn_bytes / 1e6);
-  if (o.log) {
-    std::fprintf(o.log, "  speed with 1..%d devices busy, relative to all:", n);
-    for (double x : p.busy_speed) std::fprintf(o.log, " %.2f", x);
-    std::fprintf(o.log, "\n");
-  }
-  p.runner = measure_runner(n, p, quiet);
-  if (o.log && n > 1)
-    std::fprintf(o.log, "  runner: %.1f us per step, %.1f us per micro-batch and stage (%.1f us in a pipeline)\n",
-                 p.runner.step_overhead * 1e6, p.runner.micro_batch_overhead * 1e6,
-                 p.runner.pipeline_micro_batch_overhead * 1e6);
+  measure_step_costs(p, n, quiet, o.log);
   if (o.log && quiet.disturbed > 0)
     std::fprintf(o.log, "braid calibrate: warning: %d measurement%s ran beside other processes (up to %.1f cores' worth) "
                  "however often measured; figures from a busy machine make the planner's predictions slow: calibrate "
