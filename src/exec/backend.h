@@ -37,6 +37,7 @@ struct RunIds {
   uint64_t seed = 0;
   uint64_t stream = 0;       // step * micro_batches + micro-batch
   int64_t batch_offset = 0;  // the replica's first sample in the whole micro-batch
+  bool training = true;      // false: evaluation (dropout off, running statistics read, not updated)
 };
 
 // Where the time of a step went on the device that is timed (`braid time`), seconds, added to.

@@ -28,7 +28,7 @@ class ProgramEvaluator final : public Evaluator {
       e->fresh_at = version;
     }
     data.read(idx, e->inputs);
-    e->program->forward(0, RunIds{cfg_.train.seed, 0, 0});
+    e->program->forward(0, RunIds{cfg_.train.seed, 0, 0, false});
     std::vector<std::pair<std::string, double>> vals{{"loss", e->program->scalar(e->prog.loss, 0)}};
     for (const auto& [name, v] : e->prog.g.metrics) vals.emplace_back(name, e->program->scalar(v, 0));
     return vals;

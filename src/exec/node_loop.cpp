@@ -276,10 +276,10 @@ void NodeLoop::run(bool training, uint64_t seed, uint64_t rng_stream, int64_t ba
   end_run(0);
 }
 
-void NodeLoop::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset) {
+void NodeLoop::run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, bool training) {
   begin_run(slot);
   io::TraceScope scope(trace_, phase(io::TraceKind::Forward));
-  run_range(slot, true, seed, rng_stream, batch_offset, 0, first_backward_);
+  run_range(slot, training, seed, rng_stream, batch_offset, 0, first_backward_);
   end_phase();
 }
 

@@ -66,7 +66,7 @@ class NodeLoop {
   // event.
   void run(bool training, uint64_t seed, uint64_t rng_stream, int64_t batch_offset = 0);
   // The forward nodes, or the backward nodes, of one micro-batch held in `slot` (pipelined execution).
-  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
+  void run_forward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset, bool training = true);
   void run_backward(int slot, uint64_t seed, uint64_t rng_stream, int64_t batch_offset);
 
  protected:

@@ -58,7 +58,9 @@ class CpuProgram final : public Program {
     data_ = data;
   }
   void set_gather_prefetch(Communicator* gather, CommQueue* queue) override { exec_->set_gather_prefetch(gather, queue); }
-  void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
+  void forward(int slot, const RunIds& ids) override {
+    exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset, ids.training);
+  }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
     BRAID_ASSERT(M == M_, "a step of ", M, " micro-batches for a program built for ", M_);

@@ -80,7 +80,9 @@ class CudaProgram final : public Program {
     exec_->set_groups(tensor, data);
     data_ = data;
   }
-  void forward(int slot, const RunIds& ids) override { exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset); }
+  void forward(int slot, const RunIds& ids) override {
+    exec_->run_forward(slot, ids.seed, ids.stream, ids.batch_offset, ids.training);
+  }
 
   void backward(int slot, const RunIds& ids, int k, int M, const std::function<void(size_t)>* ready) override {
     if (policy_.reduces_to_owner()) {  // ZeRO-2 and 3: every micro-batch's gradients reduced to their owners as made
