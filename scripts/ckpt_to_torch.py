@@ -5,7 +5,11 @@
 # builds the run's model in PyTorch, generically (`braid check RUN --json` and tests/torch_ref/ops/*.py, as
 # tests/torch_ref/train_ref.py does), loads the state_dict with load_state_dict(strict=True), checks dtypes,
 # and prints the model's loss on a random batch (eval mode). No per-model code; optimizer state is not converted.
-# Usage: ckpt_to_torch.py CKPT|FOLDER [-o OUT.pt] [--check --run RUN [--braid BRAID] [--set k=v]... [--batch B]]
+# A tied weight (linear's `tie: LAYER`) is one tensor in the checkpoint, under the named layer's name
+# ("tok.weight"). Given --run, the state_dict also names it under each tying layer ("logits.weight", one storage
+# with "tok.weight"), as PyTorch's own state_dict of a tied model does (GPT-2's lm_head.weight and
+# transformer.wte.weight); without --run the script does not know the ties and writes the tensor once.
+# Usage: ckpt_to_torch.py CKPT|FOLDER [-o OUT.pt] [--run RUN [--check] [--braid BRAID] [--set k=v]... [--batch B]]
 # Exit status: 0 ok, 1 a damaged checkpoint or a failed check, 77 h5py/numpy/torch unavailable.
 import argparse
 import collections
@@ -141,18 +145,26 @@ class BraidModel(torch.nn.Module):
         specs = graph.get("param_specs")
         if specs is None:
             raise Failure("`braid check --json` printed no param_specs (a braid older than this script)")
-        for s in specs:
-            *path, leaf = s["name"].split(".")
+
+        def owner(name):
+            *path, leaf = name.split(".")
             mod = self
             for part in path:
                 if not hasattr(mod, part):
                     mod.add_module(part, torch.nn.Module())
                 mod = getattr(mod, part)
+            return mod, leaf
+
+        for s in specs:
+            mod, leaf = owner(s["name"])
             t = torch.zeros(s["shape"], dtype=_DTYPES[s["dtype"]])
             if s["buffer"]:
                 mod.register_buffer(leaf, t)
             else:
                 mod.register_parameter(leaf, torch.nn.Parameter(t, requires_grad=t.is_floating_point()))
+        for alias, target in tied_aliases(graph).items():  # one Parameter under both names, as PyTorch ties
+            mod, leaf = owner(alias)
+            mod.register_parameter(leaf, self.get_parameter(target))
         self.specs = {s["name"]: s for s in specs}
         self.loss_name = graph["outputs"][0]
         try:
@@ -175,6 +187,33 @@ class BraidModel(torch.nn.Module):
         return values[self.loss_name]
 
 
+def tied_aliases(graph):
+    """{tying layer's name for the weight: the tied parameter} from `braid check --json`: a layer with a `tie`
+    attribute uses a parameter of another layer ("logits" with tie: tok uses "tok.weight": "logits.weight")."""
+    out = {}
+    for l in graph["layers"]:
+        if "tie" not in l.get("attrs", {}):
+            continue
+        for p in l["params"]:
+            if not p.startswith(l["name"] + "."):
+                out[l["name"] + "." + p.rsplit(".", 1)[-1]] = p
+    return out
+
+
+def braid_json(args):
+    cmd = [args.braid, "check", args.run, "--json", "--batch", str(args.batch)]
+    for kv in args.sets:
+        cmd += ["--set", kv]
+    print("+ " + " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Failure(f"cannot run braid check: {e}") from None
+    if p.returncode != 0:
+        raise Failure(f"braid check exited with status {p.returncode}:\n{p.stderr.rstrip()}")
+    return json.loads(p.stdout)
+
+
 def random_batch(inputs, batch, seed=0):
     """Floats uniform in [0, 1) (image-like) or standard normal; integers uniform below the input's bound."""
     rng = np.random.default_rng(seed)
@@ -190,18 +229,7 @@ def random_batch(inputs, batch, seed=0):
     return out
 
 
-def check(sd, args):
-    cmd = [args.braid, "check", args.run, "--json", "--batch", str(args.batch)]
-    for kv in args.sets:
-        cmd += ["--set", kv]
-    print("+ " + " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise Failure(f"cannot run braid check: {e}") from None
-    if p.returncode != 0:
-        raise Failure(f"braid check exited with status {p.returncode}:\n{p.stderr.rstrip()}")
-    graph = json.loads(p.stdout)
+def check(sd, graph, args):
     ops, _, _, problems = op_ref.load_references(args.ops_dir)
     if problems:
         raise Failure("the op references do not load:\n  " + "\n  ".join(problems))
@@ -229,7 +257,7 @@ def main(argv):
     ap.add_argument("-o", "--output", help="the .pt file to write (default: the checkpoint's name with .pt)")
     ap.add_argument("--no-verify", action="store_true", help="skip the header and checksum checks")
     ap.add_argument("--check", action="store_true", help="load into the run's model in PyTorch and print its loss")
-    ap.add_argument("--run", help="with --check: the run (or model) file the checkpoint belongs to")
+    ap.add_argument("--run", help="the run (or model) file the checkpoint belongs to: its ties, and for --check its model")
     ap.add_argument("--braid", default=os.path.join(ROOT, "build", "braid"), help="the braid binary (for --check)")
     ap.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE",
                     help="with --check: braid's --set overrides of the run file")
@@ -241,12 +269,20 @@ def main(argv):
 
     path = resolve(args.checkpoint)
     sd, buffers, meta = load_state_dict(path, verify=not args.no_verify)
+    graph = braid_json(args) if args.run else None
+    tensors = len(sd)
+    aliases = tied_aliases(graph) if graph else {}
+    for alias, target in aliases.items():
+        if target not in sd:
+            raise Failure(f"the checkpoint has no '{target}', which layer '{alias.rsplit('.', 1)[0]}' ties to")
+        sd[alias] = sd[target]  # one storage: torch.save writes it once
     out = args.output or os.path.splitext(path)[0] + ".pt"
     torch.save(sd, out)
-    print(f"{path}: step {meta.get('step')}, {len(sd) - len(buffers)} parameters and {len(buffers)} buffers "
-          f"({sum(t.numel() for t in sd.values())} values) -> {out}")
+    tied = f"; tied: {', '.join(f'{a} = {t}' for a, t in aliases.items())}" if aliases else ""
+    print(f"{path}: step {meta.get('step')}, {tensors - len(buffers)} parameters and {len(buffers)} buffers "
+          f"({sum(t.numel() for k, t in sd.items() if k not in aliases)} values){tied} -> {out}")
     if args.check:
-        check(sd, args)
+        check(sd, graph, args)
     return 0
 
 

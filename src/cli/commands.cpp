@@ -145,8 +145,9 @@ int check(const CheckArgs& a, FILE* out) {
   auto plan = exec::plan_memory(g, keep);
   double param_bytes = 0;
   for (const auto& p : g.params()) param_bytes += static_cast<double>(p.spec.desc.bytes());
-  std::fprintf(out, "total: %zu layers, %lld parameters (%s), forward %s FLOPs per batch of %lld (training ~3x)\n",
-               rows.size(), static_cast<long long>(total_params), human_bytes(param_bytes).c_str(),
+  std::fprintf(out, "total: %zu layers, %lld parameters (%s, %s), forward %s FLOPs per batch of %lld (training ~3x)\n",
+               rows.size(), static_cast<long long>(total_params), human_count(static_cast<double>(total_params)).c_str(),
+               human_bytes(param_bytes).c_str(),
                human_count(total_flops).c_str(), static_cast<long long>(batch));
   std::fprintf(out, "predicted peak activation memory (forward + backward, batch %lld): %s (static plan; %s without reuse)\n",
                static_cast<long long>(batch), human_bytes(static_cast<double>(plan.arena_bytes)).c_str(),

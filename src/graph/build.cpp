@@ -9,6 +9,7 @@
 
 #include "graph/autodiff.h"
 #include "ops/registry.h"
+#include "ops/tie.h"
 
 namespace braid::graph {
 namespace {
@@ -69,6 +70,55 @@ struct Builder {
   const ops::Registry& reg = ops::Registry::get();
   std::map<std::string, ValueId> values;  // value names visible to `from`
   SizeBudget budget;                      // bytes of the forward graph so far
+  // Every layer built so far: its op and the parameter value it uses under each local name (a tied layer's
+  // is the named layer's), for `tie`.
+  struct LayerParams {
+    std::string op;
+    std::map<std::string, ValueId> params;
+  };
+  std::map<std::string, LayerParams> layer_params;
+
+  // `tie: NAME` of layer l (ops/tie.h): the parameter `param` of the layer NAME names (inside a block, a layer of
+  // the same copy first, then a layer of the whole model), or kNoValue after reporting why not at l.
+  ValueId resolve_tie(const io::LayerSpec& l, const std::string& name, const std::string& param) {
+    const std::string who = "layer '" + l.name + "' (" + l.op + ")";
+    SourceLoc at = l.loc;
+    for (size_t k = 0; k < l.attrs.size(); ++k)
+      if (l.attrs[k].first == "tie") at = l.attrs[k].second.loc;
+    std::vector<std::string> names;
+    if (!l.block_path.empty()) names.push_back(l.block_path + "." + name);
+    names.push_back(name);
+    for (const auto& n : names) {
+      auto it = layer_params.find(n);
+      if (it == layer_params.end()) continue;
+      auto p = it->second.params.find(param);
+      if (p == it->second.params.end()) {
+        diags.error(at, who + ": tie: layer '" + n + "' (" + it->second.op + ") has no parameter '" + param + "'",
+                    "tie to an embedding or a linear layer");
+        return kNoValue;
+      }
+      return p->second;
+    }
+    for (const auto& n : names) {
+      if (n == l.name) {
+        diags.error(at, who + ": tie names the layer itself", "tie to another layer's weight, such as an embedding's");
+        return kNoValue;
+      }
+      if (values.count(n)) return kNoValue;  // the named layer failed: reported there
+    }
+    for (const auto& n : names)
+      for (const auto& other : model.layers)
+        if (other.name == n) {
+          diags.error(at, who + ": tie names layer '" + n + "', which comes after it",
+                      "a layer ties to a layer defined before it; move '" + l.name + "' after '" + n + "'");
+          return kNoValue;
+        }
+    std::vector<std::string> known;
+    for (const auto& [n, lp] : layer_params) known.push_back(n);
+    diags.error(at, who + ": tie names no layer '" + name + "'",
+                diags.full() ? "" : did_you_mean_hint(name, known));
+    return kNoValue;
+  }
 
   std::optional<ops::AttrValue> eval_attr(const ops::AttrSpec& spec, const io::YNode& node, const std::string& what) {
     switch (spec.kind) {
@@ -205,6 +255,26 @@ struct Builder {
       data.push_back(g.value(it->second).desc);
     }
     if (half != DType::f32) autocast_inputs(*op, l, inputs, data);
+    // A tied parameter: the named layer's value, checked against this layer's attributes and inputs.
+    const ops::TieRule* tie = nullptr;
+    ValueId tied = kNoValue;
+    if (attrs.has("tie")) {
+      tie = ops::tie_rule(*op);
+      BRAID_ASSERT(tie, "op ", op->name, " has a `tie` attribute but no tie rule (ops/tie.h)");
+      tied = resolve_tie(l, attrs.s("tie"), tie->param);
+      if (!tied.valid()) return kNoValue;
+      if (!l.init.empty()) {
+        diags.error(l.init[0].second.loc, who + ": a tied layer takes no init",
+                    "its " + std::string(tie->param) + " is '" + g.value(tied).name + "', initialised by its own layer");
+        return kNoValue;
+      }
+      try {
+        tie->check(attrs, data, g.value(tied).desc);
+      } catch (const ops::OpError& e) {
+        diags.error(l.loc, who + ": " + e.what(), e.hint());
+        return kNoValue;
+      }
+    }
     // Parameters, with `init:` overrides.
     std::vector<ops::ParamSpec> params;
     try {
@@ -242,10 +312,16 @@ struct Builder {
     }
     if (!ok) return kNoValue;
     for (const auto& p : params)
-      ok &= check_tensor(p.desc, who + ": parameter '" + p.name + "'", l.loc, budget, diags, kParamCopies);
+      if (!tie || p.name != tie->param)
+        ok &= check_tensor(p.desc, who + ": parameter '" + p.name + "'", l.loc, budget, diags, kParamCopies);
     if (!ok) return kNoValue;
     std::vector<ValueId> all_inputs = inputs;
-    for (const auto& p : params) all_inputs.push_back(g.add_param(l.name, p));
+    LayerParams& mine = layer_params[l.name];
+    mine.op = l.op;
+    for (const auto& p : params) {
+      all_inputs.push_back(tie && p.name == tie->param ? tied : g.add_param(l.name, p));
+      mine.params[p.name] = all_inputs.back();
+    }
     try {
       auto outs = g.add_node(*op, attrs, all_inputs, n, l.name, l.name, l.loc, false);
       const Node& node = g.node(g.value(outs[0]).producer);

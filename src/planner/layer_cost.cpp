@@ -153,6 +153,14 @@ bool LayerCosts::needs_grad(const graph::Node& n, int input) const {
   return std::find(n.op->nondiff_inputs.begin(), n.op->nondiff_inputs.end(), input) == n.op->nondiff_inputs.end();
 }
 
+bool LayerCosts::shared_param(ValueId v) const {
+  const graph::Value& val = g_.value(v);
+  if (val.kind != graph::ValueKind::Param) return false;
+  int users = 0;
+  for (NodeId c : val.consumers) users += layer_of_node_[c.idx()] >= 0 ? 1 : 0;
+  return users > 1;
+}
+
 LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignature* sig, int tp) const {
   LayerOption o;
   o.signature = sig ? sig->name : "replicated";
@@ -204,7 +212,9 @@ LayerOption LayerCosts::make_option(const graph::Node& n, const ops::SplitSignat
     const graph::Value& v = g_.value(n.inputs[k]);
     if (v.kind == graph::ValueKind::Param) {
       const graph::ParamInfo* p = g_.find_param(v.name);
-      if (p && !p->spec.buffer) {
+      if (p && p->layer != n.layer) {
+        // A tied parameter (linear's `tie`): counted once, with the layer that owns it.
+      } else if (p && !p->spec.buffer) {
         o.param_bytes += static_cast<double>(in[k].bytes());
         o.largest_param_bytes = std::max(o.largest_param_bytes, static_cast<double>(in[k].bytes()));
         ++o.param_tensors;

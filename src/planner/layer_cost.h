@@ -87,6 +87,8 @@ class LayerCosts {
   // Bytes (layout B, one micro-batch) of the activations and model inputs that layers [a, b) read from before a:
   // what full recomputation of that group keeps (Korthikanti et al.'s 2sbh per transformer layer under bf16).
   double group_input_bytes(int a, int b) const;
+  // A parameter value that more than one forward layer uses (a tied weight: linear's `tie`).
+  bool shared_param(ValueId v) const;
 
  private:
   LayerOption make_option(const graph::Node& n, const ops::SplitSignature* sig, int tp) const;

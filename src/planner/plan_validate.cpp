@@ -67,6 +67,8 @@ class Validator {
     check_stage_ranges();
     // 4. Layer entries: known, once each, signatures the op offers, tensor groups, even splits.
     check_layers();
+    // 5. Parameters several layers use (linear's `tie`): on one stage, held alike by every user.
+    check_shared_params();
   }
 
  private:
@@ -446,6 +448,66 @@ class Validator {
       return;
     }
     if (sig && l.tensor_parallel > 1 && counts_ok_) check_even(l, n, *sig, who);
+  }
+
+  // ---- 5. shared (tied) parameters ---------------------------------------------------------------------------
+  // How layer `idx` holds parameter value v (as exec/lower.cpp stores it): S(axis) where its signature splits it,
+  // else whole (B).
+  ops::Sbp stored_layout(int idx, ValueId v, const std::map<std::string, const LayerPlan*>& entries) const {
+    auto e = entries.find(names_[static_cast<size_t>(idx)]);
+    if (e == entries.end() || e->second->tensor_parallel <= 1) return ops::Sbp::B();
+    const graph::Node& n = *fwd_[static_cast<size_t>(idx)];
+    std::vector<TensorDesc> in, out;
+    for (ValueId x : n.inputs) in.push_back(g_.value(x).desc);
+    for (ValueId x : n.outputs) out.push_back(g_.value(x).desc);
+    try {
+      for (const auto& sig : n.op->splits ? n.op->splits(n.attrs, in, out) : ops::all_broadcast(in, out))
+        if (sig.name == e->second->signature)
+          for (size_t k = 0; k < n.inputs.size() && k < sig.inputs.size(); ++k)
+            if (n.inputs[k] == v && sig.inputs[k].kind == ops::Sbp::Kind::Split) return sig.inputs[k];
+    } catch (const ops::OpError&) {
+    }
+    return ops::Sbp::B();
+  }
+
+  void check_shared_params() {
+    if (stage_of_.empty()) return;
+    std::map<std::string, const LayerPlan*> entries;
+    for (const LayerPlan& l : plan_.layers) entries.emplace(l.layer, &l);
+    for (const auto& p : g_.params()) {
+      std::vector<int> users;  // forward layers using it, in model order
+      for (NodeId c : g_.value(p.value).consumers) {
+        auto it = index_.find(g_.node(c).layer);
+        if (it != index_.end() && fwd_[static_cast<size_t>(it->second)]->id.idx() == c.idx()) users.push_back(it->second);
+      }
+      std::sort(users.begin(), users.end());
+      if (users.size() < 2) continue;
+      const int a = users.front();
+      const std::string& first = names_[static_cast<size_t>(a)];
+      const ops::Sbp held = stored_layout(a, p.value, entries);
+      for (size_t k = 1; k < users.size(); ++k) {
+        const int u = users[k];
+        const std::string& name = names_[static_cast<size_t>(u)];
+        const int sa = stage_of_[static_cast<size_t>(a)], su = stage_of_[static_cast<size_t>(u)];
+        if (sa != su) {
+          diags_.error(stage_loc(plan_.stages[static_cast<size_t>(su)], "first_layer"),
+                       "layers " + q(first) + " (stage " + std::to_string(sa) + ") and " + q(name) + " (stage " +
+                           std::to_string(su) + ") share the parameter " + q(p.name) + " (tie), which one stage must hold",
+                       "put both layers in one stage: a tied parameter's gradients are summed within its stage");
+          break;
+        }
+        const ops::Sbp mine = stored_layout(u, p.value, entries);
+        if (!(mine == held)) {
+          auto e = entries.count(name) ? entries.at(name) : entries.count(first) ? entries.at(first) : nullptr;
+          diags_.error(e ? layer_loc(*e, "signature") : plan_.loc,
+                       "layers " + q(first) + " and " + q(name) + " share the parameter " + q(p.name) +
+                           " (tie) but hold it differently (" + held.str() + " and " + mine.str() + ")",
+                       "give them signatures that hold it alike (an embedding's 'column' and a linear's 'row' both "
+                       "split it by columns, S(1)), or replicate both");
+          break;
+        }
+      }
+    }
   }
 
   // Every S(axis) of the signature cuts its tensor into tensor_parallel equal parts.

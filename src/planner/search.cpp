@@ -63,11 +63,20 @@ class Searcher {
     }
     read_pins();
     bounds_ = unit_bounds(fwd_, forced_cuts_);
-    units_ = static_cast<int>(bounds_.size()) - 1;
-    // Last forward layer using each value (-1: none).
-    last_use_.assign(g_.values().size(), -1);
     std::map<size_t, int> node_layer;
     for (size_t i = 0; i < fwd_.size(); ++i) node_layer[fwd_[i]->id.idx()] = static_cast<int>(i);
+    units_ = static_cast<int>(bounds_.size()) - 1;
+    // A parameter several layers use (linear's `tie`) lives on one stage: no cut between its first and last user
+    // (each stage would hold a copy of its own, and nothing sums their gradients).
+    for (const auto& p : g_.params()) {
+      int lo = static_cast<int>(fwd_.size()), hi = -1;
+      for (NodeId c : g_.value(p.value).consumers)
+        if (auto it = node_layer.find(c.idx()); it != node_layer.end()) lo = std::min(lo, it->second), hi = std::max(hi, it->second);
+      for (int j = 1; j < units_; ++j)
+        if (bounds_[static_cast<size_t>(j)] > lo && bounds_[static_cast<size_t>(j)] <= hi) no_cut_.insert(j);
+    }
+    // Last forward layer using each value (-1: none).
+    last_use_.assign(g_.values().size(), -1);
     for (const auto& v : g_.values())
       for (NodeId c : v.consumers) {
         auto it = node_layer.find(c.idx());
@@ -439,9 +448,24 @@ class Searcher {
     return unit_modes_;
   }
 
-  // Options each pinned layer may take, for this LayerCosts.
+  // Options each pinned layer may take, for this LayerCosts; and those of an unpinned layer using a parameter other
+  // layers use too (linear's `tie`): the ones holding it whole, so that its users hold it alike (exec/lower.cpp
+  // refuses two layouts of one parameter; a plan file may still split both users alike).
   std::map<int, std::vector<int>> allowed(const LayerCosts& lc) {
     std::map<int, std::vector<int>> out;
+    for (int l = 0; l < lc.layers(); ++l) {
+      if (layer_pins_.count(l)) continue;
+      const graph::Node& n = lc.node(l);
+      std::vector<size_t> shared;
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (lc.shared_param(n.inputs[k])) shared.push_back(k);
+      if (shared.empty()) continue;
+      const auto& opts = lc.options(l);
+      auto& v = out[l];
+      for (size_t k = 0; k < opts.size(); ++k)
+        if (std::all_of(shared.begin(), shared.end(), [&](size_t i) { return opts[k].in[i] < 0; }))
+          v.push_back(static_cast<int>(k));
+    }
     for (const auto& [l, lp] : layer_pins_) {
       auto& v = out[l];
       const auto& opts = lc.options(l);
@@ -533,6 +557,7 @@ class Searcher {
         for (int j = i + 1; j <= U - (S - k - 1); ++j) {
           if (k == S - 1 && j != U) continue;
           if (pinned_stages_ && j < U && !pinned_bounds.count(j)) continue;
+          if (j < U && no_cut_.count(j)) continue;
           // No entry of [i, j) is faster than its layers' cheapest options: where those alone make the step no
           // better than `best`, the loop below would stop at its first entry; the front is not computed.
           if ((static_cast<double>(c.m) * c.v - 1 + 1.0 / c.v) * iv.least_t(i, j) >= best) continue;
@@ -696,6 +721,7 @@ class Searcher {
   int units_ = 0;
   std::vector<int> last_use_;
   std::set<int> forced_cuts_;
+  std::set<int> no_cut_;  // unit bounds a stage may not end at: inside a tied parameter's users
   bool pinned_stages_ = false;
   std::map<int, const LayerPlan*> layer_pins_;
   std::map<std::pair<int, int64_t>, std::unique_ptr<LayerCosts>> costs_;

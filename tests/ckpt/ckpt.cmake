@@ -1,8 +1,8 @@
 # Checkpoints end to end through the braid binary (tests/ckpt/ckpt_test.py, Debian's python3):
 # Checkpoint.InspectBadFiles: `braid inspect` on non-checkpoints exits 2 naming the file.
 # Checkpoint.ToTorch.<model>: `braid train` (2 steps, checkpoint.dir set) writes step_00000002.h5 and `latest`,
-# `braid inspect` reads it, scripts/ckpt_to_torch.py loads it into the PyTorch model. Skipped (77) until
-# `braid train` has --resume (the trainer integration) and where torch/h5py are missing.
+# `braid inspect` reads it, scripts/ckpt_to_torch.py loads it into the PyTorch model (tied_gpt: a tied head).
+# Skipped (77) until `braid train` has --resume (the trainer integration) and where torch/h5py are missing.
 # Included from tests/CMakeLists.txt when the braid target exists.
 add_test(NAME Checkpoint.InspectBadFiles
          COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/ckpt_test.py --braid $<TARGET_FILE:braid>
@@ -14,6 +14,12 @@ foreach(_model fashion_mlp fashion_lenet fashion_resnet tiny_gpt)
                    --workdir ${CMAKE_BINARY_DIR}/ckpt_test/${_model} --run ${CMAKE_SOURCE_DIR}/configs/${_model}.yaml)
   set_tests_properties(Checkpoint.ToTorch.${_model} PROPERTIES SKIP_RETURN_CODE 77 LABELS "torch;e2e" TIMEOUT 600)
 endforeach()
+# A tied head (linear's `tie`): one tensor in the checkpoint, both names (one storage) in the PyTorch state_dict.
+add_test(NAME Checkpoint.ToTorch.tied_gpt
+         COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/ckpt_test.py --braid $<TARGET_FILE:braid>
+                 --workdir ${CMAKE_BINARY_DIR}/ckpt_test/tied_gpt --run ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/tied_gpt.yaml
+                 --tied logits.weight=tok.weight)
+set_tests_properties(Checkpoint.ToTorch.tied_gpt PROPERTIES SKIP_RETURN_CODE 77 LABELS "torch;e2e" TIMEOUT 600)
 
 # Checkpoint.ExactResumeAndCrashSafety (tests/ckpt/resume_test.py): exact resume of fashion_lenet and tiny_gpt
 # after a stop mid-epoch, SIGTERM, and 20 SIGKILL trials while checkpoints are written every step.

@@ -5,8 +5,9 @@
 #   --run RUN: `braid train RUN` for 2 steps with checkpoint.dir set must leave step_00000002.h5 and `latest`;
 #          `braid inspect` (and --diff RUN) reads it; scripts/ckpt_to_torch.py converts it and loads it into the
 #          PyTorch model (--check). Skipped (77) while `braid train` has no --resume (it writes no checkpoints
-#          yet) and where h5py or torch are missing.
-# Usage: ckpt_test.py --braid BRAID --workdir DIR (--bad | --run RUN.yaml)
+#          yet) and where h5py or torch are missing. --tied ALIAS=TARGET (a tied weight of the model): the
+#          checkpoint holds TARGET alone, the state_dict names it ALIAS too, one storage.
+# Usage: ckpt_test.py --braid BRAID --workdir DIR (--bad | --run RUN.yaml [--tied ALIAS=TARGET]...)
 import argparse
 import os
 import shutil
@@ -66,14 +67,15 @@ def bad_files(braid, work):
     return 1 if failed else 0
 
 
-def train_and_convert(braid, run_path, work):
+def train_and_convert(braid, run_path, work, tied):
     rc, out, _ = run([braid, "train", "--help"], timeout=60)
     if "--resume" not in out:
         print("SKIP: `braid train` has no --resume yet, so it writes no checkpoints (trainer integration pending)")
         return 77
     try:
-        import h5py  # noqa: F401
-        import torch  # noqa: F401
+        global h5py, torch
+        import h5py
+        import torch
     except Exception as e:
         print(f"SKIP: cannot import h5py/torch: {e}")
         return 77
@@ -96,6 +98,13 @@ def train_and_convert(braid, run_path, work):
                         "-o", os.path.join(work, "model.pt"), "--check", "--run", run_path, "--braid", braid])
     print(out + err)
     expect(rc == 0 and "loaded (load_state_dict, strict)" in out, f"ckpt_to_torch.py exited with {rc}")
+    for alias, target in tied:  # a tied weight: one tensor in the checkpoint, both names in the state_dict
+        expect(f"{alias} = {target}" in out, f"ckpt_to_torch.py does not report the tie {alias} = {target}")
+        sd = torch.load(os.path.join(work, "model.pt"))
+        expect(alias in sd and target in sd and sd[alias].data_ptr() == sd[target].data_ptr(),
+               f"model.pt does not hold {alias} as {target}'s storage")
+        with h5py.File(os.path.join(ckpts, "step_00000002.h5"), "r") as f:
+            expect(target in f["params"] and alias not in f["params"], f"the checkpoint holds {alias} beside {target}")
     print("OK")
     return 0
 
@@ -106,11 +115,13 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--bad", action="store_true")
     ap.add_argument("--run")
+    ap.add_argument("--tied", action="append", default=[], metavar="ALIAS=TARGET",
+                    help="a tied weight the model has: one tensor TARGET, also named ALIAS in the state_dict")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     if a.bad:
         return bad_files(a.braid, a.workdir)
-    return train_and_convert(a.braid, os.path.abspath(a.run), a.workdir)
+    return train_and_convert(a.braid, os.path.abspath(a.run), a.workdir, [t.split("=", 1) for t in a.tied])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "exec/engine.h"
 #include "exec/memory_plan.h"
@@ -41,6 +42,28 @@ io::RunConfig run_of(const std::string& model, const std::string& vars) {
     << "train: {batch: 8, micro_batch: 4, steps: 10, seed: 3}\n"
     << "optimizer: {type: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5}\n";
   f.close();
+  return io::load_run_or_model(file, {});
+}
+
+// tiny_gpt as a Llama-style variant: rms_norm for every layer_norm and the head tied to the token embedding.
+io::RunConfig llama_style_run(const std::string& vars) {
+  const auto dir = braid::testing::process_temp_dir();
+  std::filesystem::create_directories(dir);
+  std::ifstream in(std::string(BRAID_SOURCE_DIR) + "/models/tiny_gpt.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string m = text.str();
+  for (size_t at; (at = m.find("op: layer_norm")) != std::string::npos;) m.replace(at, 14, "op: rms_norm");
+  const std::string head = "{name: logits, op: linear, out: vocab, bias: false, init: {weight: \"normal(0, 0.02)\"}}";
+  const size_t at = m.find(head);
+  EXPECT_NE(at, std::string::npos);
+  m.replace(at, head.size(), "{name: logits, op: linear, tie: tok, bias: false}");
+  std::ofstream((dir / "llama_style.yaml").string()) << m;
+  const std::string file = (dir / "llama_style_run.yaml").string();
+  std::ofstream(file) << "model: llama_style.yaml\nvars: " << vars << "\n"
+                      << "data:\n  train: {format: synthetic, samples: 64}\n"
+                      << "train: {batch: 8, micro_batch: 4, steps: 10, seed: 3}\n"
+                      << "optimizer: {type: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5}\n";
   return io::load_run_or_model(file, {});
 }
 
@@ -662,6 +685,48 @@ TEST(Zero, TrainCheckpointUnderZeroResumesOnOneDevice) {
     ASSERT_EQ(resumed.losses.size(), 3u);
     for (size_t i = 0; i < 3; ++i)
       EXPECT_NEAR(resumed.losses[i], straight.losses[3 + i], 1e-6 * std::abs(straight.losses[3 + i])) << "step " << 4 + i;
+  }
+}
+
+// The same with rms_norm in place of layer_norm and a tied head (issue 39): rms_norm runs on half the sequence (its
+// split1 signature: the weight's gradient a partial sum over the tensor group), the tied table stays whole on every
+// device, and the run reproduces tp 2 without sequence parallelism (weights within 1e-5) and one device (losses
+// within 1e-6). tp 2 itself, with or without sequence parallelism, ends 10 AdamW steps within 1.5e-5 relative L2 of
+// one device on the weights before the first norm (1.2e-5 with layer_norm: the row-parallel sums round otherwise),
+// which expect_close's 1e-5 does not allow: the weights are held to 1e-4 there.
+TEST(SequenceParallel, RmsNormAndATiedHeadReproduceTheOtherRuns) {
+  const io::RunConfig cfg = llama_style_run("{n_layer: 2, d: 32, seq: 16, dropout: 0.1}");
+  planner::Plan tp = tensor_plan(cfg);
+  planner::Plan sp = tp;
+  sp.summary.sequence_parallel = true;
+  const auto stages = lower_plan(cfg.model, sp);
+  int halves = 0;
+  for (const auto& n : stages[0].g.nodes())
+    if (!n.backward && n.op->name == "rms_norm") {
+      EXPECT_EQ(stages[0].g.value(n.outputs[0]).desc.shape[1], 8) << n.name << ": half of seq 16";
+      EXPECT_EQ(n.shard_axis, 1) << n.name;
+      ++halves;
+    }
+  EXPECT_EQ(halves, 5) << "ln1, ln2 of both blocks and ln_f";
+  const Result one = train(cfg, data_parallel_plan(cfg, 1), "none"), with_tp = train(cfg, tp, "none"),
+               with_sp = train(cfg, sp, "none");
+  ASSERT_EQ(one.weights.entries().size(), with_sp.weights.entries().size());
+  EXPECT_EQ(one.weights.find("logits.weight"), nullptr) << "one tensor, tok.weight";
+  expect_close(with_tp, with_sp, "tp 2 + sequence parallel vs tp 2");
+  expect_close(with_sp, train(cfg, sp, "selective"), "with selective recomputation");
+  ASSERT_EQ(one.losses.size(), with_sp.losses.size());
+  for (size_t i = 0; i < one.losses.size(); ++i)
+    EXPECT_NEAR(one.losses[i], with_sp.losses[i], 1e-6 * std::abs(one.losses[i])) << "vs one device, step " << i + 1;
+  for (size_t i = 0; i < one.weights.entries().size(); ++i) {
+    const Tensor &x = one.weights.entries()[i].value, &y = with_sp.weights.entries()[i].value;
+    if (one.weights.entries()[i].name.ends_with("attn.in_proj_bias")) continue;  // rounding noise: expect_close
+    double diff2 = 0, norm2 = 0;
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      const double a = x.data<float>()[j], b = y.data<float>()[j];
+      diff2 += (a - b) * (a - b);
+      norm2 += a * a;
+    }
+    EXPECT_LE(std::sqrt(diff2 / norm2), 1e-4) << "vs one device: " << one.weights.entries()[i].name;
   }
 }
 

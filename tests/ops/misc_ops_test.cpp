@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "core/parallel.h"
+#include "core/rng.h"
 #include "op_harness.h"
 
 using namespace braid;
@@ -40,6 +43,21 @@ Instance instance(const std::string& op, Attrs attrs, std::vector<Tensor> data) 
 
 double at(const Tensor& t, int64_t i) { return get_as_double(t, i); }
 
+std::vector<Tensor> run_op(const std::string& op, const Attrs& attrs, const std::vector<Tensor>& in) {
+  Eager e;
+  std::vector<ValueId> ids;
+  for (const auto& t : in) ids.push_back(e.add(t));
+  std::vector<Tensor> out;
+  for (auto v : e.emit(op, attrs, ids)) out.push_back(e.val(v));
+  return out;
+}
+
+Tensor random_f32(const Shape& s, Rng& rng) {
+  Tensor t = Tensor::empty({s, DType::f32});
+  for (int64_t i = 0; i < t.numel(); ++i) set_from_double(t, i, rng.uniform(-2, 2));
+  return t;
+}
+
 }  // namespace
 
 TEST(NormOps, LayerNormMatchesHandComputation) {
@@ -49,6 +67,59 @@ TEST(NormOps, LayerNormMatchesHandComputation) {
   EXPECT_NEAR(at(out[1], 0), m, 1e-12);
   EXPECT_NEAR(at(out[2], 0), rs, 1e-12);
   for (int j = 0; j < 4; ++j) EXPECT_NEAR(at(out[0], j), (j + 1 - m) * rs, 1e-12);
+}
+
+// Llama's RMSNorm by hand: mean square 7.5, rstd = 1 / sqrt(7.5 + eps); the weight is all ones.
+TEST(NormOps, RmsNormMatchesHandComputation) {
+  auto inst = instance("rms_norm", {}, {make(Shape{1, 4}, {1, 2, 3, 4})});
+  ASSERT_EQ(inst.params.size(), 1u);
+  EXPECT_EQ(inst.params[0].name, "weight");
+  EXPECT_EQ(inst.params[0].init.kind, InitSpec::Kind::Ones);
+  auto out = run_forward(inst);
+  ASSERT_EQ(out.size(), 2u) << "y and the saved rstd";
+  const double rs = 1 / std::sqrt(7.5 + 1e-6);
+  EXPECT_NEAR(at(out[1], 0), rs, 1e-12);
+  for (int j = 0; j < 4; ++j) EXPECT_NEAR(at(out[0], j), (j + 1) * rs, 1e-12);
+}
+
+// rms_norm and rms_norm_grad in f32 on 1 and 3 threads give the same bits (rows of 96 and of 77, which leaves a
+// tail past the 8 lanes; 300 and 7 rows: the weight gradient's 32 chunks of partials and a single one), and the
+// weight gradient equals the sum over rows of dy * x * rstd taken in double.
+TEST(NormOps, RmsNormSameBitsOnAnyThreadCountAndWeightGradientIsTheRowSum) {
+  Rng rng(39, 1);
+  std::vector<std::vector<Tensor>> cases;  // x, weight, dy
+  for (const Shape& s : {Shape{6, 50, 96}, Shape{3, 100, 77}, Shape{7, 33}})
+    cases.push_back({random_f32(s, rng), random_f32(Shape{s.back()}, rng), random_f32(s, rng)});
+  auto run_all = [&] {
+    std::vector<Tensor> r;
+    for (const auto& c : cases) {
+      auto fwd = run_op("rms_norm", {{"eps", 1e-6}}, {c[0], c[1]});
+      auto bwd = run_op("rms_norm_grad", {}, {c[2], c[0], c[1], fwd[1]});
+      r.insert(r.end(), fwd.begin(), fwd.end());
+      r.insert(r.end(), bwd.begin(), bwd.end());
+    }
+    return r;
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  const auto one = run_all();
+  set_num_threads(std::max(3, saved));
+  const auto many = run_all();
+  set_num_threads(saved);
+  ASSERT_EQ(one.size(), many.size());
+  for (size_t k = 0; k < one.size(); ++k) {
+    ASSERT_EQ(one[k].desc(), many[k].desc());
+    EXPECT_EQ(std::memcmp(one[k].raw(), many[k].raw(), one[k].bytes()), 0) << "result " << k;
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Tensor &x = cases[c][0], &dy = cases[c][2], &rstd = one[4 * c + 1], &dw = one[4 * c + 3];
+    const int64_t d = x.shape().back(), rows = x.numel() / d;
+    for (int64_t j = 0; j < d; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < rows; ++r) want += at(dy, r * d + j) * (at(x, r * d + j) * at(rstd, r));
+      ASSERT_NEAR(at(dw, j), want, 1e-5 * std::max(1.0, std::abs(want))) << "case " << c << " column " << j;
+    }
+  }
 }
 
 TEST(NormOps, SoftmaxIsStableAndSumsToOne) {

@@ -10,6 +10,7 @@
 #include "ops/cpu/fused.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/registry.h"
+#include "ops/tie.h"
 
 namespace braid::ops {
 namespace {
@@ -26,6 +27,34 @@ void check_linear_input(const TensorDesc& x) {
   if (!is_float(x.dtype))
     throw OpError("linear input must be floating point, got " + x.str(),
                   "integer ids go through an embedding layer first");
+}
+
+// `out` is optional in the attribute list only so that `tie` may leave it out: the tie rule fills it from the tied
+// weight before parameters and inference run; without `tie` it is required, as before.
+void linear_canonicalize(Attrs& a) {
+  if (!a.has("out") && !a.has("tie"))
+    throw OpError("op 'linear' needs attribute 'out'", "or `tie: LAYER` to use another layer's weight");
+}
+
+// tie: the weight is the named layer's [rows, cols]; out is its rows (given or left out), the input has cols
+// features, and the layer has no bias of its own.
+void linear_tie(Attrs& a, std::span<const TensorDesc> in, const TensorDesc& w) {
+  const std::string who = "tie: '" + a.s("tie") + "'";
+  if (w.shape.rank() != 2)
+    throw OpError(who + " has weight " + w.shape.str() + ", not a matrix [out, in]",
+                  "tie to an embedding ([num, dim]) or a linear layer ([out, in])");
+  if (a.b("bias"))
+    throw OpError(who + " needs bias: false", "a tied linear has no bias of its own; write bias: false");
+  if (!a.has("out")) a.set("out", w.shape[0]);
+  if (a.i("out") != w.shape[0])
+    throw OpError("out = " + str(a.i("out")) + " but the tied weight " + w.shape.str() + " of '" + a.s("tie") + "' has " +
+                      str(w.shape[0]) + " rows",
+                  "leave out `out` (it is the tied weight's rows) or make it " + str(w.shape[0]));
+  check_linear_input(in[0]);
+  if (in[0].shape.back() != w.shape[1])
+    throw OpError("the input has " + str(in[0].shape.back()) + " features but the tied weight " + w.shape.str() +
+                      " of '" + a.s("tie") + "' has " + str(w.shape[1]) + " columns",
+                  "the input size must equal the tied weight's columns (an embedding's dim)");
 }
 
 // nn.Linear's init: kaiming_uniform(a = sqrt(5)) on the weight and uniform on the bias, both bound 1/sqrt(in).
@@ -73,6 +102,12 @@ void linear_cpu(const KernelCtx&, const Attrs&, std::span<const Tensor> in, std:
 }
 
 }  // namespace
+
+const TieRule* tie_rule(const OpDef& op) {
+  static const TieRule linear{"weight", linear_tie};
+  static const OpDef* const linear_op = &Registry::get().at("linear");
+  return &op == linear_op ? &linear : nullptr;
+}
 
 void cpu::linear_activation(const Attrs&, Act act, std::span<const Tensor> in, const Tensor& z, const Tensor& y) {
   BRAID_ASSERT(z.dtype() == DType::f32 && y.dtype() == DType::f32, "linear_activation is float32 only");
@@ -380,8 +415,13 @@ void register_linear(Registry& r) {
   d.name = "linear";
   d.autocast = Autocast::Half;
   d.doc = "y = x W^T + b over the last axis (nn.Linear); weight [out, in], bias [out]";
-  d.attrs = {{"out", AttrKind::Int, std::nullopt, false, {}, 0, true, false, "output features"},
-             {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "add a learned bias"}};
+  d.attrs = {{"out", AttrKind::Int, std::nullopt, true, {}, 0, true, false,
+              "output features (required unless `tie` gives them)"},
+             {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "add a learned bias"},
+             {"tie", AttrKind::String, std::nullopt, true, {}, 0, false, false,
+              "use the named layer's weight (an embedding's [num, dim] or a linear's) instead of one of its own; "
+              "needs bias: false, takes no init"}};
+  d.canonicalize = linear_canonicalize;
   d.params = linear_params;
   d.infer = linear_infer;
   d.grad = linear_grad;

@@ -1,7 +1,8 @@
-# PyTorch references of the norm, dropout, loss and shape families (src/ops/defs/{norm,dropout,loss,shape}.cpp),
-# run by ../op_ref.py. Axes in attrs are per-sample: a non-negative axis a is tensor axis a + 1, a negative one
-# counts from the end as in torch. Losses return a 0-d tensor (braid's shape []). dropout's training mode
-# draws braid's own counter-based mask, which torch cannot reproduce: skipped; eval mode (identity) is compared.
+# PyTorch references of the norm (layer_norm, rms_norm, softmax), dropout, loss and shape families
+# (src/ops/defs/{norm,dropout,loss,shape}.cpp), run by ../op_ref.py. Axes in attrs are per-sample: a
+# non-negative axis a is tensor axis a + 1, a negative one counts from the end as in torch. Losses return a 0-d
+# tensor (braid's shape []). dropout's training mode draws braid's own counter-based mask, which torch cannot
+# reproduce: skipped; eval mode (identity) is compared.
 import torch
 import torch.nn.functional as F
 
@@ -13,6 +14,12 @@ def _axis(a):
 def _layer_norm(attrs, inputs, training):
     x, weight, bias = inputs
     return [F.layer_norm(x, (x.shape[-1],), weight, bias, attrs["eps"])]
+
+
+def _rms_norm(attrs, inputs, training):
+    # torch 1.13 has no nn.RMSNorm (PyTorch 2.4+): Llama's formula written out.
+    x, weight = inputs
+    return [x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + attrs["eps"]) * weight]
 
 
 def _softmax(attrs, inputs, training):
@@ -59,6 +66,7 @@ def _transpose(attrs, inputs, training):
 
 OPS = {
     "layer_norm": _layer_norm,
+    "rms_norm": _rms_norm,
     "softmax": _softmax,
     "dropout": _dropout,
     "cross_entropy": _cross_entropy,

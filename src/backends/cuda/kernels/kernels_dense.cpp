@@ -137,6 +137,19 @@ size_t layer_norm_grad_ws(const Attrs&, std::span<const TensorDesc> in, std::spa
   int64_t d = in[1].shape.back();
   return cu::layer_norm_grad_workspace(in[1].numel() / std::max<int64_t>(d, 1), d);
 }
+void rms_norm_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
+  int64_t d = in[0].shape().back(), rows = in[0].numel() / std::max<int64_t>(d, 1);
+  cu::rms_norm(c, in[0].dtype(), in[0].raw(), in[1].raw(), out[0].raw(), out[1].raw(), rows, d, a.f("eps"));
+}
+void rms_norm_grad_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
+  int64_t d = in[1].shape().back(), rows = in[1].numel() / std::max<int64_t>(d, 1);
+  cu::rms_norm_grad(c, in[1].dtype(), in[0].raw(), in[1].raw(), in[2].raw(), in[3].raw(), out[0].raw(), out[1].raw(),
+                    rows, d);
+}
+size_t rms_norm_grad_ws(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  int64_t d = in[1].shape.back();
+  return cu::rms_norm_grad_workspace(in[1].numel() / std::max<int64_t>(d, 1), d);
+}
 
 struct AxisView {
   int64_t outer = 1, n = 1, inner = 1;
@@ -360,6 +373,8 @@ std::vector<Entry> dense_entries() {
       {"dropout_grad", dropout_cuda, nullptr},
       {"layer_norm", layer_norm_cuda, nullptr},
       {"layer_norm_grad", layer_norm_grad_cuda, layer_norm_grad_ws},
+      {"rms_norm", rms_norm_cuda, nullptr},
+      {"rms_norm_grad", rms_norm_grad_cuda, rms_norm_grad_ws},
       {"softmax", softmax_cuda, nullptr},
       {"softmax_grad", softmax_grad_cuda, nullptr},
       {"cross_entropy", cross_entropy_cuda, rows_ws},

@@ -125,6 +125,13 @@ void layer_norm(const Ctx& c, DType t, const void* x, const void* w, const void*
 void layer_norm_grad(const Ctx& c, DType t, const void* dy, const void* x, const void* w, const void* mean,
                      const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t d);
 size_t layer_norm_grad_workspace(int64_t rows, int64_t d);
+// rms_norm: rstd (rows) = 1 / sqrt(mean(x^2) + eps), y = x * rstd * w; statistics in double, as the CPU kernel.
+void rms_norm(const Ctx& c, DType t, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t d,
+              double eps);
+// Workspace: rms_norm_grad_workspace(rows, d) bytes.
+void rms_norm_grad(const Ctx& c, DType t, const void* dy, const void* x, const void* w, const void* rstd, void* dx,
+                   void* dw, int64_t rows, int64_t d);
+size_t rms_norm_grad_workspace(int64_t rows, int64_t d);
 // x viewed as (outer, n, inner) around the softmax axis.
 void softmax(const Ctx& c, DType t, const void* x, void* y, int64_t outer, int64_t n, int64_t inner);
 void softmax_grad(const Ctx& c, DType t, const void* dy, const void* y, void* dx, int64_t outer, int64_t n,
