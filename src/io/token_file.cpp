@@ -168,16 +168,53 @@ std::string temp_beside(const std::string& path) {
       .string();
 }
 
+int create_temp(const std::string& path, const std::string& tmp) {
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int err = errno;
+    throw_os_error(err, SourceLoc{}, "cannot write '" + path + "': " + std::strerror(err) + " (creating '" + tmp + "')");
+  }
+  return fd;
+}
+
+void write_all(int fd, const char* data, size_t n, const std::string& path) {
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = ::write(fd, data + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      int err = errno;
+      throw_os_error(err, SourceLoc{}, "cannot write '" + path + "': " + std::strerror(err));
+    }
+    off += static_cast<size_t>(w);
+  }
+}
+
+// fsync, close (fd becomes -1), rename over `path`, fsync of the folder.
+void commit_temp(int& fd, const std::string& tmp, const std::string& path) {
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    throw_os_error(err, SourceLoc{}, "cannot sync '" + path + "': " + std::strerror(err));
+  }
+  ::close(fd);
+  fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    throw_os_error(err, SourceLoc{}, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // the rename made durable; a folder that cannot be opened for this is no reason to fail
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
 }  // namespace
 
 TokenFileWriter::TokenFileWriter(std::string path, TokenDType dtype)
     : path_(std::move(path)), tmp_(temp_beside(path_)), dtype_(dtype) {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    int err = errno;
-    throw_os_error(err, SourceLoc{}, "cannot write the token file '" + path_ + "': " + std::strerror(err) +
-                                         " (creating '" + tmp_ + "')");
-  }
+  fd_ = create_temp(path_, tmp_);
   buf_.reserve(kWriteBuffer);
 }
 
@@ -204,38 +241,27 @@ void TokenFileWriter::append(const int* ids, size_t n) {
 }
 
 void TokenFileWriter::flush() {
-  size_t off = 0;
-  while (off < buf_.size()) {
-    ssize_t w = ::write(fd_, buf_.data() + off, buf_.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      int err = errno;
-      throw_os_error(err, SourceLoc{}, "cannot write the token file '" + path_ + "': " + std::strerror(err));
-    }
-    off += static_cast<size_t>(w);
-  }
+  write_all(fd_, buf_.data(), buf_.size(), path_);
   buf_.clear();
 }
 
 void TokenFileWriter::commit() {
   BRAID_ASSERT(!committed_, "token file committed twice");
   flush();
-  if (::fsync(fd_) != 0) {
-    int err = errno;
-    throw_os_error(err, SourceLoc{}, "cannot sync the token file '" + path_ + "': " + std::strerror(err));
-  }
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    int err = errno;
-    throw_os_error(err, SourceLoc{}, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(err));
-  }
+  commit_temp(fd_, tmp_, path_);
   committed_ = true;
-  std::string dir = std::filesystem::path(path_).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {  // the rename made durable; a folder that cannot be opened for this is no reason to fail
-    ::fsync(dfd);
-    ::close(dfd);
+}
+
+void write_bytes_atomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = temp_beside(path);
+  int fd = create_temp(path, tmp);
+  try {
+    write_all(fd, bytes.data(), bytes.size(), path);
+    commit_temp(fd, tmp, path);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
 }
 

@@ -79,4 +79,7 @@ class TokenFileWriter {
   bool committed_ = false;
 };
 
+// Replaces `path` with `bytes` as TokenFileWriter does (temporary, fsync, rename): a tokenizer's `.model`.
+void write_bytes_atomically(const std::string& path, std::string_view bytes);
+
 }  // namespace braid::io
