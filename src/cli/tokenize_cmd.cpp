@@ -39,19 +39,13 @@ int64_t text_bytes(const std::vector<std::string>& files) {
   return total;
 }
 
-// The dtype a token file of `vocab` ids is written or read in: `name`, or u16 when the ids fit, else u32.
+// The dtype of --dtype (or the default for the vocabulary), with the command line as its place.
 io::TokenDType token_dtype_for(const std::string& name, int64_t vocab, const std::string& tokenizer) {
-  io::TokenDType t = vocab <= io::token_dtype_capacity(io::TokenDType::u16) ? io::TokenDType::u16 : io::TokenDType::u32;
-  if (!name.empty()) {
-    auto p = io::parse_token_dtype(name);
-    if (!p) throw UserError(kCli, "--dtype '" + name + "': unknown token dtype", "choose u16, u32 or i32");
-    t = *p;
+  try {
+    return io::choose_token_dtype(name, vocab, "tokenizer '" + tokenizer + "'");
+  } catch (const UserError& e) {
+    throw UserError(kCli, "--dtype: " + e.diagnostics().front().message, e.diagnostics().front().hint);
   }
-  if (vocab > io::token_dtype_capacity(t))
-    throw UserError(kCli, "tokenizer '" + tokenizer + "' has a vocabulary of " + std::to_string(vocab) + ", too large for " +
-                              io::token_dtype_name(t) + " (ids up to " + std::to_string(io::token_dtype_capacity(t) - 1) + ")",
-                    "use --dtype u32 (or leave --dtype out: u16 is chosen only when the ids fit)");
-  return t;
 }
 
 }  // namespace

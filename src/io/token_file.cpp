@@ -50,6 +50,20 @@ int64_t token_dtype_capacity(TokenDType t) {
   return 0;
 }
 
+TokenDType choose_token_dtype(const std::string& name, int64_t vocab, const std::string& who) {
+  TokenDType t = vocab <= token_dtype_capacity(TokenDType::u16) ? TokenDType::u16 : TokenDType::u32;
+  if (!name.empty()) {
+    auto p = parse_token_dtype(name);
+    if (!p) throw UserError(SourceLoc{}, "unknown token dtype '" + name + "'", "choose u16, u32 or i32");
+    t = *p;
+  }
+  if (vocab > token_dtype_capacity(t))
+    throw UserError(SourceLoc{}, who + " has a vocabulary of " + std::to_string(vocab) + ", too large for " +
+                                     token_dtype_name(t) + " (ids up to " + std::to_string(token_dtype_capacity(t) - 1) + ")",
+                    "use --dtype u32 (or leave --dtype out: u16 is chosen only when the ids fit)");
+  return t;
+}
+
 // ---- reading ------------------------------------------------------------------------------------------------
 
 std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, TokenDType dtype) {

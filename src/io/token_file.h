@@ -19,6 +19,10 @@ const char* token_dtype_name(TokenDType t);
 int64_t token_dtype_size(TokenDType t);
 // The largest vocabulary a dtype holds (ids 0..n-1): 65536, 2^32, 2^31.
 int64_t token_dtype_capacity(TokenDType t);
+// The dtype of a token file for a vocabulary of `vocab` ids: `name` ("u16", "u32", "i32") when given, else u16
+// when the ids fit and u32 otherwise. UserError (no place) for an unknown name or a dtype too small; `who`
+// names the vocabulary's owner in it ("tokenizer 'm.model'").
+TokenDType choose_token_dtype(const std::string& name, int64_t vocab, const std::string& who);
 
 class TokenFile {
  public:

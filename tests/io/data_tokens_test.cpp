@@ -231,3 +231,15 @@ TEST(TokenFile, WriterIsAtomic) {
   w.commit();
   EXPECT_EQ(read_bytes(p), token_bytes<uint32_t>({7, 70000}));
 }
+
+TEST(TokenFile, DtypeChosenForTheVocabulary) {
+  EXPECT_EQ(choose_token_dtype("", 65536, "t"), TokenDType::u16);
+  EXPECT_EQ(choose_token_dtype("", 65537, "t"), TokenDType::u32);
+  EXPECT_EQ(choose_token_dtype("i32", 128256, "t"), TokenDType::i32);
+  EXPECT_EQ(choose_token_dtype("u32", 100, "t"), TokenDType::u32);
+  std::string e = user_error([] { choose_token_dtype("u16", 128256, "tokenizer 'llama3.model'"); });
+  EXPECT_NE(e.find("tokenizer 'llama3.model' has a vocabulary of 128256, too large for u16 (ids up to 65535)"),
+            std::string::npos) << e;
+  e = user_error([] { choose_token_dtype("u8", 100, "t"); });
+  EXPECT_NE(e.find("unknown token dtype 'u8'"), std::string::npos) << e;
+}

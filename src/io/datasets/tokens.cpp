@@ -104,7 +104,8 @@ Loaded load_tokens(const LoadContext& c) {
                  std::to_string(at) + " (0-based), " + range + " of input '" + in.name + "'",
              "is `dtype` right? an i32 file read as u32 or a u32 file as i32 shows such ids");
     c.fail("token file '" + spec.path + "' holds id " + std::to_string(id) + " at token " + std::to_string(at) +
-               " (0-based), " + range + " of input '" + in.name + "' (" + c.field_of[k] + ")",
+               " (0-based), " + range + " of input '" + in.name + "'" +
+               (c.field_of[k] != in.name ? " (field " + c.field_of[k] + ")" : ""),
            "its largest id is " + std::to_string(hi) + ": a vocabulary of at least " +
                std::to_string(hi + 1) + " takes it (the model's vocab var, e.g. `vars: {vocab: " +
                std::to_string(hi + 1) + "}` in the run file), or is `dtype` wrong?");
