@@ -64,7 +64,7 @@ int tokenize_train(const TokenizeTrainArgs& a, FILE* out) {
   std::string model = io::train_tokenizer(o);
   io::Tokenizer tok = io::Tokenizer::from_bytes(model, a.out);  // what encode will load
   io::write_bytes_atomically(a.out, model);
-  std::fprintf(out, "trained a %s tokenizer of %lld pieces on %zu file(s), %.2f MB of text, in %.1f s; wrote %s\n",
+  std::fprintf(out, "trained a %s tokenizer of %lld pieces on %zu file(s), %.2f MB of text, in %.2f s; wrote %s\n",
                a.model_type.c_str(), static_cast<long long>(tok.vocab_size()), a.inputs.size(),
                static_cast<double>(bytes) / 1e6, seconds_since(t0), a.out.c_str());
   return 0;

@@ -43,6 +43,17 @@ case("encode GPL-2 --eos ends with </s> (id 2)", r.returncode == 0 and ids2[-1] 
 r = run(["tokenize", "decode", bin3, "-m", model, "-o", os.path.join(work, "back.txt")])
 case("decode(encode(GPL-3)) is GPL-3, byte for byte",
      r.returncode == 0 and open(os.path.join(work, "back.txt"), "rb").read() == open(gpl3, "rb").read(), r.stderr)
+# Several 256 KB encoding blocks: the same ids on one thread as on two.
+many = os.path.join(work, "many.txt")
+with open(many, "wb") as f:
+    f.write((open(gpl3, "rb").read() + open(gpl2, "rb").read()) * 12)
+outs = []
+for threads in ("1", "2"):
+    out = os.path.join(work, f"many{threads}.bin")
+    r = subprocess.run([braid, "tokenize", "encode", many, "-m", model, "-o", out], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS=threads), timeout=600)
+    outs.append(open(out, "rb").read() if r.returncode == 0 else b"")
+case("encode: the same ids on 1 and 2 threads", outs[0] != b"" and outs[0] == outs[1])
 r = run(["tokenize", "decode", bin3, "-m", model, "--offset", "0", "--count", "24"])
 case("decode a slice to stdout", r.returncode == 0 and "GNU GENERAL PUBLIC LICENSE" in r.stdout, r.stdout + r.stderr)
 
