@@ -5,6 +5,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
@@ -60,8 +61,15 @@ class LineIterator final : public sentencepiece::SentenceIterator {
 std::string sp_message(const sentencepiece::util::Status& st, const std::string& otherwise) {
   std::string m = st.message();
   if (m.rfind("./src/", 0) == 0 || m.rfind("src/", 0) == 0) {
-    size_t close = m.find("] ");
-    m = close == std::string::npos ? (m.back() == ']' || m.back() == ' ' ? "" : m) : m.substr(close + 2);
+    const size_t open = m.find(" ["), close = m.find("] ");
+    std::string text = close == std::string::npos ? "" : m.substr(close + 2);
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    if (text.empty() && open != std::string::npos) {  // only the failed condition: say that
+      const size_t end = m.rfind(']');
+      text = "its check " + m.substr(open + 2, end == std::string::npos || end < open + 2 ? std::string::npos : end - open - 2) +
+             " failed";
+    }
+    m = text;
   }
   while (!m.empty() && m.back() == ' ') m.pop_back();
   return m.empty() ? otherwise : m;
@@ -83,6 +91,10 @@ std::string train_tokenizer(const TokenizerTrainOptions& o) {
     throw UserError(SourceLoc{}, "tokenizer vocabulary size must be at least 1, got " + std::to_string(o.vocab_size));
   if (!(o.character_coverage > 0 && o.character_coverage <= 1))
     throw UserError(SourceLoc{}, "character coverage must lie in (0, 1], got " + std::to_string(o.character_coverage));
+  std::error_code ec;
+  bool any_text = false;
+  for (const auto& f : o.inputs) any_text = any_text || std::filesystem::file_size(f, ec) > 0;
+  if (!any_text) throw UserError(SourceLoc{}, "the text files are empty: nothing to train a tokenizer on");
   const int threads = o.threads > 0 ? o.threads : allowed_cpus();
   // Llama's trainer settings, less its dummy prefix (so that line-wise encoding decodes to the very text).
   std::unordered_map<std::string, std::string> args = {
@@ -110,6 +122,7 @@ std::string train_tokenizer(const TokenizerTrainOptions& o) {
     std::string hint;
     if (msg.find("Vocabulary size") != std::string::npos || msg.find("vocab_size") != std::string::npos)
       hint = "a smaller --vocab-size, or more text (byte fallback alone takes 256 + 3 ids)";
+    if (msg.find("sentences_.empty()") != std::string::npos) hint = "the text files hold no line with text";
     throw UserError(SourceLoc{}, "training the tokenizer failed: " + msg, hint);
   }
   if (lines.lines() == 0) throw UserError(SourceLoc{}, "the text files hold no lines to train a tokenizer on");
