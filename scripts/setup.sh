@@ -17,6 +17,7 @@ jobs="${BRAID_JOBS:-$(nproc)}"
 packages=(
   build-essential cmake ninja-build pkg-config         # toolchain
   libyaml-dev libcli11-dev libhdf5-dev zlib1g-dev  # model files, CLI, checkpoints, gzip datasets
+  libsentencepiece-dev                                 # tokenizers (braid tokenize)
   libboost-dev libgtest-dev libopenblas-openmp-dev     # Asio (src/distributed), tests, CPU GEMM (OpenMP build)
   libdnnl-dev ocl-icd-opencl-dev                       # CPU float GEMM (oneDNN, faster single-threaded here;
                                                        # its CMake config requires OpenCL, only recommended)

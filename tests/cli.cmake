@@ -12,6 +12,11 @@ if(TARGET braid)
            COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/diagnostics_test.py $<TARGET_FILE:braid>
                    ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/diagnostics_test)
   set_tests_properties(Cli.Diagnostics PROPERTIES TIMEOUT 600 LABELS e2e)
+  # Issue 39: braid tokenize and the tokens data format, the README's steps and their refusals.
+  add_test(NAME Cli.Tokenize
+           COMMAND ${BRAID_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/tokenize_test.py $<TARGET_FILE:braid>
+                   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/tokenize_test)
+  set_tests_properties(Cli.Tokenize PROPERTIES TIMEOUT 300 LABELS e2e)
   # Issue 42: hostile model and run files (names of any length, 100,000-long var chains, C1 names), each refused
   # within 512 MiB and a time bound: 2 s asked, 4 s here so that a loaded machine does not fail it.
   add_test(NAME Cli.HostileModels

@@ -81,6 +81,40 @@ struct CalibrateArgs {
 };
 int calibrate(const CalibrateArgs& a, FILE* out);
 
+// `braid tokenize train`: a SentencePiece tokenizer trained on text files, written as a `.model` file.
+struct TokenizeTrainArgs {
+  std::vector<std::string> inputs;  // text files
+  std::string out;                  // the .model file
+  int64_t vocab_size = 8000;
+  std::string model_type = "bpe";   // bpe | unigram
+  double character_coverage = 0.9995;
+  int64_t max_sentences = 0;        // 0: every line
+  uint64_t seed = 1;
+};
+int tokenize_train(const TokenizeTrainArgs& a, FILE* out);
+
+// `braid tokenize encode`: text files through a tokenizer into one token file (the `tokens` data format).
+struct TokenizeEncodeArgs {
+  std::string model;                // the tokenizer's .model
+  std::vector<std::string> inputs;  // text files, concatenated in order
+  std::string out;                  // the token file
+  std::string dtype;                // u16 | u32 | i32; "": u16 when the vocabulary fits, else u32
+  bool eos = false;                 // an end-of-sequence id after each file
+  bool no_progress = false;
+};
+int tokenize_encode(const TokenizeEncodeArgs& a, FILE* out);
+
+// `braid tokenize decode`: a token file (or a slice of it) or a list of ids back to text.
+struct TokenizeDecodeArgs {
+  std::string model;
+  std::string tokens;               // a token file, or
+  std::string ids;                  // ids separated by commas
+  std::string dtype;                // as encode's
+  int64_t offset = 0, count = -1;   // the slice of the token file (count -1: to its end)
+  std::string out;                  // "" = standard output
+};
+int tokenize_decode(const TokenizeDecodeArgs& a, FILE* out);
+
 // `braid ops`: every op usable in model files with its attributes and defaults.
 int list_ops(FILE* out);
 

@@ -135,6 +135,37 @@ int main(int argc, char** argv) {
 
   auto* o = app.add_subcommand("ops", "list the ops usable in model files");
 
+  auto* tk = app.add_subcommand("tokenize", "train a SentencePiece tokenizer, turn text into a token file and back");
+  tk->require_subcommand(1);
+  braid::cli::TokenizeTrainArgs tok_train;
+  auto* tkt = tk->add_subcommand("train", "train a tokenizer on text files; write its .model file");
+  tkt->add_option("text", tok_train.inputs, "text files (each line a training sentence)")->required();
+  tkt->add_option("-o,--out", tok_train.out, "the .model file to write")->required();
+  tkt->add_option("--vocab-size", tok_train.vocab_size, "pieces in the vocabulary")->capture_default_str();
+  tkt->add_option("--model-type", tok_train.model_type, "bpe or unigram")->capture_default_str();
+  tkt->add_option("--character-coverage", tok_train.character_coverage,
+                  "share of characters kept as pieces; the rare rest are spelled in bytes")->capture_default_str();
+  tkt->add_option("--max-sentences", tok_train.max_sentences, "train on a random sample of this many lines (0: all)")
+      ->capture_default_str();
+  tkt->add_option("--seed", tok_train.seed, "seed of the line sampling")->capture_default_str();
+  braid::cli::TokenizeEncodeArgs tok_enc;
+  auto* tke = tk->add_subcommand("encode", "encode text files into a token file (data format `tokens`)");
+  tke->add_option("text", tok_enc.inputs, "text files, concatenated in order")->required();
+  tke->add_option("-m,--model", tok_enc.model, "the tokenizer's .model file (SentencePiece)")->required();
+  tke->add_option("-o,--out", tok_enc.out, "the token file to write")->required();
+  tke->add_option("--dtype", tok_enc.dtype, "u16, u32 or i32 (default: u16 when the vocabulary fits, else u32)");
+  tke->add_flag("--eos", tok_enc.eos, "append the end-of-sequence id after each file");
+  tke->add_flag("--no-progress", tok_enc.no_progress, "no progress bar, even on a terminal");
+  braid::cli::TokenizeDecodeArgs tok_dec;
+  auto* tkd = tk->add_subcommand("decode", "turn a token file, or ids, back into text");
+  tkd->add_option("tokens", tok_dec.tokens, "a token file");
+  tkd->add_option("-m,--model", tok_dec.model, "the tokenizer's .model file")->required();
+  tkd->add_option("--ids", tok_dec.ids, "ids separated by commas, instead of a token file");
+  tkd->add_option("--dtype", tok_dec.dtype, "the token file's dtype (default: as encode chooses)");
+  tkd->add_option("--offset", tok_dec.offset, "first token to decode")->capture_default_str();
+  tkd->add_option("--count", tok_dec.count, "tokens to decode (default: to the end)");
+  tkd->add_option("-o,--out", tok_dec.out, "write the text here (default: standard output)");
+
   braid::dist::LaunchOptions launch;
   int64_t grace_ms = launch.grace.count(), hb_ms = launch.heartbeat_timeout.count(), hbi_ms = launch.heartbeat_interval.count();
   auto* l = app.add_subcommand("launch", "start a job's processes on this node: braid launch --nproc N -- COMMAND...");
@@ -175,6 +206,9 @@ int main(int argc, char** argv) {
     if (pl->parsed()) return braid::cli::plan(planning, stdout);
     if (cal->parsed()) return braid::cli::calibrate(calib, stdout);
     if (o->parsed()) return braid::cli::list_ops(stdout);
+    if (tkt->parsed()) return braid::cli::tokenize_train(tok_train, stdout);
+    if (tke->parsed()) return braid::cli::tokenize_encode(tok_enc, stdout);
+    if (tkd->parsed()) return braid::cli::tokenize_decode(tok_dec, stdout);
     if (l->parsed()) {
       launch.grace = std::chrono::milliseconds(grace_ms);
       launch.heartbeat_timeout = std::chrono::milliseconds(hb_ms);

@@ -89,7 +89,7 @@ std::unique_ptr<FieldReader> make_tensor_reader(Tensor rows) { return std::make_
 
 namespace {
 
-const std::vector<std::string> kFormats = {"idx", "hdf5", "bytes", "synthetic"};
+const std::vector<std::string> kFormats = {"idx", "hdf5", "bytes", "tokens", "synthetic"};
 
 std::string join_names(const std::vector<std::string>& names) {
   std::string s;
@@ -201,6 +201,8 @@ std::unique_ptr<Dataset> open_impl(const DataSourceSpec& spec, const std::vector
     fields = data::hdf5_fields(spec), load = data::load_hdf5;
   } else if (spec.format == "bytes") {
     fields = data::bytes_fields(spec), load = data::load_bytes;
+  } else if (spec.format == "tokens") {
+    fields = data::tokens_fields(spec), load = data::load_tokens;
   } else if (spec.format == "synthetic") {
     for (const auto& in : inputs) fields.push_back(in.name);
     load = data::load_synthetic;

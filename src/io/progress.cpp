@@ -120,4 +120,51 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
+// ---- ByteProgress ----
+
+ByteProgress::ByteProgress(std::FILE* out, bool tty, int64_t total_bytes, std::string what, Clock clock)
+    : out_(out), tty_(tty), total_(total_bytes), what_(std::move(what)), clock_(std::move(clock)) {
+  t0_ = now();
+}
+
+ByteProgress::~ByteProgress() { finish(); }
+
+double ByteProgress::now() const {
+  if (clock_) return clock_();
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ByteProgress::line(int64_t done, double t) const {
+  const double frac = total_ > 0 ? std::clamp<double>(static_cast<double>(done) / static_cast<double>(total_), 0, 1) : 1;
+  const int filled = static_cast<int>(frac * kBarWidth);
+  std::string out = "[" + std::string(static_cast<size_t>(filled), '#') +
+                    std::string(static_cast<size_t>(kBarWidth - filled), '.') + "] " + what_ + " " +
+                    fmt("%.1f", static_cast<double>(done) / 1e6) + "/" + fmt("%.1f", static_cast<double>(total_) / 1e6) +
+                    " MB";
+  const double elapsed = t - t0_;
+  if (elapsed > 0 && done > 0) {
+    const double rate = static_cast<double>(done) / elapsed;
+    out += "  " + fmt_rate(rate / 1e6) + " MB/s  ETA " + format_duration(static_cast<double>(total_ - done) / rate);
+  }
+  return out;
+}
+
+void ByteProgress::update(int64_t done) {
+  if (!tty_) return;
+  const double t = now();
+  if (done < total_ && t - last_draw_ < kMinRedrawSeconds) return;
+  std::fprintf(out_, "\r%s\x1b[K", line(done, t).c_str());
+  std::fflush(out_);
+  on_line_ = true;
+  last_draw_ = t;
+}
+
+void ByteProgress::finish() {
+  if (!on_line_) return;
+  std::fputs("\r\x1b[K", out_);
+  std::fflush(out_);
+  on_line_ = false;
+}
+
 }  // namespace braid::io

@@ -56,4 +56,29 @@ class Progress {
   bool bar_on_line_ = false, finished_ = false;
 };
 
+// Progress through a known number of bytes (`braid tokenize` reading text). On a TTY: one line redrawn in place
+// (bar, MB done/total, MB/s, ETA), at most ten times a second; elsewhere nothing: the command prints its own
+// summary. finish() clears the line. Same injection of stream, TTY flag and clock as Progress.
+class ByteProgress {
+ public:
+  using Clock = Progress::Clock;
+  ByteProgress(std::FILE* out, bool tty, int64_t total_bytes, std::string what, Clock clock = {});
+  ~ByteProgress();
+  ByteProgress(const ByteProgress&) = delete;
+  ByteProgress& operator=(const ByteProgress&) = delete;
+  void update(int64_t done_bytes);
+  void finish();
+  std::string line(int64_t done_bytes, double now) const;  // public for tests
+
+ private:
+  double now() const;
+  std::FILE* out_;
+  bool tty_;
+  int64_t total_;
+  std::string what_;
+  Clock clock_;
+  double t0_ = 0, last_draw_ = -1e300;
+  bool on_line_ = false;
+};
+
 }  // namespace braid::io

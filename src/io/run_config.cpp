@@ -237,7 +237,7 @@ DataSourceSpec read_source(Reader& r, const YNode& n, const std::string& what, c
                                ", got " + n.kind_name());
     return s;
   }
-  const std::vector<std::string> formats = {"idx", "hdf5", "bytes", "synthetic"};
+  const std::vector<std::string> formats = {"idx", "hdf5", "bytes", "tokens", "synthetic"};
   if (!n.get("format")) {
     r.diags().error(n.loc, what + " needs 'format'", "one of " + join(formats));
     return s;
@@ -249,6 +249,7 @@ DataSourceSpec read_source(Reader& r, const YNode& n, const std::string& what, c
   if (s.format == "idx") allowed.insert(allowed.end(), {"images", "labels"});
   if (s.format == "hdf5") allowed.insert(allowed.end(), {"path", "fields"});
   if (s.format == "bytes") allowed.insert(allowed.end(), {"path", "seq"});
+  if (s.format == "tokens") allowed.insert(allowed.end(), {"path", "dtype", "seq"});
   if (s.format == "synthetic") allowed.insert(allowed.end(), {"samples"});
   check_keys(n, allowed, what + " (format " + s.format + ")", r.diags());
   std::string w = what + ".";
@@ -257,7 +258,7 @@ DataSourceSpec read_source(Reader& r, const YNode& n, const std::string& what, c
     r.required(&n, n.loc, "labels", what);
     s.images = r.path(&n, "images", w + "images", true).value_or("");
     s.labels = r.path(&n, "labels", w + "labels", true).value_or("");
-  } else if (s.format == "hdf5" || s.format == "bytes") {
+  } else if (s.format == "hdf5" || s.format == "bytes" || s.format == "tokens") {
     r.required(&n, n.loc, "path", what);
     s.path = r.path(&n, "path", w + "path", true).value_or("");
   }
@@ -273,6 +274,12 @@ DataSourceSpec read_source(Reader& r, const YNode& n, const std::string& what, c
     }
   }
   if (s.format == "bytes") s.seq = r.integer(&n, "seq", w + "seq", 1).value_or(0);
+  if (s.format == "tokens") {  // both required: a token file has no header that could say them
+    r.required(&n, n.loc, "dtype", what);
+    r.required(&n, n.loc, "seq", what);
+    s.token_dtype = r.choice(&n, "dtype", "token dtype", {"u16", "u32", "i32"}).value_or("");
+    s.seq = r.integer(&n, "seq", w + "seq", 1).value_or(0);
+  }
   if (s.format == "synthetic") s.samples = r.integer(&n, "samples", w + "samples", 1).value_or(s.samples);
   s.limit = r.integer(&n, "limit", w + "limit", 1).value_or(0);
   if (const YNode* b = n.get("bind")) {

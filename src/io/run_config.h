@@ -14,12 +14,13 @@
 namespace braid::io {
 
 struct DataSourceSpec {
-  std::string format;                  // idx | hdf5 | bytes | synthetic
-  std::string path;                    // hdf5, bytes: resolved relative to the run file
+  std::string format;                  // idx | hdf5 | bytes | tokens | synthetic
+  std::string path;                    // hdf5, bytes, tokens: resolved relative to the run file
+  std::string token_dtype;             // tokens: u16 | u32 | i32 (little endian)
   std::string images, labels;          // idx: resolved paths
   std::vector<std::pair<std::string, std::string>> fields;  // hdf5: field -> dataset path ("/x")
   std::vector<std::pair<std::string, std::string>> bind;    // field -> model input; empty = in order
-  int64_t seq = 0;                     // bytes: window length (must equal the model's input length)
+  int64_t seq = 0;                     // bytes, tokens: window length (must equal the model's input length)
   int64_t samples = 1024;              // synthetic: number of samples
   int64_t limit = 0;                   // optional: use only the first `limit` samples (0 = all)
   SourceLoc loc;

@@ -122,3 +122,31 @@ TEST(Progress, DestructorEndsTheBarLine) {
   EXPECT_EQ(t.back(), '\n');
   EXPECT_FALSE(Progress::is_tty(out.get()));
 }
+
+TEST(ByteProgress, BarRateLimitedOnATtyAndSilentElsewhere) {
+  double now = 0;
+  MemStream tty;
+  {
+    ByteProgress p(tty.get(), true, 100'000'000, "tokenize", [&] { return now; });
+    now = 1;
+    p.update(10'000'000);  // drawn
+    now = 1.05;
+    p.update(11'000'000);  // within 0.1 s of the last draw: skipped
+    now = 2;
+    p.update(20'000'000);
+    EXPECT_EQ(p.line(20'000'000, 2), "[####....................] tokenize 20.0/100.0 MB  10 MB/s  ETA 8s");
+    now = 2.01;
+    p.update(100'000'000);  // the end is always drawn
+    p.finish();
+  }
+  const std::string t = tty.text();
+  EXPECT_EQ(count(t, "\r["), 3u) << t;
+  EXPECT_EQ(t.substr(t.size() - 4), "\r\x1b[K");  // the bar is cleared for the command's summary
+  MemStream log;
+  {
+    ByteProgress p(log.get(), false, 100, "tokenize", [&] { return now; });
+    p.update(50);
+    p.update(100);
+  }
+  EXPECT_EQ(log.text(), "");
+}

@@ -71,6 +71,8 @@ std::vector<std::string> hdf5_fields(const DataSourceSpec& spec);
 Loaded load_hdf5(const LoadContext& c);
 std::vector<std::string> bytes_fields(const DataSourceSpec& spec);
 Loaded load_bytes(const LoadContext& c);
+std::vector<std::string> tokens_fields(const DataSourceSpec& spec);
+Loaded load_tokens(const LoadContext& c);
 Loaded load_synthetic(const LoadContext& c);  // its fields are the model inputs themselves
 
 }  // namespace braid::io::data
