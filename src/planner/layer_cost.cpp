@@ -70,7 +70,7 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
         }
         bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
         int64_t size = batched && axis == 0 ? b_ : val.desc.shape[axis];
-        even &= size % tp == 0;
+        even &= size % tp == 0 && sbp.splits_evenly(size, tp);
       };
       for (size_t k = 0; k < s.inputs.size(); ++k) check(n.inputs[k], s.inputs[k]);
       for (size_t k = 0; k < s.outputs.size(); ++k) check(n.outputs[k], s.outputs[k]);
@@ -85,7 +85,7 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
     // (split like the heads). Grouped-query attention keeps each q head with its kv head: tp must divide kv_heads
     // (each device h / tp q heads and kv_heads / tp kv heads), else the option is not offered. The op's cost is of
     // the whole layer: each device runs 1/tp of it.
-    if (head_parallel_attention && n.op->name == "attention" &&
+    if (head_parallel_attention && n.op->name == "attention" && find(static_cast<int>(i), "heads", tp) < 0 &&
         (n.attrs.has("kv_heads") ? n.attrs.i("kv_heads") : n.attrs.i("heads")) % tp == 0 &&
         (n.inputs.size() == 5 || n.inputs.size() == 3) && n.outputs.size() == 4) {
       const bool bias = n.inputs.size() == 5;

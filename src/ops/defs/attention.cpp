@@ -13,8 +13,10 @@
 // b + KernelCtx::batch_offset) >= p, scaled 1/(1 - p); eval mode has no dropout. The backward draws the same
 // mask again: attention_grad's `rng_node` attribute names the forward node, whose random stream the executors
 // give it. The gradient reuses linear_dx/dw/db for both projections and adds one internal op, attention_grad
-// (context gradient -> qkv gradient).
+// (context gradient -> qkv gradient). Splits: by samples, and (without dropout) by heads, Megatron's way; a call's
+// heads are read from the shapes (out_proj.weight's columns, lse's heads), so a device's share runs the same code.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/cpu_isa.h"
@@ -81,11 +83,14 @@ constexpr int kOutY = 0, kOutQkv = 1, kOutContext = 2, kOutLse = 3;
 // into every recomputed probability.
 DType lse_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
-// Sizes of one call: batch, sequence, features, q heads, head size, kv heads; qkv rows are ld() wide with q head
-// hh at q_off(hh), kv head g's k at k_off(g) and v at v_off(g).
+// Sizes of one call: batch, sequence, input features, head size, q heads and kv heads of this call (all of them,
+// or a device's under the `heads` split); the context is dc() = h dh wide; qkv rows are ld() wide with q head hh
+// at q_off(hh), kv head g's k at k_off(g) and v at v_off(g).
 struct Dims {
-  int64_t b, t, d, h, dh, kvh;
-  Dims(int64_t b_, int64_t t_, int64_t d_, int64_t h_, int64_t kvh_) : b(b_), t(t_), d(d_), h(h_), dh(d_ / h_), kvh(kvh_) {}
+  int64_t b, t, d, dh, h, kvh;
+  Dims(int64_t b_, int64_t t_, int64_t d_, int64_t dh_, int64_t h_, int64_t kvh_)
+      : b(b_), t(t_), d(d_), dh(dh_), h(h_), kvh(kvh_) {}
+  int64_t dc() const { return h * dh; }
   int64_t group() const { return h / kvh; }
   int64_t ld() const { return (h + 2 * kvh) * dh; }
   int64_t q_off(int64_t hh) const { return hh * dh; }
@@ -93,7 +98,25 @@ struct Dims {
   int64_t v_off(int64_t g) const { return (h + kvh + g) * dh; }
 };
 
-Dims dims_of(const Attrs& a, const Shape& x) { return Dims(x[0], x[1], x[2], a.i("heads"), a.i("kv_heads")); }
+// The forward's sizes: head_dim = d / heads; under the `heads` split a device's out_proj.weight holds the columns
+// of its heads' context features (heads_l dh), which gives its q heads heads_l and kv heads kv_heads heads_l / heads.
+// context_features 0 (or not such a share): all heads.
+Dims dims_of(const Attrs& a, const Shape& x, int64_t context_features = 0) {
+  const int64_t h = a.i("heads"), kvh = a.i("kv_heads"), dh = x[2] / h;
+  int64_t hl = h;
+  if (context_features > 0 && dh > 0 && context_features % dh == 0) {
+    const int64_t c = context_features / dh;
+    if (h % c == 0 && kvh % (h / c) == 0) hl = c;
+  }
+  return Dims(x[0], x[1], x[2], dh, hl, kvh * hl / h);
+}
+int64_t context_features(const TensorDesc& w_out) { return w_out.shape.rank() == 2 ? w_out.shape[1] : 0; }
+
+// attention_grad's sizes, from its operands: dcontext (B, T, h dh), qkv (B, T, (h + 2 kv) dh), lse (B, h, T).
+Dims grad_dims(const Shape& dcontext, const Shape& qkv, const Shape& lse) {
+  const int64_t h = lse[1], dh = dcontext[2] / h;
+  return Dims(dcontext[0], dcontext[1], dcontext[2], dh, h, (qkv[2] / dh - h) / 2);
+}
 
 // ---- rotary position embeddings (rope_theta > 0) ------------------------------------------------------------
 // Table of `t` rows of cos then sin of a = p * theta^(-2i / dh), i < dh / 2: computed in double, rounded to T.
@@ -202,7 +225,8 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
   bool bias = a.b("bias");
   ParamIdx ix(bias);
   BRAID_ASSERT(in.size() == (bias ? 5u : 3u), "attention takes x and ", bias ? 4 : 2, " parameters");
-  int64_t b = x.shape[0], t = x.shape[1], d = x.shape[2], h = a.i("heads"), rows = dims_of(a, x.shape).ld();
+  const Dims n = dims_of(a, x.shape, context_features(in[static_cast<size_t>(ix.w_out)]));
+  int64_t b = n.b, t = n.t, d = n.d, h = n.h, rows = n.ld();
   auto expect = [&](int i, Shape s, const char* name) {
     const DType pt = master_dtype(x.dtype);
     if (in[static_cast<size_t>(i)].shape != s || in[static_cast<size_t>(i)].dtype != pt)
@@ -210,12 +234,12 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
                     x.str() + " needs " + TensorDesc{s, pt}.str());
   };
   expect(ix.w_in, Shape{rows, d}, "in_proj_weight");
-  expect(ix.w_out, Shape{d, d}, "out_proj.weight");
+  expect(ix.w_out, Shape{d, n.dc()}, "out_proj.weight");
   if (bias) {
     expect(ix.b_in, Shape{rows}, "in_proj_bias");
     expect(ix.b_out, Shape{d}, "out_proj.bias");
   }
-  return {x, {Shape{b, t, rows}, x.dtype}, x, {Shape{b, h, t}, lse_dtype(x.dtype)}};
+  return {x, {Shape{b, t, rows}, x.dtype}, {Shape{b, t, n.dc()}, x.dtype}, {Shape{b, h, t}, lse_dtype(x.dtype)}};
 }
 
 // Query rows [r0, r1) of head `hh` of sample `bi`: scores into the unit's scratch (rows x T), causal mask,
@@ -249,8 +273,8 @@ void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1
       for (int64_t j = 0; j < valid; ++j) row[j] = kept_at(key, base + static_cast<uint64_t>(j), thr) ? row[j] * keep_scale : T(0);
     }
   }
-  cpu::gemm(false, false, rows, n.dh, ncols, T(1), s, ncols, v, ld, T(0), context + (bi * n.t + r0) * n.d + hh * n.dh,
-            n.d);
+  cpu::gemm(false, false, rows, n.dh, ncols, T(1), s, ncols, v, ld, T(0), context + (bi * n.t + r0) * n.dc() + hh * n.dh,
+            n.dc());
 }
 
 // Units of work: (sample, head, block of query rows), in slots that own fixed ranges of them (deterministic for
@@ -263,7 +287,7 @@ struct Units {
 
 // The slots' score planes, then the rope table.
 size_t attention_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  Dims n = dims_of(a, in[0].shape);
+  Dims n = dims_of(a, in[0].shape, context_features(in[static_cast<size_t>(ParamIdx(a.b("bias")).w_out)]));
   Units u(n);
   return static_cast<size_t>(size_mul(size_mul(size_mul(u.slots, u.rb), n.t) + rope_elems(a, n),
                                       static_cast<int64_t>(dtype_size(in[0].dtype))));
@@ -272,7 +296,8 @@ size_t attention_workspace(const Attrs& a, std::span<const TensorDesc> in, std::
 void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   bool bias = a.b("bias"), causal = a.b("causal");
   ParamIdx ix(bias);
-  Dims n = dims_of(a, in[0].shape());
+  const Tensor& w_out = in[static_cast<size_t>(ix.w_out)];
+  Dims n = dims_of(a, in[0].shape(), w_out.shape().rank() == 2 ? w_out.shape()[1] : 0);
   // Dropout only in training; the dropped-probs output (present when dropout > 0) then holds probs.
   double p = ctx.training ? a.f("dropout") : 0.0;
   const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);  // global flat index of sample 0
@@ -303,7 +328,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
       }
     });
     // 3. y = context W_out^T + b_out
-    cpu::affine_rows<T>(context, n.b * n.t, n.d, ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
+    cpu::affine_rows<T>(context, n.b * n.t, n.dc(), ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
   });
 }
 
@@ -331,7 +356,7 @@ void attention_grad_rule(GradCtx& c) {
   if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
 }
 
-std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const TensorDesc> in,
+std::vector<SplitSignature> attention_splits(const Attrs& a, std::span<const TensorDesc> in,
                                              std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
   // data: samples split, parameters replicated; every output carries the batch axis. With dropout too: the
@@ -341,19 +366,33 @@ std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const Tenso
     s.inputs[0] = Sbp::S(0);
     sigs.push_back(s);
   }
-  // Not offered: head-parallel. PyTorch's in_proj_weight stacks [W_q; W_k; W_v], so one device's heads are
-  // three non-contiguous row ranges, which S(0) cannot describe (needs a layout permutation first).
+  // heads (Megatron-LM's tensor-parallel attention): each device runs heads/n q heads and kv_heads/n kv heads, so n
+  // must divide kv_heads (then heads too): in_proj_weight's and in_proj_bias's rows [q | k | v] are split per part
+  // (Sbp segments of heads, kv_heads, kv_heads head-sized units: a device holds its q heads' rows, then its kv heads'
+  // k rows and v rows), qkv likewise, context and out_proj.weight's columns by heads, lse by heads; out_proj's output
+  // is a partial sum (its bias entering as a partial: added once). Not with dropout: the mask is drawn by the global
+  // head index, which a device's kernel does not know.
+  if (a.f("dropout") == 0 && in.size() >= 3 && out.size() == 4) {
+    const bool bias = a.b("bias");
+    const std::array<int64_t, 3> qkv_rows{a.i("heads"), a.i("kv_heads"), a.i("kv_heads")};
+    SplitSignature h{"heads", {Sbp::B(), Sbp::S(0, qkv_rows)},
+                     {Sbp::P(), Sbp::S(2, qkv_rows), Sbp::S(2), Sbp::S(1)}};
+    if (bias) h.inputs.push_back(Sbp::S(0, qkv_rows));
+    h.inputs.push_back(Sbp::S(1));
+    if (bias) h.inputs.push_back(Sbp::P());
+    if (h.inputs.size() == in.size()) sigs.push_back(h);
+  }
   return sigs;
 }
 
 Cost attention_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   Cost c = default_cost(in, out, 0);
-  const Dims n = dims_of(a, in[0].shape);
+  const Dims n = dims_of(a, in[0].shape, context_features(in[static_cast<size_t>(ParamIdx(a.b("bias")).w_out)]));
   double b = static_cast<double>(n.b), t = static_cast<double>(n.t), d = static_cast<double>(n.d),
-         h = static_cast<double>(n.h), rows = static_cast<double>(n.ld());
+         h = static_cast<double>(n.h), rows = static_cast<double>(n.ld()), dc = static_cast<double>(n.dc());
   double tri = a.b("causal") ? 0.5 : 1.0;  // causal rows skip the future keys
-  c.flops = 2 * b * t * d * (rows + d)         // in_proj (q, k and v rows: 3d without GQA) and out_proj (d)
-            + tri * 4 * b * t * t * d          // q k^T and probs v over all q heads
+  c.flops = 2 * b * t * d * (rows + dc)        // in_proj (q, k and v rows: 3d without GQA) and out_proj (d x dc)
+            + tri * 4 * b * t * t * dc         // q k^T and probs v over the q heads
             + tri * 5 * b * h * t * t;         // softmax (and dropout)
   if (rope_elems(a, n) > 0) {  // 3 flops per rotated element of q and k, the table read per row
     c.flops += 3 * b * t * static_cast<double>((n.h + n.kvh) * n.dh);
@@ -406,20 +445,24 @@ std::vector<BadSample> attention_bad() {
 // ---- attention_grad(dcontext, qkv, context, lse) -> dqkv ----------------------------------------------------
 std::vector<TensorDesc> grad_infer(const Attrs& a, std::span<const TensorDesc> in) {
   BRAID_ASSERT(in.size() == 4u, "attention_grad: ", in.size(), " inputs");
-  BRAID_ASSERT(in[0].shape.rank() == 3 && in[0].shape[2] % a.i("heads") == 0 && a.i("heads") % a.i("kv_heads") == 0,
-               "attention_grad: dcontext ", in[0].str(), " for heads ", a.i("heads"), ", kv_heads ", a.i("kv_heads"));
-  BRAID_ASSERT(in[1].shape.rank() == 3 && in[1].shape[2] == dims_of(a, in[0].shape).ld(), "attention_grad: qkv ",
-               in[1].str(), " for dcontext ", in[0].str());
+  // All heads, or a device's share of them (the `heads` split): heads_l q heads and kv_heads heads_l / heads kv heads.
+  BRAID_ASSERT(in[0].shape.rank() == 3 && in[1].shape.rank() == 3 && in[3].shape.rank() == 3, "attention_grad: ranks");
+  const int64_t hl = in[3].shape[1], h = a.i("heads"), kvh = a.i("kv_heads");
+  BRAID_ASSERT(hl > 0 && h % hl == 0 && kvh % (h / hl) == 0 && in[0].shape[2] % hl == 0, "attention_grad: lse ",
+               in[3].str(), " for heads ", h, ", kv_heads ", kvh);
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
+  BRAID_ASSERT(n.kvh == kvh * hl / h && in[1].shape[2] == n.ld(), "attention_grad: qkv ", in[1].str(), " for dcontext ",
+               in[0].str());
   BRAID_ASSERT(in[2].shape == in[0].shape, "attention_grad: context ", in[2].str(), " for dcontext ", in[0].str());
-  BRAID_ASSERT(in[3].shape == (Shape{in[0].shape[0], a.i("heads"), in[0].shape[1]}), "attention_grad: lse ",
-               in[3].str(), " for dcontext ", in[0].str());
+  BRAID_ASSERT(in[3].shape == (Shape{in[0].shape[0], hl, in[0].shape[1]}), "attention_grad: lse ", in[3].str(),
+               " for dcontext ", in[0].str());
   return {in[1]};
 }
 
 // Three (rows x T) planes per slot (one slot per (sample, kv head) unit at most): the probabilities, the dropped
 // probabilities (with dropout) and dP; then the rope table.
 size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  const Dims n = dims_of(a, in[0].shape);
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
   int64_t units = n.b * n.kvh;
   int64_t per_slot = size_mul(3 * row_block(n.t, n.dh), n.t);
   return static_cast<size_t>(size_mul(size_mul(std::min(units, kMaxSlots), per_slot) + rope_elems(a, n),
@@ -438,8 +481,9 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
   int64_t ld = n.ld(), row0 = bi * n.t * ld, plane = (bi * n.h + hh) * n.t * n.t, g = hh / n.group();
   const T *q = qkv + row0 + n.q_off(hh), *k = qkv + row0 + n.k_off(g), *v = qkv + row0 + n.v_off(g);
   T *dq = dqkv + row0 + n.q_off(hh), *dk = dqkv + row0 + n.k_off(g), *dv = dqkv + row0 + n.v_off(g);
-  const T* dc = dcontext + bi * n.t * n.d + hh * n.dh;
-  const T* o = context + bi * n.t * n.d + hh * n.dh;
+  const int64_t ldc = n.dc();
+  const T* dc = dcontext + bi * n.t * ldc + hh * n.dh;
+  const T* o = context + bi * n.t * ldc + hh * n.dh;
   const T* lrow = lse + (bi * n.h + hh) * n.t;
   T scale = T(1) / std::sqrt(static_cast<T>(n.dh)), keep_scale = static_cast<T>(1.0 / (1.0 - p));
   int64_t rb = row_block(n.t, n.dh);
@@ -460,14 +504,14 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
         std::fill(zrow + valid, zrow + ncols, T(0));
       }
     }
-    cpu::gemm(true, false, ncols, n.dh, rows, T(1), p > 0 ? sz : sp, ncols, dc + r0 * n.d, n.d, T(1), dv, ld);
+    cpu::gemm(true, false, ncols, n.dh, rows, T(1), p > 0 ? sz : sp, ncols, dc + r0 * ldc, ldc, T(1), dv, ld);
     // dPd = dO V^T, then dS in place
-    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * n.d, n.d, v, ld, T(0), sg, ncols);
+    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * ldc, ldc, v, ld, T(0), sg, ncols);
     for (int64_t r = 0; r < rows; ++r) {
       int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
       T* g = sg + r * ncols;
       const T* prow = sp + r * ncols;
-      const T dot = static_cast<T>(cpu_vec([&] { return row_dot(dc + i * n.d, o + i * n.d, n.dh); }));
+      const T dot = static_cast<T>(cpu_vec([&] { return row_dot(dc + i * ldc, o + i * ldc, n.dh); }));
       if (p > 0) {
         const T* zrow = sz + r * ncols;
         for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * ((zrow[j] != T(0) ? g[j] * keep_scale : T(0)) - dot);
@@ -482,7 +526,7 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
 }
 
 void grad_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
-  const Dims n = dims_of(a, in[0].shape());
+  const Dims n = grad_dims(in[0].shape(), in[1].shape(), in[3].shape());
   bool causal = a.b("causal");
   double p = a.f("dropout");
   const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);
@@ -531,7 +575,7 @@ std::vector<SplitSignature> grad_splits(const Attrs&, std::span<const TensorDesc
 
 Cost grad_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   Cost c = default_cost(in, out, 0);
-  const Dims n = dims_of(a, in[0].shape);
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
   double b = static_cast<double>(n.b), t = static_cast<double>(n.t), d = static_cast<double>(n.d),
          h = static_cast<double>(n.h);
   double tri = a.b("causal") ? 0.5 : 1.0;
