@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <sstream>
 
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
@@ -196,11 +197,16 @@ void check_attention(const Attrs& a, const TensorDesc& x) {
   double p = a.f("dropout");
   if (!(p >= 0 && p < 1)) throw OpError("attention dropout must be in [0, 1), got " + std::to_string(p));
   double theta = a.f("rope_theta");
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
   if (!(theta >= 0) || !std::isfinite(theta))
-    throw OpError("attention rope_theta must be 0 (no rotary embedding) or positive, got " + std::to_string(theta),
+    throw OpError("attention rope_theta must be 0 (no rotary embedding) or positive, got " + num(theta),
                   "Llama 2 uses 10000, Llama 3 500000");
   if (theta > 0 && (d / h) % 2 != 0)
-    throw OpError("rotary embeddings (rope_theta " + std::to_string(theta) + ") need an even head size, got d / heads = " +
+    throw OpError("rotary embeddings (rope_theta " + num(theta) + ") need an even head size, got d / heads = " +
                       str(d) + " / " + str(h) + " = " + str(d / h),
                   "choose heads so that d / heads is even");
 }
