@@ -2,6 +2,7 @@
 #include "exec/lower.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "exec/executor.h"
@@ -221,6 +222,9 @@ class StageLowering {
     auto axis = [](int a) { return ops::Attrs{{"axis", static_cast<int64_t>(a)}}; };
     using K = Sbp::Kind;
     if (!(cur == want)) {
+      // Segmented splits (Sbp::seg) hold parameters and an op's saved state, which no other layer reads.
+      BRAID_ASSERT(!cur.segmented() && !want.segmented(), "no reshard of ", model_.value(mv).name, " from ", cur.str(),
+                   " to ", want.str());
       if (cur.kind == K::Partial) {  // P -> B or S
         x = want.kind == K::Split ? emit("comm_reduce_scatter", axis(want.axis), x, at) : emit("comm_all_reduce", {}, x, at);
         cur = want.kind == K::Split ? want : Sbp::B();
@@ -330,7 +334,8 @@ int tensor_group_size(const planner::StagePlan& s) {
 TensorDesc shard_desc(const TensorDesc& d, const ops::Sbp& s, int parts) {
   if (s.kind != Sbp::Kind::Split || parts == 1) return d;
   std::vector<int64_t> dims = d.shape.dims();
-  BRAID_ASSERT(s.axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(s.axis)] % parts == 0,
+  BRAID_ASSERT(s.axis < static_cast<int>(dims.size()) && dims[static_cast<size_t>(s.axis)] % parts == 0 &&
+                   s.splits_evenly(dims[static_cast<size_t>(s.axis)], parts),
                "cannot split ", d.str(), " along axis ", s.axis, " into ", parts);
   dims[static_cast<size_t>(s.axis)] /= parts;
   return TensorDesc{Shape(dims), d.dtype};
@@ -424,13 +429,40 @@ Schedule schedule_of(const planner::Summary& s) {
   return one_f_one_b(s.pipeline_stages, static_cast<int>(s.micro_batches));
 }
 
+namespace {
+// A segmented split of axis 0 (Sbp::seg, attention's [q | k | v] rows under `heads`): chunk `rank` of every segment
+// of `whole`'s rows, in segment order, is `part`; copied into part, or back into whole (to_whole).
+void copy_segments(const Tensor& whole, const Tensor& part, const ops::Sbp& s, int rank, int parts, bool to_whole) {
+  const int64_t rows = whole.shape().rank() > 0 ? whole.shape()[0] : 0;
+  BRAID_ASSERT(s.axis == 0 && rows > 0 && s.splits_evenly(rows, parts) && part.bytes() * static_cast<size_t>(parts) == whole.bytes(),
+               "segmented shard ", s.str(), " of ", whole.desc().str(), " into ", part.desc().str(), " x ", parts);
+  const int64_t unit = rows / (s.seg[0] + s.seg[1] + s.seg[2]);
+  const size_t row_bytes = whole.bytes() / static_cast<size_t>(rows);
+  auto* w = static_cast<char*>(whole.raw());
+  auto* p = static_cast<char*>(part.raw());
+  int64_t at = 0, local = 0;
+  for (int64_t seg : s.seg) {
+    const int64_t chunk = seg * unit / parts;
+    char* wp = w + static_cast<size_t>(at + rank * chunk) * row_bytes;
+    char* pp = p + static_cast<size_t>(local) * row_bytes;
+    const size_t n = static_cast<size_t>(chunk) * row_bytes;
+    if (to_whole) std::memcpy(wp, pp, n);
+    else std::memcpy(pp, wp, n);
+    at += seg * unit;
+    local += chunk;
+  }
+}
+}  // namespace
+
 void take_shard(const Tensor& whole, Tensor& part, const ParamShard& sh, int rank) {
-  if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(whole, part, sh.layout.axis, rank, sh.parts);
+  if (sh.layout.segmented() && sh.parts > 1) copy_segments(whole, part, sh.layout, rank, sh.parts, false);
+  else if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(whole, part, sh.layout.axis, rank, sh.parts);
   else part.copy_from(whole);
 }
 
 void put_shard(const Tensor& part, Tensor& whole, const ParamShard& sh, int rank) {
-  if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(part, whole, sh.layout.axis, rank, sh.parts, true);
+  if (sh.layout.segmented() && sh.parts > 1) copy_segments(whole, part, sh.layout, rank, sh.parts, true);
+  else if (sh.layout.kind == ops::Sbp::Kind::Split && sh.parts > 1) copy_chunk(part, whole, sh.layout.axis, rank, sh.parts, true);
   else whole.copy_from(part);
 }
 

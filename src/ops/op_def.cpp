@@ -132,9 +132,22 @@ std::optional<InitSpec> InitSpec::parse(const std::string& text, std::string* er
   return std::nullopt;
 }
 
+bool Sbp::splits_evenly(int64_t len, int64_t parts) const {
+  if (kind != Kind::Split || parts <= 1) return true;
+  if (!segmented()) return len % parts == 0;
+  const int64_t units = seg[0] + seg[1] + seg[2];
+  if (units <= 0 || len % units != 0) return false;
+  for (int64_t s : seg)
+    if (s % parts != 0) return false;
+  return true;
+}
+
 std::string Sbp::str() const {
   switch (kind) {
-    case Kind::Split: return "S(" + std::to_string(axis) + ")";
+    case Kind::Split:
+      return "S(" + std::to_string(axis) + ")" +
+             (segmented() ? "[" + std::to_string(seg[0]) + "," + std::to_string(seg[1]) + "," + std::to_string(seg[2]) + "]"
+                          : std::string());
     case Kind::Broadcast: return "B";
     case Kind::Partial: return "P";
   }

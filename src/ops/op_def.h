@@ -4,6 +4,7 @@
 // Shapes seen here are graph-level: the batch axis is axis 0 of every data input and output.
 // Ops do not know stages, ranks, schedules or communication.
 #pragma once
+#include <array>
 #include <map>
 #include <optional>
 #include <span>
@@ -107,10 +108,19 @@ struct Sbp {
   enum class Kind : uint8_t { Split, Broadcast, Partial };
   Kind kind = Kind::Broadcast;
   int axis = 0;  // Split only; graph-level axis (0 = batch)
+  // Split only, all zero for a plain split (one contiguous chunk per device). Otherwise the axis is consecutive
+  // segments of seg[0], seg[1], seg[2] units (a unit: the axis length / their sum; attention's [q | k | v] rows in
+  // heads), each cut into one contiguous chunk per device: a device holds chunk r of every segment, in order.
+  // Even only when every segment's units divide by the device count (whole heads on each device).
+  std::array<int64_t, 3> seg{};
   static Sbp S(int axis) { return {Kind::Split, axis}; }
+  static Sbp S(int axis, std::array<int64_t, 3> segments) { return {Kind::Split, axis, segments}; }
   static Sbp B() { return {Kind::Broadcast, 0}; }
   static Sbp P() { return {Kind::Partial, 0}; }
-  std::string str() const;  // "S(0)", "B", "P"
+  bool segmented() const { return kind == Kind::Split && (seg[0] | seg[1] | seg[2]) != 0; }
+  // An axis of `len` elements cuts into `parts` equal chunks (of every segment, when segmented).
+  bool splits_evenly(int64_t len, int64_t parts) const;
+  std::string str() const;  // "S(0)", "S(0)[4,2,2]", "B", "P"
   bool operator==(const Sbp&) const = default;
 };
 

@@ -70,7 +70,7 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
         }
         bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
         int64_t size = batched && axis == 0 ? b_ : val.desc.shape[axis];
-        even &= size % tp == 0;
+        even &= size % tp == 0 && sbp.splits_evenly(size, tp);
       };
       for (size_t k = 0; k < s.inputs.size(); ++k) check(n.inputs[k], s.inputs[k]);
       for (size_t k = 0; k < s.outputs.size(); ++k) check(n.outputs[k], s.outputs[k]);
@@ -80,10 +80,13 @@ LayerCosts::LayerCosts(const graph::Graph& g, const CostModel& model, int64_t mi
       if (even) options_[i].push_back(make_option(n, &s, tp));
     }
     // Modelled only: attention over its heads (Megatron-LM's tensor-parallel attention). Inputs x, in_proj_weight
-    // [3d, d], in_proj_bias [3d], out_proj.weight [d, d], out_proj.bias [d]; outputs the result [B, T, d] (partial:
-    // out_proj's columns split), qkv [B, T, 3d], context [B, T, d], lse [B, h, T] (split like the heads). The op's
-    // cost is of the whole layer: each device runs 1/tp of it.
-    if (head_parallel_attention && n.op->name == "attention" && n.attrs.i("heads") % tp == 0 &&
+    // [(h + 2 kv_heads) dh, d], in_proj_bias likewise, out_proj.weight [d, d], out_proj.bias [d]; outputs the result
+    // [B, T, d] (partial: out_proj's columns split), qkv [B, T, (h + 2 kv_heads) dh], context [B, T, d], lse [B, h, T]
+    // (split like the heads). Grouped-query attention keeps each q head with its kv head: tp must divide kv_heads
+    // (each device h / tp q heads and kv_heads / tp kv heads), else the option is not offered. The op's cost is of
+    // the whole layer: each device runs 1/tp of it.
+    if (head_parallel_attention && n.op->name == "attention" && find(static_cast<int>(i), "heads", tp) < 0 &&
+        (n.attrs.has("kv_heads") ? n.attrs.i("kv_heads") : n.attrs.i("heads")) % tp == 0 &&
         (n.inputs.size() == 5 || n.inputs.size() == 3) && n.outputs.size() == 4) {
       const bool bias = n.inputs.size() == 5;
       ops::SplitSignature h{"heads", {ops::Sbp::B(), ops::Sbp::S(0)}, {ops::Sbp::P(), ops::Sbp::S(2), ops::Sbp::S(2), ops::Sbp::S(1)}};

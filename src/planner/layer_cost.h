@@ -65,8 +65,8 @@ struct Reshard {
 class LayerCosts {
  public:
   // `head_parallel_attention`: also offer attention split over its heads, Megatron's way ("heads": the input
-  // replicated, q/k/v rows and out_proj columns split, the output partial), which the executor cannot run yet
-  // (ops/defs/attention.cpp offers no such signature): modelled for cluster planning only (TrainSettings).
+  // replicated, q/k/v rows and out_proj columns split, the output partial) where the op does not (attention with
+  // dropout: ops/defs/attention.cpp offers `heads` itself without): modelled for cluster planning only (TrainSettings).
   LayerCosts(const graph::Graph& g, const CostModel& model, int64_t micro_batch, int tp, Group tensor_group,
              DType compute = DType::f32, bool head_parallel_attention = false);
   const graph::Graph& graph() const { return g_; }

@@ -519,6 +519,19 @@ class Validator {
       if (axis < 0 || axis >= val.desc.shape.rank()) return true;
       bool batched = val.kind == graph::ValueKind::Input || val.kind == graph::ValueKind::Activation;
       int64_t size = batched && axis == 0 ? s_.micro_batch : val.desc.shape[axis];
+      if (sbp.segmented()) {  // per part (attention's q, k and v rows): whole units (heads) of every part on each device
+        if (sbp.splits_evenly(size, l.tensor_parallel)) return true;
+        const std::string segs = std::to_string(sbp.seg[0]) + ", " + std::to_string(sbp.seg[1]) + " and " +
+                                 std::to_string(sbp.seg[2]);
+        diags_.error(layer_loc(l, "tensor_parallel"),
+                     who + ": signature " + q(sig.name) + " splits " + q(val.name) + " " + val.desc.shape.str() +
+                         " along axis " + std::to_string(axis) + " in parts of " + segs + " units (heads) each into " +
+                         std::to_string(l.tensor_parallel) + " whole-unit chunks, which " +
+                         std::to_string(l.tensor_parallel) + " does not divide",
+                     "choose a tensor_parallel that divides each of " + segs +
+                         " (attention: kv_heads, whose q heads stay with them)");
+        return false;
+      }
       if (size % l.tensor_parallel == 0) return true;
       std::string what = batched && axis == 0
                              ? "the micro-batch of " + std::to_string(size) + " samples"

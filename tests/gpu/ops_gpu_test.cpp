@@ -262,10 +262,22 @@ static std::vector<Case> flash_cases() {
                           {{"heads", heads}, {"causal", causal}, {"bias", true}, {"dropout", p}},
                           {{TensorDesc{Shape{b, t, dm}}}}}};
   };
+  // Grouped-query attention and rotary embeddings (attention_gqa_forward/backward in attention.cu: the rows expanded
+  // to multi-head ones around the same kernels, q and k rotated in place).
+  auto g = [&](const std::string& name, int64_t b, int64_t t, int64_t dm, int64_t heads, int64_t kv, double theta,
+               bool causal, double p) {
+    return Case{d, Sample{name,
+                          {{"heads", heads}, {"kv_heads", kv}, {"rope_theta", theta}, {"causal", causal}, {"bias", true},
+                           {"dropout", p}},
+                          {{TensorDesc{Shape{b, t, dm}}}}}};
+  };
   return {c("dh64_causal_t130", 2, 130, 128, 2, true, 0.0), c("dh64_t100_dropout", 2, 100, 128, 2, false, 0.2),
           c("dh64_causal_t100_dropout", 2, 100, 128, 2, true, 0.2),
           c("dh32_causal_t64_dropout", 1, 64, 128, 4, true, 0.1), c("dh128_causal_t70", 2, 70, 256, 2, true, 0.0),
-          c("dh64_causal_t1", 3, 1, 64, 1, true, 0.0)};
+          c("dh64_causal_t1", 3, 1, 64, 1, true, 0.0),
+          g("dh32_kv2_rope_causal_t70", 2, 70, 128, 4, 2, 10000.0, true, 0.0),
+          g("dh64_kv1_rope_t100_dropout", 2, 100, 256, 4, 1, 500000.0, false, 0.2),
+          g("dh64_mha_rope_causal_t65", 1, 65, 128, 2, 2, 10000.0, true, 0.1)};
 }
 
 TEST(FlashAttention, MatchesCpuBf16AndF16) {

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "op_harness.h"
 
@@ -41,34 +43,49 @@ TEST(DenseOps, EvalModeForwardWritesEveryOutput) {
 // ---- attention over several row blocks against a naive reference -------------------------------------------
 namespace {
 
-// Direct transcription of nn.MultiheadAttention (batch_first, self-attention), double precision.
+// Direct transcription of nn.MultiheadAttention (batch_first, self-attention), double precision, with grouped
+// key/value heads (q head h reads kv head h / (H / KV), Hugging Face's repeat_kv) and rotate-half rotary
+// embeddings on q and k (HF Llama's apply_rotary_pos_emb).
 std::vector<double> naive_attention(const Instance& inst, bool training, uint64_t key) {
   const auto& a = inst.attrs;
   bool bias = a.b("bias"), causal = a.b("causal");
-  double p = training ? a.f("dropout") : 0;
+  double p = training ? a.f("dropout") : 0, theta = a.f("rope_theta");
   const Tensor& x = inst.inputs[0];
-  int64_t B = x.shape()[0], T = x.shape()[1], d = x.shape()[2], H = a.i("heads"), dh = d / H;
+  int64_t B = x.shape()[0], T = x.shape()[1], d = x.shape()[2], H = a.i("heads"), dh = d / H, KV = a.i("kv_heads");
+  int64_t ld = (H + 2 * KV) * dh, kofs = H * dh, vofs = (H + KV) * dh;
   auto at = [&](int i, int64_t k) { return get_as_double(inst.inputs[static_cast<size_t>(i)], k); };
   int w_in = 1, b_in = bias ? 2 : -1, w_out = bias ? 3 : 2, b_out = bias ? 4 : -1;
-  std::vector<double> qkv(static_cast<size_t>(B * T * 3 * d)), ctx(static_cast<size_t>(B * T * d)),
+  std::vector<double> qkv(static_cast<size_t>(B * T * ld)), ctx(static_cast<size_t>(B * T * d)),
       y(static_cast<size_t>(B * T * d));
   for (int64_t r = 0; r < B * T; ++r)
-    for (int64_t o = 0; o < 3 * d; ++o) {
+    for (int64_t o = 0; o < ld; ++o) {
       double s = b_in >= 0 ? at(b_in, o) : 0;
       for (int64_t i = 0; i < d; ++i) s += at(0, r * d + i) * at(w_in, o * d + i);
-      qkv[static_cast<size_t>(r * 3 * d + o)] = s;
+      qkv[static_cast<size_t>(r * ld + o)] = s;
     }
+  if (theta > 0)
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t h = 0; h < H + KV; ++h)  // q heads, then k heads
+        for (int64_t i = 0; i < dh / 2; ++i) {
+          double ang = double(r % T) * std::pow(theta, -2.0 * double(i) / double(dh));
+          double& u = qkv[static_cast<size_t>(r * ld + h * dh + i)];
+          double& w = qkv[static_cast<size_t>(r * ld + h * dh + dh / 2 + i)];
+          const double u0 = u, w0 = w;
+          u = u0 * std::cos(ang) - w0 * std::sin(ang);
+          w = w0 * std::cos(ang) + u0 * std::sin(ang);
+        }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
+        const int64_t g = h / (H / KV);
         std::vector<double> s(static_cast<size_t>(T), -INFINITY);
         double mx = -INFINITY;
         for (int64_t j = 0; j < T; ++j) {
           if (causal && j > i) continue;
           double acc = 0;
           for (int64_t e = 0; e < dh; ++e)
-            acc += qkv[static_cast<size_t>((b * T + i) * 3 * d + h * dh + e)] / std::sqrt(double(dh)) *
-                   qkv[static_cast<size_t>((b * T + j) * 3 * d + d + h * dh + e)];
+            acc += qkv[static_cast<size_t>((b * T + i) * ld + h * dh + e)] / std::sqrt(double(dh)) *
+                   qkv[static_cast<size_t>((b * T + j) * ld + kofs + g * dh + e)];
           s[static_cast<size_t>(j)] = acc;
           mx = std::max(mx, acc);
         }
@@ -79,7 +96,7 @@ std::vector<double> naive_attention(const Instance& inst, bool training, uint64_
           if (p > 0) pr = uniform_at(key, static_cast<uint64_t>(((b * H + h) * T + i) * T + j)) >= p ? pr / (1 - p) : 0;
           for (int64_t e = 0; e < dh; ++e)
             ctx[static_cast<size_t>((b * T + i) * d + h * dh + e)] +=
-                pr * qkv[static_cast<size_t>((b * T + j) * 3 * d + 2 * d + h * dh + e)];
+                pr * qkv[static_cast<size_t>((b * T + j) * ld + vofs + g * dh + e)];
         }
       }
   for (int64_t r = 0; r < B * T; ++r)
@@ -100,13 +117,19 @@ TEST(DenseOps, AttentionOverSeveralRowBlocksMatchesNaiveReference) {
     int64_t heads;
     bool causal, bias;
     double dropout;
-    int64_t t, d;
+    int64_t t, d, kv_heads = 0;  // 0: heads
+    double rope_theta = 0;
   };
-  // Row blocks of 64 (d = 8: 64+64+2, 64+6, 64+1) and, with d = 64 (T dh > 2^12), blocks of 31 rows.
+  // Row blocks of 64 (d = 8: 64+64+2, 64+6, 64+1) and, with d = 64 (T dh > 2^12), blocks of 31 rows; grouped
+  // key/value heads (several q heads summing into one dK, dV) and rotary embeddings over several blocks.
   for (const Case& cs : {Case{2, true, true, 0.2, 130, 8}, Case{1, false, false, 0.0, 70, 8},
-                         Case{4, true, false, 0.0, 65, 8}, Case{1, true, true, 0.1, 130, 64}}) {
+                         Case{4, true, false, 0.0, 65, 8}, Case{1, true, true, 0.1, 130, 64},
+                         Case{4, true, true, 0.1, 130, 16, 2, 10000.0}, Case{4, false, false, 0.0, 70, 8, 1, 10.0},
+                         Case{2, true, true, 0.0, 65, 64, 1, 0.0}, Case{2, false, true, 0.0, 66, 8, 2, 100.0}}) {
     Sample s{"long", {{"heads", cs.heads}, {"causal", cs.causal}, {"bias", cs.bias}, {"dropout", cs.dropout}},
              {{TensorDesc{Shape{2, cs.t, cs.d}}}}};
+    if (cs.kv_heads > 0) s.attrs.set("kv_heads", cs.kv_heads);
+    if (cs.rope_theta > 0) s.attrs.set("rope_theta", cs.rope_theta);
     SCOPED_TRACE("T=" + std::to_string(cs.t) + " " + s.attrs.str());
     Instance inst = instantiate(def, s, DType::f64, rng);
     // The harness draws weights in [-1, 1]; scaled as an init would for wide d, so that the softmax stays
@@ -144,6 +167,36 @@ TEST(DenseOps, AttentionOverSeveralRowBlocksMatchesNaiveReference) {
             << "input " << k << " element " << i;
       }
     }
+  }
+}
+
+// Grouped-query attention with rotary embeddings in f32, over several row blocks and more units than slots: the
+// forward's every output and the backward's dqkv (whose dk, dv sum several q heads) are the same bits at 1 and 3
+// threads.
+TEST(DenseOps, AttentionWithKvHeadsAndRopeSameBitsOnAnyThreadCount) {
+  Rng rng(8, 8);
+  const OpDef& def = Registry::get().at("attention");
+  Sample s{"gqa_rope",
+           {{"heads", int64_t{4}}, {"kv_heads", int64_t{2}}, {"rope_theta", 10000.0}, {"causal", true}, {"dropout", 0.1}},
+           {{TensorDesc{Shape{20, 70, 16}}}}};  // backward units (sample, kv head): 40 > 32 slots
+  Instance inst = instantiate(def, s, DType::f32, rng);
+  Tensor dy = Tensor::empty(run_forward(inst)[0].desc());
+  for (int64_t i = 0; i < dy.numel(); ++i) set_from_double(dy, i, rng.uniform(-1, 1));
+  auto run_all = [&] {
+    std::vector<Tensor> r = run_forward(inst, true, 3);
+    for (Tensor& g : run_backward(inst, dy, 3)) r.push_back(g);
+    return r;
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  auto one = run_all();
+  set_num_threads(std::max(3, saved));
+  auto many = run_all();
+  set_num_threads(saved);
+  ASSERT_EQ(many.size(), one.size());
+  for (size_t k = 0; k < one.size(); ++k) {
+    ASSERT_EQ(many[k].bytes(), one[k].bytes());
+    EXPECT_EQ(std::memcmp(many[k].raw(), one[k].raw(), one[k].bytes()), 0) << "result " << k;
   }
 }
 
@@ -218,7 +271,19 @@ TEST(DenseOps, ParametersFollowPyTorch) {
   EXPECT_EQ(att[3].name, "out_proj.bias");
   auto att_nb = params("attention", {{"heads", int64_t{2}}, {"bias", false}}, {Shape{2, 5, 6}});
   ASSERT_EQ(att_nb.size(), 2u);
+  EXPECT_EQ(att_nb[0].name, "in_proj_weight");
   EXPECT_EQ(att_nb[1].name, "out_proj.weight");
+  // Grouped-query: (heads + 2 kv_heads) * head_dim rows, [q | k | v]; xavier over those rows; bias false drops both.
+  auto gqa = params("attention", {{"heads", int64_t{4}}, {"kv_heads", int64_t{2}}}, {Shape{2, 5, 8}});
+  ASSERT_EQ(gqa.size(), 4u);
+  EXPECT_EQ(gqa[0].desc.shape, (Shape{16, 8}));
+  EXPECT_EQ(gqa[0].init.str(), "uniform(-0.5, 0.5)");  // sqrt(6 / (8 + 16))
+  EXPECT_EQ(gqa[1].desc.shape, (Shape{16}));
+  EXPECT_EQ(gqa[2].desc.shape, (Shape{8, 8}));
+  auto mqa = params("attention", {{"heads", int64_t{4}}, {"kv_heads", int64_t{1}}, {"bias", false}}, {Shape{2, 5, 8}});
+  ASSERT_EQ(mqa.size(), 2u);
+  EXPECT_EQ(mqa[0].desc.shape, (Shape{12, 8}));
+  EXPECT_EQ(mqa[1].name, "out_proj.weight");
 
   auto emb = params("embedding", {{"num", int64_t{10}}, {"dim", int64_t{4}}}, {Shape{2, 3}, DType::i32});
   EXPECT_EQ(emb[0].desc.shape, (Shape{10, 4}));

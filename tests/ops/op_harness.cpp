@@ -292,7 +292,16 @@ bool shardable(const SplitSignature& sig, std::span<const TensorDesc> in, std::s
   };
   collect(sig.inputs, in);
   collect(sig.outputs, out);
-  bool same = true, divisible = true;
+  // Per-part splits (Sbp::seg) cut every part into n equal chunks: all split axes then divide by n.
+  bool segmented = false;
+  auto check_segments = [&](const std::vector<Sbp>& sbp, std::span<const TensorDesc> d) {
+    bool ok = true;
+    for (size_t i = 0; i < d.size(); ++i)
+      if (sbp[i].segmented()) segmented = true, ok &= sbp[i].splits_evenly(d[i].shape[sbp[i].axis], n);
+    return ok;
+  };
+  if (!check_segments(sig.inputs, in) || !check_segments(sig.outputs, out)) return false;
+  bool same = !segmented, divisible = true;
   for (int64_t l : lens) {
     if (l < n) return false;
     same &= l == lens[0];
@@ -301,10 +310,29 @@ bool shardable(const SplitSignature& sig, std::span<const TensorDesc> in, std::s
   return same || divisible;
 }
 
+// The (begin, end) ranges along p's axis of t's length `len` that piece k of n holds under a per-part split
+// (Sbp::seg): chunk k of every part, in order.
+std::vector<std::pair<int64_t, int64_t>> segment_ranges(const Sbp& p, int64_t len, int n, int k) {
+  const int64_t unit = len / (p.seg[0] + p.seg[1] + p.seg[2]);
+  std::vector<std::pair<int64_t, int64_t>> r;
+  int64_t at = 0;
+  for (int64_t seg : p.seg) {
+    const int64_t chunk = seg * unit / n;
+    r.emplace_back(at + k * chunk, at + (k + 1) * chunk);
+    at += seg * unit;
+  }
+  return r;
+}
+
 // Piece k of n of t under layout p: S sliced, B whole, P as shares (random, the last one the remainder).
 Tensor shard_of(const Tensor& t, const Sbp& p, int n, int k, Tensor& rest, Rng& rng) {
   switch (p.kind) {
     case Sbp::Kind::Split: {
+      if (p.segmented()) {
+        std::vector<Tensor> parts;
+        for (auto [b, e] : segment_ranges(p, t.shape()[p.axis], n, k)) parts.push_back(slice_along(t, p.axis, b, e));
+        return concat_along(parts, p.axis);
+      }
       int64_t len = t.shape()[p.axis];
       return slice_along(t, p.axis, piece_begin(len, n, k), piece_begin(len, n, k + 1));
     }
@@ -326,7 +354,21 @@ Tensor shard_of(const Tensor& t, const Sbp& p, int n, int k, Tensor& rest, Rng& 
 // The shards' values of one tensor under layout p, reassembled; weight[k] scales shard k's P value.
 Tensor reassemble(const std::vector<Tensor>& parts, const Sbp& p, const std::vector<double>& weight) {
   switch (p.kind) {
-    case Sbp::Kind::Split: return concat_along(parts, p.axis);
+    case Sbp::Kind::Split: {
+      if (!p.segmented()) return concat_along(parts, p.axis);
+      // Per-part split: every piece holds its chunk of each part in order; the whole is the parts, each the pieces'.
+      const int n = static_cast<int>(parts.size());
+      const int64_t len = parts[0].shape()[p.axis] * n;
+      std::vector<Tensor> chunks;
+      for (size_t j = 0; j < p.seg.size(); ++j)
+        for (int k = 0; k < n; ++k) {
+          const auto r = segment_ranges(p, len, n, k);
+          int64_t off = 0;  // where part j starts in the piece
+          for (size_t i = 0; i < j; ++i) off += r[i].second - r[i].first;
+          chunks.push_back(slice_along(parts[static_cast<size_t>(k)], p.axis, off, off + r[j].second - r[j].first));
+        }
+      return concat_along(chunks, p.axis);
+    }
     case Sbp::Kind::Broadcast:
       for (size_t k = 1; k < parts.size(); ++k) EXPECT_EQ(max_rel_diff(parts[k], parts[0]), 0) << "shard " << k;
       return parts[0];

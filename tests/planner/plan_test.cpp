@@ -336,3 +336,46 @@ TEST(Validate, PlanBuiltInCodeIsReportedWithoutLocations) {
 }
 
 }  // namespace
+
+// Grouped-query attention under a tensor group: a head split keeps each q head with its kv head, so `heads` is valid
+// for a tensor group dividing kv_heads (heads 4, kv_heads 2: tp 2) and refused at the layer's tensor_parallel for one
+// that does not (tp 4: in_proj's k and v parts hold 2 heads each), naming the parts; `data` validates for both.
+TEST(PlanValidate, AGroupedQueryAttentionHeadSplitNeedsTpDividingKvHeads) {
+  const std::string model =
+      "name: gqa\ninputs:\n  x: {shape: [6, 16]}\n  y: {shape: [6, 16]}\nlayers:\n"
+      "  - {name: attn, op: attention, heads: 4, kv_heads: 2, rope_theta: 10000, causal: true, from: x}\n"
+      "  - {name: loss, op: mse_loss, from: [attn, y]}\noutputs: [loss]\n";
+  Diagnostics md;
+  io::ModelSpec m = io::parse_model(model, "gqa.yaml", {}, md);
+  ASSERT_TRUE(md.empty()) << dump(md);
+  const graph::Graph g = graph::build_graph(m, 8);
+  auto plan = [](int tp, const std::string& sig) {
+    const std::string t = std::to_string(tp);
+    std::string devices = "0";
+    for (int i = 1; i < tp; ++i) devices += ", " + std::to_string(i);
+    return "summary:\n  devices: " + t + "\n  data_parallel: 1\n  tensor_parallel: " + t +
+           "\n  pipeline_stages: 1\n  micro_batch: 8\n  micro_batches: 1\n  schedule: gpipe\nstages:\n"
+           "  - {devices: [" + devices + "], mesh: [1, " + t + "], first_layer: attn, last_layer: loss}\n"
+           "layers:\n  - {layer: attn, signature: " + sig + ", tensor_parallel: " + t + "}\n";
+  };
+  auto validate = [&](int tp, const std::string& sig) {
+    Diagnostics d;
+    Plan p = parse_plan(plan(tp, sig), sig + ".yaml", d);
+    EXPECT_TRUE(d.empty()) << dump(d);
+    validate_plan(p, g, 8, cpu(tp), d);
+    return d;
+  };
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    EXPECT_TRUE(validate(tp, "data").empty());
+  }
+  EXPECT_TRUE(validate(2, "heads").empty()) << dump(validate(2, "heads"));
+  Diagnostics d = validate(4, "heads");
+  ASSERT_EQ(d.size(), 1u) << dump(d);
+  EXPECT_EQ(d.all()[0].loc.str(), "heads.yaml:12:54");
+  EXPECT_NE(d.all()[0].message.find("layer 'attn' (attention): signature 'heads' splits 'attn.in_proj_weight' [32, 16] "
+                                    "along axis 0 in parts of 4, 2 and 2 units (heads) each into 4 whole-unit chunks"),
+            std::string::npos)
+      << dump(d);
+  EXPECT_NE(d.all()[0].hint.find("kv_heads"), std::string::npos) << dump(d);
+}

@@ -811,6 +811,26 @@ std::map<std::string, double> per_layer(const graph::Graph& g, const CostModel& 
 }
 }  // namespace
 
+// The modelled head split of attention (cluster planning) keeps each q head with its kv head: offered for a tensor
+// group dividing kv_heads (heads 8, kv_heads 2: tp 2), not for one dividing heads alone (tp 4, 8); grouped-query
+// attention's smaller k/v projections cost fewer FLOPs than multi-head attention's.
+TEST(LayerCost, HeadSplitOfGroupedQueryAttentionNeedsTpDividingKvHeads) {
+  auto attn = [](const std::string& extra) {
+    return graph_of("name: g\ninputs:\n  x: {shape: [6, 32]}\n  y: {shape: [6, 32]}\nlayers:\n"
+                    "  - {name: attn, op: attention, heads: 8, causal: true, from: x" + extra + "}\n"
+                    "  - {name: loss, op: mse_loss, from: [attn, y]}\noutputs: [loss]\n", 8);
+  };
+  const graph::Graph gqa = attn(", kv_heads: 2, rope_theta: 10000"), mha = attn("");
+  for (int tp : {2, 4, 8}) {
+    auto m = fake_cost_model(cpu_cluster(tp, 1e9), FakeFigures{1e9, 1e9, 1e9, 0});
+    LayerCosts g(gqa, *m, 8, tp, Group{tp, 1}, DType::f32, true), h(mha, *m, 8, tp, Group{tp, 1}, DType::f32, true);
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    EXPECT_EQ(g.find(0, "heads", tp) >= 0, tp == 2);
+    EXPECT_GE(h.find(0, "heads", tp), 0);  // kv_heads = heads = 8
+    EXPECT_LT(g.options(0)[0].flops, h.options(0)[0].flops);
+  }
+}
+
 // relu runs in place where its input is read by it alone (exec/memory_plan.cpp): the planner counts the two as one
 // tensor, the producer's; a relu whose input is also read elsewhere (the skip below) keeps its own bytes.
 TEST(LayerCost, AnInPlaceReluOverAnInputReadByItAloneAddsNoActivation) {

@@ -1,6 +1,11 @@
 // Multi-head self-attention, exactly torch.nn.MultiheadAttention(d, heads, dropout, bias, batch_first=True)
 // with query = key = value = x: qkv = x W_in^T + b_in ([q; k; v] rows of in_proj_weight), per head
 // softmax(q k^T / sqrt(d / heads) (+ causal mask)) -> dropout -> @ v, heads concatenated, then out_proj.
+// Grouped-query attention (kv_heads < heads): qkv holds heads q heads then kv_heads k and kv_heads v heads of
+// dh = d / heads features each; q head j reads kv head j / (heads / kv_heads) (Hugging Face's repeat_kv).
+// Rotary position embeddings (rope_theta > 0): q and k of every head are rotated in place inside qkv right after
+// the projection (rotate-half, HF Llama / GPT-NeoX; cos/sin of position p computed in double, then rounded), so the
+// saved qkv holds the rotated q and k; the backward rotates dq and dk back (the transposed rotation).
 // Saved for backward as extra outputs, flash-attention style (no (B, h, T, T) tensor is kept): qkv, the
 // context (pre out_proj) and the log-sum-exp of each score row, lse (B, h, T), in f32 (f64 for f64 graphs).
 // The backward recomputes the probabilities of a block of rows as exp(s - lse). Dropout keeps element
@@ -8,9 +13,12 @@
 // b + KernelCtx::batch_offset) >= p, scaled 1/(1 - p); eval mode has no dropout. The backward draws the same
 // mask again: attention_grad's `rng_node` attribute names the forward node, whose random stream the executors
 // give it. The gradient reuses linear_dx/dw/db for both projections and adds one internal op, attention_grad
-// (context gradient -> qkv gradient).
+// (context gradient -> qkv gradient). Splits: by samples, and (without dropout) by heads, Megatron's way; a call's
+// heads are read from the shapes (out_proj.weight's columns, lse's heads), so a device's share runs the same code.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <sstream>
 
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
@@ -76,9 +84,88 @@ constexpr int kOutY = 0, kOutQkv = 1, kOutContext = 2, kOutLse = 3;
 // into every recomputed probability.
 DType lse_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
+// Sizes of one call: batch, sequence, input features, head size, q heads and kv heads of this call (all of them,
+// or a device's under the `heads` split); the context is dc() = h dh wide; qkv rows are ld() wide with q head hh
+// at q_off(hh), kv head g's k at k_off(g) and v at v_off(g).
 struct Dims {
-  int64_t b, t, d, h, dh;
+  int64_t b, t, d, dh, h, kvh;
+  Dims(int64_t b_, int64_t t_, int64_t d_, int64_t dh_, int64_t h_, int64_t kvh_)
+      : b(b_), t(t_), d(d_), dh(dh_), h(h_), kvh(kvh_) {}
+  int64_t dc() const { return h * dh; }
+  int64_t group() const { return h / kvh; }
+  int64_t ld() const { return (h + 2 * kvh) * dh; }
+  int64_t q_off(int64_t hh) const { return hh * dh; }
+  int64_t k_off(int64_t g) const { return (h + g) * dh; }
+  int64_t v_off(int64_t g) const { return (h + kvh + g) * dh; }
 };
+
+// The forward's sizes: head_dim = d / heads; under the `heads` split a device's out_proj.weight holds the columns
+// of its heads' context features (heads_l dh), which gives its q heads heads_l and kv heads kv_heads heads_l / heads.
+// context_features 0 (or not such a share): all heads.
+Dims dims_of(const Attrs& a, const Shape& x, int64_t context_features = 0) {
+  const int64_t h = a.i("heads"), kvh = a.i("kv_heads"), dh = x[2] / h;
+  int64_t hl = h;
+  if (context_features > 0 && dh > 0 && context_features % dh == 0) {
+    const int64_t c = context_features / dh;
+    if (h % c == 0 && kvh % (h / c) == 0) hl = c;
+  }
+  return Dims(x[0], x[1], x[2], dh, hl, kvh * hl / h);
+}
+int64_t context_features(const TensorDesc& w_out) { return w_out.shape.rank() == 2 ? w_out.shape[1] : 0; }
+
+// attention_grad's sizes, from its operands: dcontext (B, T, h dh), qkv (B, T, (h + 2 kv) dh), lse (B, h, T).
+Dims grad_dims(const Shape& dcontext, const Shape& qkv, const Shape& lse) {
+  const int64_t h = lse[1], dh = dcontext[2] / h;
+  return Dims(dcontext[0], dcontext[1], dcontext[2], dh, h, (qkv[2] / dh - h) / 2);
+}
+
+// ---- rotary position embeddings (rope_theta > 0) ------------------------------------------------------------
+// Table of `t` rows of cos then sin of a = p * theta^(-2i / dh), i < dh / 2: computed in double, rounded to T.
+template <typename T>
+void rope_table(double theta, int64_t t, int64_t dh, T* table) {
+  const int64_t half = dh / 2;
+  parallel_for(t, 16, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+        table[p * dh + i] = static_cast<T>(std::cos(a));
+        table[p * dh + half + i] = static_cast<T>(std::sin(a));
+      }
+  });
+}
+
+// Rotates q and k of every head of every qkv row in place: forward x' = R x (inverse = false:
+// x'[i] = x[i] c - x[i+h] s, x'[i+h] = x[i+h] c + x[i] s), or backward dx = R^T dx' (inverse = true).
+template <typename T>
+void rope_rotate(const Dims& n, const T* table, T* qkv, bool inverse) {
+  const int64_t half = n.dh / 2, heads = n.h + n.kvh, ld = n.ld();  // q heads then k heads are contiguous
+  parallel_for(n.b * n.t, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* c = table + (r % n.t) * n.dh;
+      const T* s = c + half;
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        T* x = qkv + r * ld + hh * n.dh;
+        T* y = x + half;
+        if (inverse) {
+          for (int64_t i = 0; i < half; ++i) {
+            const T a = x[i], b = y[i];
+            x[i] = a * c[i] + b * s[i];
+            y[i] = b * c[i] - a * s[i];
+          }
+        } else {
+          for (int64_t i = 0; i < half; ++i) {
+            const T a = x[i], b = y[i];
+            x[i] = a * c[i] - b * s[i];
+            y[i] = b * c[i] + a * s[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+// Elements of the rope table (0 without rope).
+int64_t rope_elems(const Attrs& a, const Dims& n) { return a.f("rope_theta") > 0 ? n.t * n.dh : 0; }
 
 // Input indices: x, in_proj_weight, [in_proj_bias], out_proj.weight, [out_proj.bias].
 struct ParamIdx {
@@ -92,7 +179,7 @@ void check_attention(const Attrs& a, const TensorDesc& x) {
   if (x.shape.rank() != 3)
     throw OpError("attention needs x [batch, seq, features], got " + x.str(), "per-sample shape [seq, features]");
   if (!is_float(x.dtype)) throw OpError("attention input must be floating point, got " + x.str());
-  int64_t d = x.shape[2], h = a.i("heads");
+  int64_t d = x.shape[2], h = a.i("heads"), kvh = a.i("kv_heads");
   if (d % h != 0) {
     std::string divisors;
     for (int64_t k = 1; k <= d && divisors.size() < 60; ++k)
@@ -100,19 +187,39 @@ void check_attention(const Attrs& a, const TensorDesc& x) {
     throw OpError("heads " + str(h) + " does not divide the features d = " + str(d) + " of input " + x.str(),
                   "heads must divide d; divisors of " + str(d) + ": " + divisors);
   }
+  if (h % kvh != 0) {
+    std::string divisors;
+    for (int64_t k = 1; k <= h; ++k)
+      if (h % k == 0) divisors += (divisors.empty() ? "" : ", ") + str(k);
+    throw OpError("kv_heads " + str(kvh) + " does not divide heads " + str(h),
+                  "each key/value head serves heads / kv_heads query heads; divisors of " + str(h) + ": " + divisors);
+  }
   double p = a.f("dropout");
   if (!(p >= 0 && p < 1)) throw OpError("attention dropout must be in [0, 1), got " + std::to_string(p));
+  double theta = a.f("rope_theta");
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  if (!(theta >= 0) || !std::isfinite(theta))
+    throw OpError("attention rope_theta must be 0 (no rotary embedding) or positive, got " + num(theta),
+                  "Llama 2 uses 10000, Llama 3 500000");
+  if (theta > 0 && (d / h) % 2 != 0)
+    throw OpError("rotary embeddings (rope_theta " + num(theta) + ") need an even head size, got d / heads = " +
+                      str(d) + " / " + str(h) + " = " + str(d / h),
+                  "choose heads so that d / heads is even");
 }
 
-// nn.MultiheadAttention's init: xavier_uniform on in_proj_weight (fan_in d, fan_out 3d), zero biases,
-// out_proj.weight as nn.Linear (uniform(+-1/sqrt(d))).
+// nn.MultiheadAttention's init: xavier_uniform on in_proj_weight (fan_in d, fan_out its rows: 3d without GQA),
+// zero biases, out_proj.weight as nn.Linear (uniform(+-1/sqrt(d))).
 std::vector<ParamSpec> attention_params(const Attrs& a, std::span<const TensorDesc> in) {
   check_attention(a, in[0]);
-  int64_t d = in[0].shape[2];
+  int64_t d = in[0].shape[2], rows = dims_of(a, in[0].shape).ld();
   DType t = master_dtype(in[0].dtype);  // 16-bit inputs: f32 master weights
-  double xavier = std::sqrt(6.0 / static_cast<double>(d + 3 * d)), lin = 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<ParamSpec> p{{"in_proj_weight", {Shape{3 * d, d}, t}, InitSpec::uniform(-xavier, xavier)}};
-  if (a.b("bias")) p.push_back({"in_proj_bias", {Shape{3 * d}, t}, InitSpec::zeros()});
+  double xavier = std::sqrt(6.0 / static_cast<double>(d + rows)), lin = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<ParamSpec> p{{"in_proj_weight", {Shape{rows, d}, t}, InitSpec::uniform(-xavier, xavier)}};
+  if (a.b("bias")) p.push_back({"in_proj_bias", {Shape{rows}, t}, InitSpec::zeros()});
   p.push_back({"out_proj.weight", {Shape{d, d}, t}, InitSpec::uniform(-lin, lin)});
   if (a.b("bias")) p.push_back({"out_proj.bias", {Shape{d}, t}, InitSpec::zeros()});
   return p;
@@ -124,32 +231,33 @@ std::vector<TensorDesc> attention_infer(const Attrs& a, std::span<const TensorDe
   bool bias = a.b("bias");
   ParamIdx ix(bias);
   BRAID_ASSERT(in.size() == (bias ? 5u : 3u), "attention takes x and ", bias ? 4 : 2, " parameters");
-  int64_t b = x.shape[0], t = x.shape[1], d = x.shape[2], h = a.i("heads");
+  const Dims n = dims_of(a, x.shape, context_features(in[static_cast<size_t>(ix.w_out)]));
+  int64_t b = n.b, t = n.t, d = n.d, h = n.h, rows = n.ld();
   auto expect = [&](int i, Shape s, const char* name) {
     const DType pt = master_dtype(x.dtype);
     if (in[static_cast<size_t>(i)].shape != s || in[static_cast<size_t>(i)].dtype != pt)
       throw OpError(std::string("attention ") + name + " is " + in[static_cast<size_t>(i)].str() + " but input " +
                     x.str() + " needs " + TensorDesc{s, pt}.str());
   };
-  expect(ix.w_in, Shape{3 * d, d}, "in_proj_weight");
-  expect(ix.w_out, Shape{d, d}, "out_proj.weight");
+  expect(ix.w_in, Shape{rows, d}, "in_proj_weight");
+  expect(ix.w_out, Shape{d, n.dc()}, "out_proj.weight");
   if (bias) {
-    expect(ix.b_in, Shape{3 * d}, "in_proj_bias");
+    expect(ix.b_in, Shape{rows}, "in_proj_bias");
     expect(ix.b_out, Shape{d}, "out_proj.bias");
   }
-  return {x, {Shape{b, t, 3 * d}, x.dtype}, x, {Shape{b, h, t}, lse_dtype(x.dtype)}};
+  return {x, {Shape{b, t, rows}, x.dtype}, {Shape{b, t, n.dc()}, x.dtype}, {Shape{b, h, t}, lse_dtype(x.dtype)}};
 }
 
 // Query rows [r0, r1) of head `hh` of sample `bi`: scores into the unit's scratch (rows x T), causal mask,
 // softmax (PyTorch's: exp(s - max) / sum), the rows' log-sum-exp max + log(sum), dropout, context rows. Causal
-// rows see keys 0..i, so the block only computes keys < r1. qkv (B, T, 3d); context (B, T, d); lse (B, h, T).
+// rows see keys 0..i, so the block only computes keys < r1. qkv (B, T, n.ld()); context (B, T, d); lse (B, h, T).
 template <typename T>
 void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1, bool causal, double p,
                    uint64_t key, uint64_t mask_base, const T* qkv, T* s, T* context, T* lse) {
-  int64_t ld = 3 * n.d, rows = r1 - r0, ncols = causal ? r1 : n.t;
-  const T* q = qkv + (bi * n.t + r0) * ld + hh * n.dh;
-  const T* k = qkv + bi * n.t * ld + n.d + hh * n.dh;
-  const T* v = qkv + bi * n.t * ld + 2 * n.d + hh * n.dh;
+  int64_t ld = n.ld(), rows = r1 - r0, ncols = causal ? r1 : n.t, g = hh / n.group();
+  const T* q = qkv + (bi * n.t + r0) * ld + n.q_off(hh);
+  const T* k = qkv + bi * n.t * ld + n.k_off(g);
+  const T* v = qkv + bi * n.t * ld + n.v_off(g);
   int64_t plane = (bi * n.h + hh) * n.t * n.t;
   T scale = T(1) / std::sqrt(static_cast<T>(n.dh));
   cpu::gemm(false, true, rows, ncols, n.dh, scale, q, ld, k, ld, T(0), s, ncols);
@@ -171,8 +279,8 @@ void forward_block(const Dims& n, int64_t bi, int64_t hh, int64_t r0, int64_t r1
       for (int64_t j = 0; j < valid; ++j) row[j] = kept_at(key, base + static_cast<uint64_t>(j), thr) ? row[j] * keep_scale : T(0);
     }
   }
-  cpu::gemm(false, false, rows, n.dh, ncols, T(1), s, ncols, v, ld, T(0), context + (bi * n.t + r0) * n.d + hh * n.dh,
-            n.d);
+  cpu::gemm(false, false, rows, n.dh, ncols, T(1), s, ncols, v, ld, T(0), context + (bi * n.t + r0) * n.dc() + hh * n.dh,
+            n.dc());
 }
 
 // Units of work: (sample, head, block of query rows), in slots that own fixed ranges of them (deterministic for
@@ -183,17 +291,19 @@ struct Units {
                          slots(std::min(count, kMaxSlots)) {}
 };
 
+// The slots' score planes, then the rope table.
 size_t attention_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  Dims n{in[0].shape[0], in[0].shape[1], in[0].shape[2], a.i("heads"), in[0].shape[2] / a.i("heads")};
+  Dims n = dims_of(a, in[0].shape, context_features(in[static_cast<size_t>(ParamIdx(a.b("bias")).w_out)]));
   Units u(n);
-  return static_cast<size_t>(size_mul(size_mul(size_mul(u.slots, u.rb), n.t), static_cast<int64_t>(dtype_size(in[0].dtype))));
+  return static_cast<size_t>(size_mul(size_mul(size_mul(u.slots, u.rb), n.t) + rope_elems(a, n),
+                                      static_cast<int64_t>(dtype_size(in[0].dtype))));
 }
 
 void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
   bool bias = a.b("bias"), causal = a.b("causal");
   ParamIdx ix(bias);
-  Dims n{in[0].shape()[0], in[0].shape()[1], in[0].shape()[2], a.i("heads"), 0};
-  n.dh = n.d / n.h;
+  const Tensor& w_out = in[static_cast<size_t>(ix.w_out)];
+  Dims n = dims_of(a, in[0].shape(), w_out.shape().rank() == 2 ? w_out.shape()[1] : 0);
   // Dropout only in training; the dropped-probs output (present when dropout > 0) then holds probs.
   double p = ctx.training ? a.f("dropout") : 0.0;
   const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);  // global flat index of sample 0
@@ -203,10 +313,15 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
     T* context = out[kOutContext].data<T>();
     T* lse = out[kOutLse].data<T>();  // lse_dtype(T) is T for f32 and f64
     Units u(n);
-    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(u.slots * u.rb * n.t) * sizeof(T),
+    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(u.slots * u.rb * n.t + rope_elems(a, n)) * sizeof(T),
                  "attention: workspace of ", ctx.workspace_bytes, " bytes is too small");
-    // 1. qkv = x W_in^T + b_in
-    cpu::affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), 3 * n.d, qkv);
+    // 1. qkv = x W_in^T + b_in, then q and k rotated (rope)
+    cpu::affine_rows<T>(in[0].data<T>(), n.b * n.t, n.d, ptr(ix.w_in), ptr(ix.b_in), n.ld(), qkv);
+    if (rope_elems(a, n) > 0) {
+      T* table = static_cast<T*>(ctx.workspace) + u.slots * u.rb * n.t;
+      rope_table<T>(a.f("rope_theta"), n.t, n.dh, table);
+      rope_rotate<T>(n, table, qkv, false);
+    }
     // 2. attention per (sample, head, block of query rows): independent units
     parallel_for(u.slots, 1, [&](int64_t s0, int64_t s1) {
       for (int64_t sl = s0; sl < s1; ++sl) {
@@ -219,7 +334,7 @@ void attention_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor>
       }
     });
     // 3. y = context W_out^T + b_out
-    cpu::affine_rows<T>(context, n.b * n.t, n.d, ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
+    cpu::affine_rows<T>(context, n.b * n.t, n.dc(), ptr(ix.w_out), ptr(ix.b_out), n.d, out[kOutY].data<T>());
   });
 }
 
@@ -238,8 +353,8 @@ void attention_grad_rule(GradCtx& c) {
   ValueId dcontext = c.g.emit("linear_dx", {}, {dy, c.inputs[static_cast<size_t>(ix.w_out)]})[0];
   // attention core: context -> qkv
   std::vector<ValueId> core{dcontext, o[kOutQkv], o[kOutContext], o[kOutLse]};
-  Attrs ga{{"heads", c.attrs.i("heads")}, {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")},
-           {"rng_node", c.node_name}};
+  Attrs ga{{"heads", c.attrs.i("heads")}, {"kv_heads", c.attrs.i("kv_heads")}, {"rope_theta", c.attrs.f("rope_theta")},
+           {"causal", c.attrs.b("causal")}, {"dropout", c.attrs.f("dropout")}, {"rng_node", c.node_name}};
   ValueId dqkv = c.g.emit("attention_grad", ga, core)[0];
   // in_proj: qkv = x W_in^T + b_in; the weight gradients first, as linear's (x dies before dx is born)
   if (needs(ix.w_in)) set(ix.w_in, c.g.emit("linear_dw", {}, {dqkv, c.inputs[0]})[0]);
@@ -247,7 +362,7 @@ void attention_grad_rule(GradCtx& c) {
   if (needs(0)) set(0, c.g.emit("linear_dx", {}, {dqkv, c.inputs[static_cast<size_t>(ix.w_in)]})[0]);
 }
 
-std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const TensorDesc> in,
+std::vector<SplitSignature> attention_splits(const Attrs& a, std::span<const TensorDesc> in,
                                              std::span<const TensorDesc> out) {
   auto sigs = all_broadcast(in, out);
   // data: samples split, parameters replicated; every output carries the batch axis. With dropout too: the
@@ -257,19 +372,38 @@ std::vector<SplitSignature> attention_splits(const Attrs&, std::span<const Tenso
     s.inputs[0] = Sbp::S(0);
     sigs.push_back(s);
   }
-  // Not offered: head-parallel. PyTorch's in_proj_weight stacks [W_q; W_k; W_v], so one device's heads are
-  // three non-contiguous row ranges, which S(0) cannot describe (needs a layout permutation first).
+  // heads (Megatron-LM's tensor-parallel attention): each device runs heads/n q heads and kv_heads/n kv heads, so n
+  // must divide kv_heads (then heads too): in_proj_weight's and in_proj_bias's rows [q | k | v] are split per part
+  // (Sbp segments of heads, kv_heads, kv_heads head-sized units: a device holds its q heads' rows, then its kv heads'
+  // k rows and v rows), qkv likewise, context and out_proj.weight's columns by heads, lse by heads; out_proj's output
+  // is a partial sum (its bias entering as a partial: added once). Not with dropout: the mask is drawn by the global
+  // head index, which a device's kernel does not know.
+  if (a.f("dropout") == 0 && in.size() >= 3 && out.size() == 4) {
+    const bool bias = a.b("bias");
+    const std::array<int64_t, 3> qkv_rows{a.i("heads"), a.i("kv_heads"), a.i("kv_heads")};
+    SplitSignature h{"heads", {Sbp::B(), Sbp::S(0, qkv_rows)},
+                     {Sbp::P(), Sbp::S(2, qkv_rows), Sbp::S(2), Sbp::S(1)}};
+    if (bias) h.inputs.push_back(Sbp::S(0, qkv_rows));
+    h.inputs.push_back(Sbp::S(1));
+    if (bias) h.inputs.push_back(Sbp::P());
+    if (h.inputs.size() == in.size()) sigs.push_back(h);
+  }
   return sigs;
 }
 
 Cost attention_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   Cost c = default_cost(in, out, 0);
-  double b = static_cast<double>(in[0].shape[0]), t = static_cast<double>(in[0].shape[1]),
-         d = static_cast<double>(in[0].shape[2]), h = static_cast<double>(a.i("heads"));
+  const Dims n = dims_of(a, in[0].shape, context_features(in[static_cast<size_t>(ParamIdx(a.b("bias")).w_out)]));
+  double b = static_cast<double>(n.b), t = static_cast<double>(n.t), d = static_cast<double>(n.d),
+         h = static_cast<double>(n.h), rows = static_cast<double>(n.ld()), dc = static_cast<double>(n.dc());
   double tri = a.b("causal") ? 0.5 : 1.0;  // causal rows skip the future keys
-  c.flops = 2 * b * t * d * 4 * d              // in_proj (3d) and out_proj (d)
-            + tri * 4 * b * t * t * d          // q k^T and probs v over all heads
+  c.flops = 2 * b * t * d * (rows + dc)        // in_proj (q, k and v rows: 3d without GQA) and out_proj (d x dc)
+            + tri * 4 * b * t * t * dc         // q k^T and probs v over the q heads
             + tri * 5 * b * h * t * t;         // softmax (and dropout)
+  if (rope_elems(a, n) > 0) {  // 3 flops per rotated element of q and k, the table read per row
+    c.flops += 3 * b * t * static_cast<double>((n.h + n.kvh) * n.dh);
+    c.bytes += static_cast<double>(n.t * n.dh) * static_cast<double>(dtype_size(in[0].dtype));
+  }
   return c;
 }
 
@@ -279,39 +413,70 @@ std::vector<Sample> attention_samples() {
                   {{"heads", heads}, {"causal", causal}, {"bias", bias}, {"dropout", dropout}},
                   {{TensorDesc{Shape{2, 5, 8}}}}};
   };
+  // Grouped-query attention and rotary embeddings (kv_heads, rope_theta), on x of `shape`.
+  auto g = [](const std::string& name, int64_t heads, int64_t kv_heads, double theta, bool causal, bool bias,
+              double dropout, Shape shape) {
+    return Sample{name,
+                  {{"heads", heads}, {"kv_heads", kv_heads}, {"rope_theta", theta}, {"causal", causal}, {"bias", bias},
+                   {"dropout", dropout}},
+                  {{TensorDesc{shape}}}};
+  };
   return {s("h1_bias", 1, false, true, 0.0), s("h2_causal_bias", 2, true, true, 0.0),
           s("h4_nobias", 4, false, false, 0.0), s("h2_causal_nobias", 2, true, false, 0.0),
-          s("h2_dropout", 2, true, true, 0.3)};
+          s("h2_dropout", 2, true, true, 0.3),
+          g("gqa_h4_kv2_bias", 4, 2, 0.0, false, true, 0.0, Shape{2, 5, 8}),
+          g("gqa_h4_kv1_causal_nobias", 4, 1, 0.0, true, false, 0.0, Shape{2, 5, 8}),
+          g("rope_h2_bias", 2, 2, 10.0, false, true, 0.0, Shape{2, 5, 8}),
+          g("rope_h2_causal_nobias", 2, 2, 10000.0, true, false, 0.0, Shape{2, 6, 8}),
+          g("gqa_rope_h4_kv2_causal_bias", 4, 2, 10.0, true, true, 0.0, Shape{2, 6, 16}),
+          g("gqa_rope_h4_kv1_nobias", 4, 1, 500000.0, false, false, 0.0, Shape{1, 7, 16}),
+          g("gqa_rope_h4_kv2_dropout", 4, 2, 10.0, true, true, 0.3, Shape{2, 5, 16})};
 }
 
 std::vector<BadSample> attention_bad() {
   auto a = [](int64_t heads, double dropout) { return Attrs{{"heads", heads}, {"dropout", dropout}}; };
+  auto g = [](int64_t heads, int64_t kv_heads, double theta) {
+    return Attrs{{"heads", heads}, {"kv_heads", kv_heads}, {"rope_theta", theta}};
+  };
   return {{"heads_not_dividing", a(3, 0.0), {TensorDesc{Shape{2, 5, 8}}}, "heads 3 does not divide the features d = 8"},
           {"rank2", a(2, 0.0), {TensorDesc{Shape{2, 8}}}, "needs x [batch, seq, features]"},
           {"dropout_one", a(2, 1.0), {TensorDesc{Shape{2, 5, 8}}}, "dropout must be in [0, 1)"},
-          {"int_input", a(2, 0.0), {TensorDesc{Shape{2, 5, 8}, DType::i32}}, "must be floating point"}};
+          {"int_input", a(2, 0.0), {TensorDesc{Shape{2, 5, 8}, DType::i32}}, "must be floating point"},
+          {"kv_heads_not_dividing", g(4, 3, 0.0), {TensorDesc{Shape{2, 5, 8}}}, "kv_heads 3 does not divide heads 4"},
+          {"kv_heads_above_heads", g(2, 4, 0.0), {TensorDesc{Shape{2, 5, 8}}}, "kv_heads 4 does not divide heads 2"},
+          {"rope_negative", g(2, 2, -1.0), {TensorDesc{Shape{2, 5, 8}}}, "rope_theta must be 0 (no rotary embedding) or positive"},
+          {"rope_odd_head_size", g(2, 2, 10000.0), {TensorDesc{Shape{2, 5, 6}}}, "need an even head size, got d / heads = 6 / 2 = 3"}};
 }
 
 // ---- attention_grad(dcontext, qkv, context, lse) -> dqkv ----------------------------------------------------
 std::vector<TensorDesc> grad_infer(const Attrs& a, std::span<const TensorDesc> in) {
   BRAID_ASSERT(in.size() == 4u, "attention_grad: ", in.size(), " inputs");
-  BRAID_ASSERT(in[1].shape.rank() == 3 && in[1].shape[2] == 3 * in[0].shape[2], "attention_grad: qkv ",
-               in[1].str(), " for dcontext ", in[0].str());
+  // All heads, or a device's share of them (the `heads` split): heads_l q heads and kv_heads heads_l / heads kv heads.
+  BRAID_ASSERT(in[0].shape.rank() == 3 && in[1].shape.rank() == 3 && in[3].shape.rank() == 3, "attention_grad: ranks");
+  const int64_t hl = in[3].shape[1], h = a.i("heads"), kvh = a.i("kv_heads");
+  BRAID_ASSERT(hl > 0 && h % hl == 0 && kvh % (h / hl) == 0 && in[0].shape[2] % hl == 0, "attention_grad: lse ",
+               in[3].str(), " for heads ", h, ", kv_heads ", kvh);
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
+  BRAID_ASSERT(n.kvh == kvh * hl / h && in[1].shape[2] == n.ld(), "attention_grad: qkv ", in[1].str(), " for dcontext ",
+               in[0].str());
   BRAID_ASSERT(in[2].shape == in[0].shape, "attention_grad: context ", in[2].str(), " for dcontext ", in[0].str());
-  BRAID_ASSERT(in[3].shape == (Shape{in[0].shape[0], a.i("heads"), in[0].shape[1]}), "attention_grad: lse ",
-               in[3].str(), " for dcontext ", in[0].str());
+  BRAID_ASSERT(in[3].shape == (Shape{in[0].shape[0], hl, in[0].shape[1]}), "attention_grad: lse ", in[3].str(),
+               " for dcontext ", in[0].str());
   return {in[1]};
 }
 
-// Three (rows x T) planes per slot: the probabilities, the dropped probabilities (with dropout) and dP.
+// Three (rows x T) planes per slot (one slot per (sample, kv head) unit at most): the probabilities, the dropped
+// probabilities (with dropout) and dP; then the rope table.
 size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  int64_t pairs = in[0].shape[0] * a.i("heads"), t = in[0].shape[1], dh = in[0].shape[2] / a.i("heads");
-  int64_t per_slot = size_mul(size_mul(3 * row_block(t, dh), t), static_cast<int64_t>(dtype_size(in[0].dtype)));
-  return static_cast<size_t>(size_mul(std::min(pairs, kMaxSlots), per_slot));
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
+  int64_t units = n.b * n.kvh;
+  int64_t per_slot = size_mul(3 * row_block(n.t, n.dh), n.t);
+  return static_cast<size_t>(size_mul(size_mul(std::min(units, kMaxSlots), per_slot) + rope_elems(a, n),
+                                      static_cast<int64_t>(dtype_size(in[0].dtype))));
 }
 
-// Backward of one (sample, head), query rows in blocks (causal blocks skip future keys); dK and dV accumulate
-// over the blocks in order. Per block, with s = 1/sqrt(dh), P = exp(s Q K^T - lse) recomputed (masked), Z the
+// Backward of one (sample, q head), query rows in blocks (causal blocks skip future keys); dK and dV (of the head's
+// kv head, zeroed by the caller) accumulate over the blocks in order. Per block, with s = 1/sqrt(dh), P = exp(s Q K^T - lse) recomputed (masked), Z the
 // dropout mask scaled 1/(1 - p) (drawn again from the forward's key, once per element: a kept element is one
 // whose P Z is not zero, P being a normal float) and O the forward's context rows:
 //   dV += (P Z)^T dO;  dPd = dO V^T;  D = rowsum(dO * O);  dS = P * (Z dPd - D);  dQ = s dS K;  dK += s dS^T Q.
@@ -319,17 +484,14 @@ size_t grad_workspace(const Attrs& a, std::span<const TensorDesc> in, std::span<
 template <typename T>
 void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p, uint64_t key, uint64_t mask_base,
                    const T* dcontext, const T* qkv, const T* context, const T* lse, T* dqkv, T* sp, T* sz, T* sg) {
-  int64_t ld = 3 * n.d, base = bi * n.t * ld + hh * n.dh, plane = (bi * n.h + hh) * n.t * n.t;
-  const T *q = qkv + base, *k = q + n.d, *v = q + 2 * n.d;
-  T *dq = dqkv + base, *dk = dq + n.d, *dv = dq + 2 * n.d;
-  const T* dc = dcontext + bi * n.t * n.d + hh * n.dh;
-  const T* o = context + bi * n.t * n.d + hh * n.dh;
+  int64_t ld = n.ld(), row0 = bi * n.t * ld, plane = (bi * n.h + hh) * n.t * n.t, g = hh / n.group();
+  const T *q = qkv + row0 + n.q_off(hh), *k = qkv + row0 + n.k_off(g), *v = qkv + row0 + n.v_off(g);
+  T *dq = dqkv + row0 + n.q_off(hh), *dk = dqkv + row0 + n.k_off(g), *dv = dqkv + row0 + n.v_off(g);
+  const int64_t ldc = n.dc();
+  const T* dc = dcontext + bi * n.t * ldc + hh * n.dh;
+  const T* o = context + bi * n.t * ldc + hh * n.dh;
   const T* lrow = lse + (bi * n.h + hh) * n.t;
   T scale = T(1) / std::sqrt(static_cast<T>(n.dh)), keep_scale = static_cast<T>(1.0 / (1.0 - p));
-  for (int64_t i = 0; i < n.t; ++i) {
-    std::fill_n(dk + i * ld, n.dh, T(0));
-    std::fill_n(dv + i * ld, n.dh, T(0));
-  }
   int64_t rb = row_block(n.t, n.dh);
   for (int64_t r0 = 0; r0 < n.t; r0 += rb) {
     int64_t r1 = std::min(n.t, r0 + rb), rows = r1 - r0, ncols = causal ? r1 : n.t;
@@ -348,14 +510,14 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
         std::fill(zrow + valid, zrow + ncols, T(0));
       }
     }
-    cpu::gemm(true, false, ncols, n.dh, rows, T(1), p > 0 ? sz : sp, ncols, dc + r0 * n.d, n.d, T(1), dv, ld);
+    cpu::gemm(true, false, ncols, n.dh, rows, T(1), p > 0 ? sz : sp, ncols, dc + r0 * ldc, ldc, T(1), dv, ld);
     // dPd = dO V^T, then dS in place
-    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * n.d, n.d, v, ld, T(0), sg, ncols);
+    cpu::gemm(false, true, rows, ncols, n.dh, T(1), dc + r0 * ldc, ldc, v, ld, T(0), sg, ncols);
     for (int64_t r = 0; r < rows; ++r) {
       int64_t i = r0 + r, valid = causal ? i + 1 : ncols;
       T* g = sg + r * ncols;
       const T* prow = sp + r * ncols;
-      const T dot = static_cast<T>(cpu_vec([&] { return row_dot(dc + i * n.d, o + i * n.d, n.dh); }));
+      const T dot = static_cast<T>(cpu_vec([&] { return row_dot(dc + i * ldc, o + i * ldc, n.dh); }));
       if (p > 0) {
         const T* zrow = sz + r * ncols;
         for (int64_t j = 0; j < valid; ++j) g[j] = prow[j] * ((zrow[j] != T(0) ? g[j] * keep_scale : T(0)) - dot);
@@ -370,25 +532,39 @@ void backward_pair(const Dims& n, int64_t bi, int64_t hh, bool causal, double p,
 }
 
 void grad_cpu(const KernelCtx& ctx, const Attrs& a, std::span<const Tensor> in, std::span<const Tensor> out) {
-  Dims n{in[0].shape()[0], in[0].shape()[1], in[0].shape()[2], a.i("heads"), 0};
-  n.dh = n.d / n.h;
+  const Dims n = grad_dims(in[0].shape(), in[1].shape(), in[3].shape());
   bool causal = a.b("causal");
   double p = a.f("dropout");
   const auto mask_base = static_cast<uint64_t>(ctx.batch_offset * n.h * n.t * n.t);
-  int64_t pairs = n.b * n.h, slots = std::min(pairs, kMaxSlots), plane_elems = row_block(n.t, n.dh) * n.t;
+  // Units of work: (sample, kv head), each running the backward of its q heads in order (dK and dV sum over them).
+  int64_t units = n.b * n.kvh, slots = std::min(units, kMaxSlots), plane_elems = row_block(n.t, n.dh) * n.t;
   dispatch_float(out[0].dtype(), [&]<typename T>() {
-    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(slots * 3 * plane_elems) * sizeof(T),
+    BRAID_ASSERT(ctx.workspace_bytes >= static_cast<size_t>(slots * 3 * plane_elems + rope_elems(a, n)) * sizeof(T),
                  "attention_grad: workspace of ", ctx.workspace_bytes, " bytes is too small");
-    // Slots own fixed ranges of pairs and process them in order: deterministic for any thread count.
+    T* dqkv = out[0].data<T>();
+    const int64_t ld = n.ld();
+    // Slots own fixed ranges of units and process them in order: deterministic for any thread count.
     parallel_for(slots, 1, [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s) {
         T* sp = static_cast<T*>(ctx.workspace) + s * 3 * plane_elems;
-        for (int64_t pr = s * pairs / slots; pr < (s + 1) * pairs / slots; ++pr)
-          backward_pair<T>(n, pr / n.h, pr % n.h, causal, p, ctx.rng_key, mask_base, in[0].data<T>(), in[1].data<T>(),
-                           in[2].data<T>(), in[3].data<T>(), out[0].data<T>(), sp, sp + plane_elems,
-                           sp + 2 * plane_elems);
+        for (int64_t un = s * units / slots; un < (s + 1) * units / slots; ++un) {
+          const int64_t bi = un / n.kvh, g = un % n.kvh;
+          for (int64_t i = 0; i < n.t; ++i) {
+            std::fill_n(dqkv + (bi * n.t + i) * ld + n.k_off(g), n.dh, T(0));
+            std::fill_n(dqkv + (bi * n.t + i) * ld + n.v_off(g), n.dh, T(0));
+          }
+          for (int64_t hh = g * n.group(); hh < (g + 1) * n.group(); ++hh)
+            backward_pair<T>(n, bi, hh, causal, p, ctx.rng_key, mask_base, in[0].data<T>(), in[1].data<T>(),
+                             in[2].data<T>(), in[3].data<T>(), dqkv, sp, sp + plane_elems, sp + 2 * plane_elems);
+        }
       }
     });
+    // dq and dk are of the rotated q and k: rotate them back (R^T).
+    if (rope_elems(a, n) > 0) {
+      T* table = static_cast<T*>(ctx.workspace) + slots * 3 * plane_elems;
+      rope_table<T>(a.f("rope_theta"), n.t, n.dh, table);
+      rope_rotate<T>(n, table, dqkv, true);
+    }
   });
 }
 
@@ -405,12 +581,21 @@ std::vector<SplitSignature> grad_splits(const Attrs&, std::span<const TensorDesc
 
 Cost grad_cost(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc> out) {
   Cost c = default_cost(in, out, 0);
-  double b = static_cast<double>(in[0].shape[0]), t = static_cast<double>(in[0].shape[1]),
-         d = static_cast<double>(in[0].shape[2]), h = static_cast<double>(a.i("heads"));
+  const Dims n = grad_dims(in[0].shape, in[1].shape, in[3].shape);
+  double b = static_cast<double>(n.b), t = static_cast<double>(n.t), d = static_cast<double>(n.d),
+         h = static_cast<double>(n.h);
   double tri = a.b("causal") ? 0.5 : 1.0;
   c.flops = tri * 10 * b * t * t * d  // S = Q K^T again, dV = (P Z)^T dO, dPd = dO V^T, dQ = dS K, dK = dS^T Q
             + tri * 7 * b * h * t * t;  // exp(s - lse), dropout mask and softmax backward
+  if (rope_elems(a, n) > 0) {  // dq and dk rotated back, the table read per row
+    c.flops += 3 * b * t * static_cast<double>((n.h + n.kvh) * n.dh);
+    c.bytes += static_cast<double>(n.t * n.dh) * static_cast<double>(dtype_size(in[0].dtype));
+  }
   return c;
+}
+
+void kv_heads_default(Attrs& a) {
+  if (!a.has("kv_heads") && a.has("heads")) a.set("kv_heads", a.i("heads"));
 }
 
 }  // namespace
@@ -420,13 +605,19 @@ void register_attention(Registry& r) {
   AttrSpec causal{"causal", AttrKind::Bool, AttrValue(false), false, {}, 0, false, false, "mask future positions"};
   AttrSpec dropout{"dropout", AttrKind::Float, AttrValue(0.0), false, {}, 0, false, false,
                    "dropout on the attention probabilities in training"};
+  AttrSpec kv_heads{"kv_heads", AttrKind::Int, std::nullopt, true, {}, 0, true, false,
+                    "key/value heads (grouped-query attention; divides heads; default heads)"};
+  AttrSpec rope_theta{"rope_theta", AttrKind::Float, AttrValue(0.0), false, {}, 0, false, false,
+                      "rotary position embedding base on q and k (0: none)"};
   {
     OpDef d;
     d.name = "attention";
     d.autocast = Autocast::Half;
     d.doc = "multi-head self-attention on x [B, T, d] (nn.MultiheadAttention, batch_first, query = key = value)";
     d.attrs = {heads, causal, dropout,
-               {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "projection biases"}};
+               {"bias", AttrKind::Bool, AttrValue(true), false, {}, 0, false, false, "projection biases"}, kv_heads,
+               rope_theta};
+    d.canonicalize = kv_heads_default;
     d.public_outputs = 1;
     d.params = attention_params;
     d.infer = attention_infer;
@@ -452,9 +643,10 @@ void register_attention(Registry& r) {
     d.doc = "gradient of attention's core: context gradient -> gradient of qkv";
     d.internal = true;
     d.differentiable = false;
-    d.attrs = {heads, causal, dropout,
+    d.attrs = {heads, kv_heads, rope_theta, causal, dropout,
                {"rng_node", AttrKind::String, AttrValue(std::string()), false, {}, 0, false, false,
                 "the forward node whose random stream (dropout mask) the backward draws again"}};
+    d.canonicalize = kv_heads_default;
     d.min_inputs = 4;
     d.max_inputs = 4;
     d.infer = grad_infer;

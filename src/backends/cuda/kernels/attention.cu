@@ -90,6 +90,60 @@ __global__ void softmax_backward_rows(T* g, const T* probs, const T* dc, const T
 
 size_t esize(DType t) { return t == DType::f32 ? 4 : 2; }
 
+// Rotary embeddings (rope_theta > 0) on the first `heads` heads of dh features of each of `rows` qkv rows of ld
+// elements (the q heads, then the k heads), position = row % t: forward x' = R x, inverse dx = R^T dx'. The angle
+// p * theta^(-2i/dh) and its cos/sin in double, rounded to float; the products rounded one by one (no FMA), as
+// the CPU's rope_rotate in ops/defs/attention.cpp.
+template <typename T>
+__global__ void rope_rows(T* qkv, int64_t rows, int64_t t, int64_t ld, int64_t heads, int64_t dh, double theta,
+                          bool inverse) {
+  const int64_t half = dh / 2, n = rows * heads * half;
+  BRAID_GRID_LOOP(e, n) {
+    const int64_t i = e % half, hh = (e / half) % heads, r = e / (half * heads);
+    const double a = static_cast<double>(r % t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+    const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
+    T* x = qkv + r * ld + hh * dh;
+    const float u = to_f(x[i]), w = to_f(x[i + half]);
+    if (inverse) {
+      x[i] = from_f<T>(__fadd_rn(__fmul_rn(u, c), __fmul_rn(w, s)));
+      x[i + half] = from_f<T>(__fsub_rn(__fmul_rn(w, c), __fmul_rn(u, s)));
+    } else {
+      x[i] = from_f<T>(__fsub_rn(__fmul_rn(u, c), __fmul_rn(w, s)));
+      x[i + half] = from_f<T>(__fadd_rn(__fmul_rn(w, c), __fmul_rn(u, s)));
+    }
+  }
+}
+
+// Grouped-query attention: the (B T, (h + 2 kv) dh) qkv rows to multi-head rows (B T, 3d), each kv head repeated for
+// its h / kv q heads (q head j reads kv head j / (h / kv), Hugging Face's repeat_kv).
+template <typename T>
+__global__ void expand_kv(const T* src, T* dst, int64_t rows, int64_t h, int64_t kv, int64_t dh) {
+  const int64_t d = h * dh, ldf = 3 * d, ldg = (h + 2 * kv) * dh, group = h / kv;
+  BRAID_GRID_LOOP(e, rows * ldf) {
+    const int64_t r = e / ldf, col = e % ldf, part = col / d, hh = (col % d) / dh, i = col % dh;
+    const int64_t from = part == 0 ? hh * dh + i : (part == 1 ? h : h + kv) * dh + (hh / group) * dh + i;
+    dst[e] = src[r * ldg + from];
+  }
+}
+
+// Its transpose for gradients: dq as it is, each kv head's dk and dv the sum of its q heads' in head order (fixed).
+template <typename T>
+__global__ void reduce_kv(const T* src, T* dst, int64_t rows, int64_t h, int64_t kv, int64_t dh) {
+  const int64_t d = h * dh, ldf = 3 * d, ldg = (h + 2 * kv) * dh, group = h / kv;
+  BRAID_GRID_LOOP(e, rows * ldg) {
+    const int64_t r = e / ldg, col = e % ldg;
+    if (col < d) {
+      dst[e] = src[r * ldf + col];
+    } else {
+      const int64_t part = col < (h + kv) * dh ? 1 : 2, rel = col - (part == 1 ? d : d + kv * dh);
+      const int64_t g = rel / dh, i = rel % dh;
+      float acc = 0.f;
+      for (int64_t j = 0; j < group; ++j) acc = __fadd_rn(acc, to_f(src[r * ldf + part * d + (g * group + j) * dh + i]));
+      dst[e] = from_f<T>(acc);
+    }
+  }
+}
+
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Autocast with room for this per-sample layout in the scratch: the attention core keeps its own 16-bit copies
@@ -226,6 +280,92 @@ void attention_backward(const Ctx& c, DType t, const void* dcontext, const void*
       gemm(c, t, true, false, T_, dh, T_, scale, g, T_, plane, q, ld, dh, 0.f, dk, ld, dh, h);
     }
   }
+}
+
+// ---- grouped-query attention and rotary embeddings around the core ------------------------------------------------
+// Multi-head attention without rope is the core itself (same bits as before). Otherwise: q and k rotated in place in
+// qkv (rope), and with kv < h the rows expanded to multi-head rows in a scratch after the core's workspace, which the
+// core (staged or fused) then runs on; the backward expands again, runs the core into a second scratch and sums the
+// kv heads' gradients back (reduce_kv), then rotates dq and dk back.
+namespace {
+size_t expanded_bytes(DType t, int64_t B, int64_t T_, int64_t d) { return round256(static_cast<size_t>(B * T_ * 3 * d) * esize(t)); }
+Ctx core_ctx(const Ctx& c, size_t core_bytes) {
+  Ctx k = c;
+  k.workspace_bytes = std::min(c.workspace_bytes, core_bytes);
+  return k;
+}
+}  // namespace
+
+size_t attention_gqa_forward_workspace(DType t, int64_t B, int64_t T_, int64_t d, int64_t h, int64_t kv) {
+  if (kv == h) return attention_forward_workspace(t, T_, h);
+  return round256(attention_forward_workspace(t, T_, h)) + expanded_bytes(t, B, T_, d);
+}
+
+void attention_gqa_forward(const Ctx& c, DType t, void* qkv, void* context, void* lse, int64_t B, int64_t T_, int64_t d,
+                           int64_t h, int64_t kv, double theta, bool causal, double p, uint64_t key, uint64_t mask_base) {
+  if (B * T_ == 0) return;
+  const int64_t dh = d / h, ld = (h + 2 * kv) * dh;
+  if (theta > 0)
+    dispatch(t, "attention (rope)", [&](auto tag) {
+      using E = decltype(tag);
+      rope_rows<E><<<blocks_for(B * T_ * (h + kv) * dh / 2), 256, 0, stream_of(c)>>>(static_cast<E*>(qkv), B * T_, T_, ld,
+                                                                                     h + kv, dh, theta, false);
+      BRAID_LAUNCH_CHECK("rope_rows");
+    });
+  if (kv == h) {
+    attention_forward(c, t, qkv, context, lse, B, T_, d, h, causal, p, key, mask_base);
+    return;
+  }
+  check_workspace(c, attention_gqa_forward_workspace(t, B, T_, d, h, kv), "attention (kv_heads)");
+  const size_t core = round256(attention_forward_workspace(t, T_, h));
+  void* full = static_cast<char*>(c.workspace) + core;
+  dispatch(t, "attention (kv_heads)", [&](auto tag) {
+    using E = decltype(tag);
+    expand_kv<E><<<blocks_for(B * T_ * 3 * d), 256, 0, stream_of(c)>>>(static_cast<const E*>(qkv), static_cast<E*>(full),
+                                                                       B * T_, h, kv, dh);
+    BRAID_LAUNCH_CHECK("expand_kv");
+  });
+  attention_forward(core_ctx(c, core), t, full, context, lse, B, T_, d, h, causal, p, key, mask_base);
+}
+
+size_t attention_gqa_backward_workspace(DType t, int64_t B, int64_t T_, int64_t d, int64_t h, int64_t kv) {
+  if (kv == h) return attention_backward_workspace(t, B, T_, h);
+  return round256(attention_backward_workspace(t, B, T_, h)) + 2 * expanded_bytes(t, B, T_, d);
+}
+
+void attention_gqa_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* context,
+                            const void* lse, void* dqkv, int64_t B, int64_t T_, int64_t d, int64_t h, int64_t kv,
+                            double theta, bool causal, double p, uint64_t key, uint64_t mask_base) {
+  if (B * T_ == 0) return;
+  const int64_t dh = d / h, ld = (h + 2 * kv) * dh;
+  if (kv == h) {
+    attention_backward(c, t, dcontext, qkv, context, lse, dqkv, B, T_, d, h, causal, p, key, mask_base);
+  } else {
+    check_workspace(c, attention_gqa_backward_workspace(t, B, T_, d, h, kv), "attention_grad (kv_heads)");
+    const size_t core = round256(attention_backward_workspace(t, B, T_, h));
+    void* full = static_cast<char*>(c.workspace) + core;
+    void* dfull = static_cast<char*>(full) + expanded_bytes(t, B, T_, d);
+    dispatch(t, "attention_grad (kv_heads)", [&](auto tag) {
+      using E = decltype(tag);
+      expand_kv<E><<<blocks_for(B * T_ * 3 * d), 256, 0, stream_of(c)>>>(static_cast<const E*>(qkv), static_cast<E*>(full),
+                                                                         B * T_, h, kv, dh);
+      BRAID_LAUNCH_CHECK("expand_kv");
+    });
+    attention_backward(core_ctx(c, core), t, dcontext, full, context, lse, dfull, B, T_, d, h, causal, p, key, mask_base);
+    dispatch(t, "attention_grad (kv_heads)", [&](auto tag) {
+      using E = decltype(tag);
+      reduce_kv<E><<<blocks_for(B * T_ * ld), 256, 0, stream_of(c)>>>(static_cast<const E*>(dfull), static_cast<E*>(dqkv),
+                                                                      B * T_, h, kv, dh);
+      BRAID_LAUNCH_CHECK("reduce_kv");
+    });
+  }
+  if (theta > 0)
+    dispatch(t, "attention_grad (rope)", [&](auto tag) {
+      using E = decltype(tag);
+      rope_rows<E><<<blocks_for(B * T_ * (h + kv) * dh / 2), 256, 0, stream_of(c)>>>(static_cast<E*>(dqkv), B * T_, T_, ld,
+                                                                                     h + kv, dh, theta, true);
+      BRAID_LAUNCH_CHECK("rope_rows");
+    });
 }
 
 }  // namespace braid::cuda

@@ -327,10 +327,28 @@ void position_dw_cuda(const CudaCtx& c, const Attrs&, Span in, Span out) {
 // ---- attention --------------------------------------------------------------------------------------------------
 constexpr int kOutY = 0, kOutQkv = 1, kOutContext = 2, kOutLse = 3;
 
+// The heads of one call, as ops/defs/attention.cpp's dims_of: all of them, or a device's under the `heads` split
+// (out_proj.weight holds the columns of its heads' context features).
+struct Heads {
+  int64_t h, kv, dh;
+};
+Heads local_heads(const Attrs& a, int64_t d, const Shape& w_out) {
+  const int64_t h = a.i("heads"), kv = a.i("kv_heads"), dh = d / h;
+  int64_t hl = h;
+  if (w_out.rank() == 2 && dh > 0 && w_out[1] % dh == 0) {
+    const int64_t c = w_out[1] / dh;
+    if (c > 0 && h % c == 0 && kv % (h / c) == 0) hl = c;
+  }
+  return {hl, kv * hl / h, dh};
+}
+
 void attention_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   bool bias = a.b("bias");
   int w_in = 1, b_in = bias ? 2 : -1, w_out = bias ? 3 : 2, b_out = bias ? 4 : -1;
-  int64_t B = in[0].shape()[0], T = in[0].shape()[1], d = in[0].shape()[2], h = a.i("heads");
+  int64_t B = in[0].shape()[0], T = in[0].shape()[1], d = in[0].shape()[2];
+  const Heads hs = local_heads(a, d, in[static_cast<size_t>(w_out)].shape());
+  const int64_t h = hs.h, kv = hs.kv, dc = h * hs.dh;  // q heads, kv heads, context features of this call
+  int64_t rows = (h + 2 * kv) * hs.dh;  // in_proj_weight's: q, k and v heads
   DType t = out[0].dtype();
   if (out[kOutLse].dtype() != DType::f32)
     throw InternalError("attention on CUDA keeps lse in f32, got " + std::string(dtype_name(out[kOutLse].dtype())));
@@ -339,25 +357,34 @@ void attention_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
     return i < 0 ? nullptr : param_operand(c, t, in[static_cast<size_t>(i)], &at);
   };
   double p = c.training ? a.f("dropout") : 0.0;
-  // 1. qkv = x W_in^T + b_in;  2. the core per (sample, head);  3. y = context W_out^T + b_out
-  cu::linear(c, t, in[0].raw(), ptr(w_in), ptr(b_in), out[kOutQkv].raw(), B * T, d, 3 * d);
-  cu::attention_forward(c, t, out[kOutQkv].raw(), out[kOutContext].raw(), out[kOutLse].raw(), B, T, d, h,
-                        a.b("causal"), p, c.rng_key, static_cast<uint64_t>(c.batch_offset * h * T * T));
-  cu::linear(c, t, out[kOutContext].raw(), ptr(w_out), ptr(b_out), out[kOutY].raw(), B * T, d, d);
+  // 1. qkv = x W_in^T + b_in;  2. rope on q, k and the core per (sample, head);  3. y = context W_out^T + b_out
+  cu::linear(c, t, in[0].raw(), ptr(w_in), ptr(b_in), out[kOutQkv].raw(), B * T, d, rows);
+  cu::attention_gqa_forward(c, t, out[kOutQkv].raw(), out[kOutContext].raw(), out[kOutLse].raw(), B, T, dc, h, kv,
+                            a.f("rope_theta"), a.b("causal"), p, c.rng_key, static_cast<uint64_t>(c.batch_offset * h * T * T));
+  cu::linear(c, t, out[kOutContext].raw(), ptr(w_out), ptr(b_out), out[kOutY].raw(), B * T, dc, d);
 }
 size_t attention_ws(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return cu::attention_forward_workspace(in[0].dtype, in[0].shape[1], a.i("heads"));
+  const Heads hs = local_heads(a, in[0].shape[2], in[a.b("bias") ? 3 : 2].shape);
+  return cu::attention_gqa_forward_workspace(in[0].dtype, in[0].shape[0], in[0].shape[1], hs.h * hs.dh, hs.h, hs.kv);
+}
+
+// attention_grad(dcontext (B, T, h dh), qkv (B, T, (h + 2 kv) dh), context, lse (B, h, T)): its heads from the shapes
+// (all of them, or a device's share under the `heads` split), as the CPU's grad_dims.
+Heads grad_heads(const Shape& dcontext, const Shape& qkv, const Shape& lse) {
+  const int64_t h = lse[1], dh = dcontext[2] / h;
+  return {h, (qkv[2] / dh - h) / 2, dh};
 }
 
 void attention_grad_cuda(const CudaCtx& c, const Attrs& a, Span in, Span out) {
   const Shape& s = in[0].shape();
-  int64_t h = a.i("heads");
-  cu::attention_backward(c, out[0].dtype(), in[0].raw(), in[1].raw(), in[2].raw(), in[3].raw(), out[0].raw(), s[0], s[1],
-                         s[2], h, a.b("causal"), a.f("dropout"), c.rng_key,
-                         static_cast<uint64_t>(c.batch_offset * h * s[1] * s[1]));
+  const Heads hs = grad_heads(s, in[1].shape(), in[3].shape());
+  cu::attention_gqa_backward(c, out[0].dtype(), in[0].raw(), in[1].raw(), in[2].raw(), in[3].raw(), out[0].raw(), s[0],
+                             s[1], s[2], hs.h, hs.kv, a.f("rope_theta"), a.b("causal"), a.f("dropout"), c.rng_key,
+                             static_cast<uint64_t>(c.batch_offset * hs.h * s[1] * s[1]));
 }
-size_t attention_grad_ws(const Attrs& a, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
-  return cu::attention_backward_workspace(in[0].dtype, in[0].shape[0], in[0].shape[1], a.i("heads"));
+size_t attention_grad_ws(const Attrs&, std::span<const TensorDesc> in, std::span<const TensorDesc>) {
+  const Heads hs = grad_heads(in[0].shape, in[1].shape, in[3].shape);
+  return cu::attention_gqa_backward_workspace(in[0].dtype, in[0].shape[0], in[0].shape[1], in[0].shape[2], hs.h, hs.kv);
 }
 
 }  // namespace

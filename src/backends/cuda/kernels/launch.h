@@ -228,6 +228,16 @@ void flash_attention_backward(const Ctx& c, DType t, const void* dcontext, const
                               const void* lse, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, bool causal,
                               double p, uint64_t key, uint64_t mask_base);
 size_t flash_attention_backward_workspace(int64_t B, int64_t T, int64_t h);
+// The op's attention with kv_heads (kv, dividing h) and rope_theta (0: none) around the core above (attention.cu):
+// qkv (B, T, (h + 2 kv) dh), its q and k rotated in place by the forward (the saved qkv holds them rotated);
+// dqkv of the unrotated projection. kv == h without rope is exactly attention_forward / attention_backward.
+void attention_gqa_forward(const Ctx& c, DType t, void* qkv, void* context, void* lse, int64_t B, int64_t T, int64_t d,
+                           int64_t h, int64_t kv, double theta, bool causal, double p, uint64_t key, uint64_t mask_base);
+size_t attention_gqa_forward_workspace(DType t, int64_t B, int64_t T, int64_t d, int64_t h, int64_t kv);
+void attention_gqa_backward(const Ctx& c, DType t, const void* dcontext, const void* qkv, const void* context,
+                            const void* lse, void* dqkv, int64_t B, int64_t T, int64_t d, int64_t h, int64_t kv,
+                            double theta, bool causal, double p, uint64_t key, uint64_t mask_base);
+size_t attention_gqa_backward_workspace(DType t, int64_t B, int64_t T, int64_t d, int64_t h, int64_t kv);
 
 // ---- convolution on cuDNN (cudnn_conv.cu) ----------------------------------------------------------------------
 // x (B, C, H, W), w (O, C, kh, kw), y (B, O, Ho, Wo), NCHW f32 without autocast. Each returns false, having done
