@@ -1,7 +1,7 @@
 // The run-setup answers of cuda devices (cuda_planning.h), and their stand-in for when the module is not loaded.
 #include "backends/cuda_planning.h"
 
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 
 namespace braid::exec {
 

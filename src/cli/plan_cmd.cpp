@@ -13,7 +13,7 @@
 #include "exec/preflight.h"
 #include "graph/build.h"
 #include "io/run_config.h"
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 #include "planner/cluster.h"
 #include "planner/search.h"
 #include "planner/search_intervals.h"
@@ -172,7 +172,7 @@ int plan(const PlanArgs& a, FILE* out) {
       exec::CpuModel cm = exec::cpu_cost_model(spec.count);
       model = std::move(cm.model);
       model_note = cm.description;
-    } else {  // the model `braid train` plans cuda devices with (exec/run_plan.h)
+    } else {  // the model `braid train` plans cuda devices with (exec/run_setup.h)
       model = exec::gpu_cost_model(cfg, spec.count, &model_note);
     }
     cluster = model->cluster();

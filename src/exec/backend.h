@@ -21,7 +21,7 @@
 
 #include "exec/comm/comm.h"
 #include "exec/lower.h"
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 #include "exec/param_store.h"
 #include "io/dataset.h"
 #include "io/run_config.h"
@@ -200,7 +200,7 @@ class Backend {
   virtual bool loss_scaling(const io::RunConfig& /*cfg*/) const { return false; }
 
   // ---- run setup (issue 38 item 3) ----
-  // What setting a run up asks of its kind of device (exec/run_plan.h: RunSetup), so that exec/ names no kind. A
+  // What setting a run up asks of its kind of device (exec/run_setup.h: RunSetup), so that exec/ names no kind. A
   // kind whose module is not loaded answers these through its planning stand-in (backends/builtin.h).
   // The cost model plan: auto searches on and a plan file's step is predicted on, for `count` devices; *description
   // names it for the banner.

@@ -10,10 +10,10 @@
 
 #include "core/parallel.h"
 #include "exec/engine.h"
-#include "exec/optimizer.h"
-#include "exec/run_plan.h"
+#include "backends/cpu/optimizer.h"
+#include "exec/run_setup.h"
 #include "graph/build.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "exec/trainer.h"
 #include "graph/print.h"
 #include "io/dataset.h"

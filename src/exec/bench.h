@@ -44,7 +44,7 @@ struct BenchResult {
   // ...), the most first.
   std::vector<std::pair<std::string, double>> ops;
   // Runs under a plan (a plan file, or plan: auto on cpu:N): the engine's step is timed; the plan in one line
-  // and the cost model's predicted step time (exec/run_plan.h). Empty / 0 on one device.
+  // and the cost model's predicted step time (exec/run_setup.h). Empty / 0 on one device.
   std::string plan;
   double predicted_step_s = 0;
   // On an accelerator (devices: cuda:N, exec/backend.h): the device ("cuda:0 (NVIDIA H200), bf16

@@ -12,7 +12,7 @@
 
 #include "exec/calibrate_parts.h"
 #include "exec/engine.h"
-#include "exec/runner.h"
+#include "backends/cpu/cpu_graph.h"
 #include "graph/build.h"
 #include "io/dataset.h"
 #include "planner/cluster.h"
@@ -103,7 +103,7 @@ std::vector<LayerSample> measure_workload(const Workload& w, int n, double targe
   std::barrier sync(n);
   on_workers(n, [&](int r) {
     ParamStore store;
-    auto runner = make_runner(spec, w.batch, true, store, 1, RunnerOptions{.fuse = false});
+    auto runner = make_cpu_graph(spec, w.batch, true, store, 1, CpuGraphOptions{.fuse = false});
     // Refilled before every run: the memory plan reuses an input's bytes after its last reader.
     auto fill = [&]() {
       for (Tensor& t : runner->inputs) {

@@ -18,8 +18,8 @@
 #include "exec/calibrate.h"
 #include "exec/calibrate_parts.h"
 #include "exec/comm/inproc.h"
-#include "exec/optimizer.h"
-#include "exec/runner.h"
+#include "backends/cpu/optimizer.h"
+#include "backends/cpu/cpu_graph.h"
 
 namespace braid::exec::calib {
 
@@ -247,7 +247,7 @@ std::map<int, double> measure_optimizer(int n, bool warm) {
     std::vector<double> per(static_cast<size_t>(n));
     on_workers(n, [&](int r) {
       ParamStore store;
-      auto runner = make_runner(spec, 1, true, store, 1, RunnerOptions{.fuse = false});
+      auto runner = make_cpu_graph(spec, 1, true, store, 1, CpuGraphOptions{.fuse = false});
       double bytes = 0;
       for (auto& e : store.entries())
         if (!e.spec.buffer) {
@@ -341,8 +341,8 @@ std::vector<double> measure_busy_speed(int n) {
         busy,
         [&](int r) {
           ParamStore sa, sb;
-          auto ra = make_runner(a, 4, true, sa, 1);
-          auto rb = make_runner(b, 32, true, sb, 1);
+          auto ra = make_cpu_graph(a, 4, true, sa, 1);
+          auto rb = make_cpu_graph(b, 32, true, sb, 1);
           auto once = [&](uint64_t i) {
             for (auto* x : {ra.get(), rb.get()}) {
               for (Tensor& in : x->inputs) in.zero();  // the memory plan reuses inputs' bytes: refilled each run
@@ -406,7 +406,7 @@ double measure_turns(int n, double* bytes_out) {
         n,
         [&](int r) {
           ParamStore store;
-          auto runner = make_runner(spec, 16, true, store, 1, RunnerOptions{.fuse = false});
+          auto runner = make_cpu_graph(spec, 16, true, store, 1, CpuGraphOptions{.fuse = false});
           const int core = r % cores, me = r / cores, members = (n - core + cores - 1) / cores;
           std::atomic<int>& tok = token[static_cast<size_t>(core)];
           auto run_once = [&](uint64_t i) {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "exec/engine.h"
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 #include "io/metrics.h"
 #include "planner/cost_model.h"
 

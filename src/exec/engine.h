@@ -30,7 +30,7 @@
 #include "exec/loss_scale.h"
 #include "exec/lower.h"
 #include "exec/node_loop.h"
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 #include "exec/schedule.h"
 #include "io/dataset.h"
 #include "io/run_config.h"
@@ -47,7 +47,7 @@ struct EngineOptions {
   // set_gather_prefetch); false, or BRAID_PREFETCH=0 in the environment, runs each inline (A/B runs).
   bool prefetch = true;
   DType half = DType::f32;                 // 16-bit values between ops (LowerOptions::half)
-  // Graphs the run's setup built (exec/run_plan.h), outliving the engine; null: built here. `model`: the forward
+  // Graphs the run's setup built (exec/run_setup.h), outliving the engine; null: built here. `model`: the forward
   // graph at the plan's micro-batch with `half` values, lowered; `eval`: the evaluation graph, for batches of its size.
   const graph::Graph* model = nullptr;
   const graph::Graph* eval = nullptr;
@@ -99,7 +99,7 @@ std::map<std::string, int> zero_owners(const StageProgram& p);
 // The trivial plans: one stage on `devices` devices, every layer replicated, each replica running micro / devices
 // samples of every micro-batch (devices 1: planner::single_device_plan). UserError at the run file when the
 // devices do not divide the micro-batch.
-// `fwd`: the model's forward graph at any batch (null: built here). In run_plan.cpp.
+// `fwd`: the model's forward graph at any batch (null: built here). In run_setup.cpp.
 planner::Plan data_parallel_plan(const io::RunConfig& cfg, int devices, const graph::Graph* fwd = nullptr);
 
 class Engine {

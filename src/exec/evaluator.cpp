@@ -6,7 +6,7 @@
 #include <map>
 
 #include "graph/build.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 
 namespace braid::exec {
 namespace {

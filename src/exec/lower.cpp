@@ -5,7 +5,7 @@
 #include <cstring>
 #include <map>
 
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "exec/param_store.h"
 #include "graph/autodiff.h"
 #include "graph/build.h"

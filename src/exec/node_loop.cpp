@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "core/rng.h"
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 
 namespace braid::exec {
 

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "exec/backend.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
 #include "io/checkpoint.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 #include "io/dataset.h"
 #include "io/run_config.h"
 
@@ -25,7 +25,7 @@ struct PreflightOptions {
 };
 
 // What the checks opened, chose or built, for train to use as they are (nothing is read, parsed, built or searched
-// twice): `setup` holds the parsed devices, the backend's answers, the plan and the graphs (exec/run_plan.h).
+// twice): `setup` holds the parsed devices, the backend's answers, the plan and the graphs (exec/run_setup.h).
 struct Preflight {
   RunSetup setup;  // setup.plan is set when the run's devices, plan and graphs are whole
   std::vector<io::DatasetInput> inputs;

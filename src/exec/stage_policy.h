@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "exec/backend.h"
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 
 namespace braid::exec {
 

@@ -14,7 +14,7 @@
 
 #include "exec/closed_loop.h"
 #include "exec/engine.h"
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 #include "exec/train_state.h"
 #include "exec/trainer.h"
 #include "io/checkpoint.h"

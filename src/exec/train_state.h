@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 #include "exec/param_store.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"

@@ -2,7 +2,7 @@
 // including a value used twice (its gradient contributions are summed).
 #include <gtest/gtest.h>
 
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "graph/autodiff.h"
 #include "graph/verify.h"
 #include "ops/registry.h"

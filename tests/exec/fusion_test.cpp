@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "graph/build.h"
 #include "io/model_spec.h"
 #include "ops/cpu/onednn_spatial.h"

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/half.h"
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "exec/memory_plan.h"
 #include "graph/verify.h"
 #include "training_graph.h"

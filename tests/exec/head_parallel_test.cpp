@@ -12,7 +12,7 @@
 
 #include "exec/engine.h"
 #include "exec/lower.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "graph/build.h"
 #include "io/run_config.h"
 #include "temp_dir.h"

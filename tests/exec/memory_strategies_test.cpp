@@ -19,7 +19,7 @@
 
 #include "exec/engine.h"
 #include "exec/memory_plan.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "exec/trainer.h"
 #include "graph/build.h"
 #include "io/run_config.h"

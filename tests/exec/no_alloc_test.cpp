@@ -11,7 +11,7 @@
 #include <fstream>
 #include <new>
 
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "ops/cpu/onednn_spatial.h"
 #include "training_graph.h"
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 #include "graph/ir.h"
 
 using namespace braid;

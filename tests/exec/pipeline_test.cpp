@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "exec/lower.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "io/dataset.h"
 #include "exec/comm/inproc.h"
 #include "exec/engine.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "exec/run_plan.h"
+#include "exec/run_setup.h"
 #include "io/run_config.h"
 #include "temp_dir.h"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <map>
 
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "graph/build.h"
 #include "io/model_spec.h"
 

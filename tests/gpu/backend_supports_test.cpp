@@ -2,7 +2,7 @@
 // the CUDA backend cannot run. Runs everywhere: nothing here touches a GPU.
 #include <gtest/gtest.h>
 
-#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "exec/backend.h"
 #include "exec/preflight.h"

@@ -11,8 +11,8 @@
 
 #include "backends/cuda/cuda_executor.h"
 #include "backends/cuda/cuda_optimizer.h"
-#include "exec/executor.h"
-#include "exec/optimizer.h"
+#include "backends/cpu/executor.h"
+#include "backends/cpu/optimizer.h"
 #include "graph/build.h"
 #include "gpu_util.h"
 #include "core/rng.h"

@@ -12,10 +12,10 @@
 #include <functional>
 
 #include "exec/bench.h"
-#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_backend.h"
 #include "exec/engine.h"
-#include "exec/run_plan.h"
-#include "exec/runner.h"
+#include "exec/run_setup.h"
+#include "exec/run_data.h"
 #include "graph/build.h"
 #include "io/dataset.h"
 #include "exec/trainer.h"
@@ -82,7 +82,7 @@ std::string two_device_plan(const TrainCase& c, const std::string& groups, int m
 
 TEST(TrainGpu, TinyGptTenStepsMatchCpu) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("match");
   exec::TrainResult cpu = train_on(c, "cpu"), gpu = train_on(c, "cuda:0");
   ASSERT_EQ(cpu.losses.size(), 10u);
@@ -97,7 +97,7 @@ TEST(TrainGpu, TinyGptTenStepsMatchCpu) {
 
 TEST(TrainGpu, ResumeGivesTheStraightRunsLosses) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("resume");
   exec::TrainResult straight = train_on(c, "cuda:0", {}, {}, "_straight");
   exec::TrainOptions stop;
@@ -115,7 +115,7 @@ TEST(TrainGpu, ResumeGivesTheStraightRunsLosses) {
 
 TEST(TrainGpu, Bf16CloseToCpu) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("bf16");
   exec::TrainResult cpu = train_on(c, "cpu"), gpu = train_on(c, "cuda:0", {"train.precision=bf16"});
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
@@ -127,7 +127,7 @@ TEST(TrainGpu, Bf16CloseToCpu) {
 // scale (2^16 at the start, no overflow in these steps) and the skipped steps.
 TEST(TrainGpu, F16WithLossScalingCloseToCpu) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("f16");
   const std::string metrics = (c.dir / "metrics.jsonl").string();
   exec::TrainResult cpu = train_on(c, "cpu"),
@@ -149,7 +149,7 @@ TEST(TrainGpu, F16WithLossScalingCloseToCpu) {
 // weights stay the checkpoint's) and halves the scale; the next checkpoint holds the halved scale.
 TEST(TrainGpu, F16OverflowSkipsStepsAndHalvesTheScale) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("f16_overflow");
   exec::TrainOptions stop;
   stop.stop_after = 3;
@@ -181,7 +181,7 @@ TEST(TrainGpu, F16OverflowSkipsStepsAndHalvesTheScale) {
 // braid bench on the GPU times the engine's step (waited for on the device) and reports the device and its peak.
 TEST(TrainGpu, BenchTimesTheDeviceStep) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("bench");
   io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0"});
   exec::BenchOptions o;
@@ -200,7 +200,7 @@ TEST(TrainGpu, BenchTimesTheDeviceStep) {
 // status 2), not an internal error.
 TEST(TrainGpu, BatchTooLargeForTheGpuIsAUserError) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("oom");
   try {
     train_on(c, "cuda:0", {"vars.d=1024", "vars.n_layer=8", "vars.seq=1024", "train.batch=4096",
@@ -220,7 +220,7 @@ TEST(TrainGpu, BatchTooLargeForTheGpuIsAUserError) {
 // within 1e-4; bf16 (with the fused attention) within 1e-2 of the one-GPU bf16 run.
 TEST(TrainGpu, TwoDevicesOnOneGpuMatchOneGpu) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("dp");
   exec::TrainResult one = train_on(c, "cuda:0"), two = train_on(c, "cuda:0,0"), cpu = train_on(c, "cpu:2");
   ASSERT_EQ(one.losses.size(), 10u);
@@ -252,7 +252,7 @@ std::vector<double> engine_losses(const TrainCase& c, const std::string& devices
 
 TEST(TrainGpu, DataParallelEngineTwoReplicasMatchOne) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("dp_engine");
   std::vector<double> one = engine_losses(c, "cuda:0", 5), two = engine_losses(c, "cuda:0,0", 5);
   for (size_t k = 0; k < one.size(); ++k) EXPECT_NEAR(two[k], one[k], 1e-5 * std::abs(one[k])) << "step " << k;
@@ -262,7 +262,7 @@ TEST(TrainGpu, DataParallelEngineTwoReplicasMatchOne) {
 // runs (a plan file whose devices leave it without a plan; here three devices for a micro-batch of 4).
 TEST(TrainGpu, DataParallelNeedsADivisibleMicroBatch) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("dp_odd");
   try {
     io::RunConfig cfg = io::load_run_or_model(c.run_file, {"devices=cuda:0,0,0", "train.batch=4", "train.micro_batch=4"});
@@ -280,7 +280,7 @@ TEST(TrainGpu, DataParallelNeedsADivisibleMicroBatch) {
 // step, and the evaluation after it within 1e-4.
 TEST(TrainGpu, PlansOnOneGpuMatchTheSamePlansOnTheCpu) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("plans", "{batch: 32, steps: 4, seed: 5}");
   for (const char* plan : {"tiny_gpt_dp2_pp2_1f1b", "tiny_gpt_tp2_pp2_gpipe", "tiny_gpt_pp4_interleaved"}) {
     SCOPED_TRACE(plan);
@@ -301,7 +301,7 @@ TEST(TrainGpu, PlansOnOneGpuMatchTheSamePlansOnTheCpu) {
 // dropout and two micro-batches; a stale copy would be off by far more.
 TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("act_copies");
   ::setenv("BRAID_BF16_VALUES", "0", 1);  // copies are of f32 activations: graphs with bf16 values have none
   exec::TrainResult with = train_on(c, "cuda:0", {"train.precision=bf16"}, {}, "with");
@@ -320,7 +320,7 @@ TEST(TrainGpu, ActivationCopiesChangeNoLoss) {
 // devices of one GPU.
 TEST(TrainGpu, RecomputeMatchesTheRunWithoutIt) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("recompute");
   for (const std::string devices : {"cuda:0", "cuda:0,0"}) {
     const int n = devices == "cuda:0" ? 1 : 2;
@@ -350,7 +350,7 @@ TEST(TrainGpu, RecomputeMatchesTheRunWithoutIt) {
 // states and the gradient accumulators) shrinks: ZeRO-1 to about 2/3 of the unsharded one's, ZeRO-2/3 to about 1/2.
 TEST(TrainGpu, ZeroOneTwoThreeMatchTheUnshardedRun) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("zero");
   auto plan = [&](const std::string& extra) { return two_device_plan(c, "data_parallel: 2, tensor_parallel: 1", 2, extra); };
   // The larger of the two devices' optimizer bytes after the first step (the metrics file's first record).
@@ -395,7 +395,7 @@ TEST(TrainGpu, ZeroOneTwoThreeMatchTheUnshardedRun) {
 // without it.
 TEST(TrainGpu, SequenceParallelMatchesTheTensorParallelRun) {
   BRAID_REQUIRE_GPU();
-  exec::install_cuda_engine();
+  exec::install_cuda_backend();
   TrainCase c = write_run("sp");
   auto plan = [&](const std::string& extra) { return two_device_plan(c, "data_parallel: 1, tensor_parallel: 2", 4, extra); };
   const exec::TrainResult tp = train_on(c, "cuda:0,0", {plan("")}, {}, "tp"),

@@ -12,8 +12,8 @@
 #include "backends/cpu_planning.h"
 #include "exec/backend.h"
 #include "exec/comm/inproc.h"
-#include "exec/executor.h"
-#include "exec/runner.h"
+#include "backends/cpu/executor.h"
+#include "backends/cpu/cpu_graph.h"
 #include "exec/stage_policy.h"
 
 namespace braid::exec {

@@ -1,16 +1,16 @@
-// The CUDA backend (cuda_engine.h, exec/backend.h).
+// The CUDA backend (cuda_backend.h, exec/backend.h).
 #include <algorithm>
 #include <map>
 #include <mutex>
 
 #include "backends/cuda_planning.h"
 #include "exec/comm/inproc.h"
-#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_executor.h"
 #include "backends/cuda/cuda_optimizer.h"
 #include "backends/cuda/nccl_comm.h"
 #include "backends/cuda/staged_comm.h"
-#include "exec/runner.h"
+#include "exec/run_data.h"
 #include "exec/stage_policy.h"
 #include "backends/cuda/kernels/device_info.h"
 #include "backends/cuda/kernels/kernels.h"
@@ -326,7 +326,7 @@ class CudaBackend final : public CudaPlanning {  // its run-setup answers: backe
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
 
-void install_cuda_engine() {
+void install_cuda_backend() {
   static std::once_flag once;
   std::call_once(once, [] { register_backend("cuda", make_cuda_backend()); });
 }

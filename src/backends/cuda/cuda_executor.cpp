@@ -1,5 +1,5 @@
 // CudaExecutor: arena layout, per-node device views prepared once (per slot), the run loop and the comm_*
-// nodes, following exec/executor.cpp step for step (see cuda_executor.h).
+// nodes, following backends/cpu/executor.cpp step for step (see cuda_executor.h).
 #include "backends/cuda/cuda_executor.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// Runs one graph on one CUDA device, as exec::Executor does on a CPU and with the same public API, so that
-// a plan runner can pick the executor by device kind: the same MemoryPlan (values at its offsets in one
+// Runs one graph on one CUDA device, as the CPU backend's exec::Executor does on a CPU (both derive from
+// exec::NodeLoop; the CUDA backend's programs hold it): the same MemoryPlan (values at its offsets in one
 // device arena), the same node loop (each op's CUDA kernel from backends/cuda/kernels/kernels.h; comm_* nodes through
 // the Communicator of set_groups, which must take device tensors: NcclCommunicator), the same RNG keys.
 // Device memory: one DeviceArena per executor, sized at construction (activations, slots, parameters and
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "exec/comm/comm.h"
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 #include "exec/memory_plan.h"
 #include "exec/node_loop.h"
 #include "exec/param_store.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_executor.h"
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 #include "io/run_config.h"
 
 namespace braid::exec {

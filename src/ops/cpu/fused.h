@@ -1,5 +1,5 @@
 // Fused CPU kernels: several graph nodes run as one kernel where that saves passes over memory. The executor
-// picks them (exec/executor.cpp, "fusion"); each computes exactly the values and bits its nodes would.
+// picks them (backends/cpu/executor.cpp, "fusion"); each computes exactly the values and bits its nodes would.
 #pragma once
 #include <span>
 #include <string>

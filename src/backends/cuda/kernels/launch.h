@@ -299,7 +299,7 @@ struct ParamSlot {
 // Uploads `count` slots into `table` (device memory of multi_tensor_table_bytes(count) bytes, from the arena).
 size_t multi_tensor_table_bytes(int count);
 void upload_slots(const Ctx& c, const ParamSlot* slots, int count, void* table);
-// torch.optim.AdamW (single-tensor path, fp32, same operation order as exec/optimizer.cpp) over every slot
+// torch.optim.AdamW (single-tensor path, fp32, same operation order as backends/cpu/optimizer.cpp) over every slot
 // in one launch. step: 1-based.
 void adamw(const Ctx& c, const void* table, int count, int64_t max_n, double lr, double beta1, double beta2,
            double eps, double weight_decay, int64_t step);

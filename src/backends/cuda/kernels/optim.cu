@@ -1,6 +1,6 @@
 // Fused multi-tensor AdamW and SGD: one launch updates every parameter. A device table of ParamSlot (built
 // once, from the arena) lists the tensors; blockIdx.y picks the tensor, a grid-stride loop its elements.
-// Arithmetic is exec/optimizer.cpp's, operation for operation, with explicitly rounded fp32 operations (no
+// Arithmetic is backends/cpu/optimizer.cpp's, operation for operation, with explicitly rounded fp32 operations (no
 // FMA contraction), so that the update equals the CPU's (torch.optim single-tensor path) bit for bit.
 #include <cmath>
 

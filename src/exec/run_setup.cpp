@@ -1,5 +1,5 @@
-// run_plan(): the run's plan file or the planner's choice, with its prediction (run_plan.h).
-#include "exec/run_plan.h"
+// run_plan(): the run's plan file or the planner's choice, with its prediction (run_setup.h).
+#include "exec/run_setup.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,6 +1,6 @@
 // SGD and AdamW updates in the order PyTorch performs them (fp32 arithmetic, as torch on CPU), one pass over
 // each parameter, split across the OpenMP threads.
-#include "exec/optimizer.h"
+#include "backends/cpu/optimizer.h"
 
 #include <algorithm>
 #include <cmath>

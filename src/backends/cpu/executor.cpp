@@ -1,5 +1,5 @@
 // Arena layout, per-node tensor views prepared once (per slot), the run loop and the comm_* nodes.
-#include "exec/executor.h"
+#include "backends/cpu/executor.h"
 
 #include <algorithm>
 #include <cstdio>

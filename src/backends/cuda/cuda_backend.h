@@ -14,6 +14,6 @@ namespace braid::exec {
 std::unique_ptr<Backend> make_cuda_backend();
 // Registers the CUDA backend for device kind "cuda" (the module's entry point does; tests that drive exec::train on
 // cuda without the module call it too). Idempotent.
-void install_cuda_engine();
+void install_cuda_backend();
 
 }  // namespace braid::exec
