@@ -49,8 +49,8 @@ bool StagePolicy::reduce_to_owner(size_t gi, Tensor v, Communicator& data, io::T
   return gr.owner == spec_.replica;
 }
 
-bool StagePolicy::counts_in_norm(const std::string& name) const {
-  const ParamShard& sh = shard_of(*spec_.prog, name);
+bool StagePolicy::counts_in_norm(const ParamShard& sh) const {
+  const std::string& name = sh.name;
   if (sh.buffer || !shard_counts(sh, spec_.tensor_rank)) return false;
   return spec_.state_owner && spec_.state_owner->count(name) ? owns_state(name) : spec_.replica == 0;
 }

@@ -37,7 +37,8 @@ class StagePolicy {
   bool reduce_to_owner(size_t gi, Tensor v, Communicator& data, io::TraceLane* lane, int micro_batch) const;
   // A gradient counts once in the global norm: on its state's owner (ZeRO), else on replica 0; a tensor-parallel
   // parameter on every rank holding a slice of it, a replicated one on rank 0; never a buffer's.
-  bool counts_in_norm(const std::string& name) const;
+  bool counts_in_norm(const ParamShard& sh) const;
+  bool counts_in_norm(const std::string& name) const { return counts_in_norm(shard_of(*spec_.prog, name)); }
   // Whether this replica keeps `name`'s optimizer state (ZeRO 1-3; without ZeRO every replica does).
   bool owns_state(const std::string& name) const;
   const ProgramSpec& spec() const { return spec_; }

@@ -209,7 +209,7 @@ class CpuDevice final : public Device {
     double sq = 0;
     for (const CpuProgram* p : progs_)
       for (const auto& sh : p->stage().params)
-        if (p->policy().counts_in_norm(sh.name))
+        if (p->policy().counts_in_norm(sh))  // the shard itself: no search by name inside the step
           if (const ParamEntry* e = store_->find(sh.name); e->has_grad) sq += sum_squares(e->grad);
     return sq;
   }
